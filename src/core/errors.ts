@@ -1,0 +1,89 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+
+/**
+ * The one error type of the core is ConnectError. The spec's error object (status, type, code) rides
+ * in the error's metadata so it survives both the in-process path and the gRPC wire, and is mapped
+ * to HTTP once, at the facade edge (see `toErrorBody`).
+ */
+const kStatus = "svc-error-status";
+const kType = "svc-error-type";
+const kCode = "svc-error-code";
+
+/** What a facade writes for an error: the HTTP status and the spec's error object. */
+export interface ErrorInfo {
+  status: number;
+  type: string;
+  code: string;
+  message: string;
+}
+
+const statusByCode: Partial<Record<Code, number>> = {
+  [Code.InvalidArgument]: 400,
+  [Code.FailedPrecondition]: 400,
+  [Code.OutOfRange]: 400,
+  [Code.Unauthenticated]: 401,
+  [Code.PermissionDenied]: 403,
+  [Code.NotFound]: 404,
+  [Code.AlreadyExists]: 409,
+  [Code.ResourceExhausted]: 429,
+  [Code.Canceled]: 499,
+  [Code.Unavailable]: 502,
+  [Code.DeadlineExceeded]: 504,
+};
+
+const codeByStatus = (status: number): Code => {
+  if (status === 400 || status === 413 || status === 422) return Code.InvalidArgument;
+  if (status === 401) return Code.Unauthenticated;
+  if (status === 403) return Code.PermissionDenied;
+  if (status === 404) return Code.NotFound;
+  if (status === 409) return Code.AlreadyExists;
+  if (status === 429) return Code.ResourceExhausted;
+  if (status === 504) return Code.DeadlineExceeded;
+  if (status === 502 || status === 503) return Code.Unavailable;
+  if (status >= 400 && status < 500) return Code.FailedPrecondition;
+  return Code.Internal;
+};
+
+/** Creates an error carrying the spec's error object; the Connect code follows from the status. */
+export function apiError(status: number, type: string, code: string, message: string): ConnectError {
+  const metadata = new Headers({ [kStatus]: String(status), [kType]: type, [kCode]: code });
+  return new ConnectError(message, codeByStatus(status), metadata);
+}
+
+/** 400 invalid_request_error with the given code. */
+export const invalidRequest = (code: string, message: string) =>
+  apiError(400, "invalid_request_error", code, message);
+
+/** 401 authentication_error / invalid_api_key (spec 5.10, 7.1). */
+export const invalidApiKey = (message = "Invalid API key.") =>
+  apiError(401, "authentication_error", "invalid_api_key", message);
+
+/** 404 not_found_error with the given code. */
+export const notFound = (code: string, message: string) => apiError(404, "not_found_error", code, message);
+
+/**
+ * Maps any thrown value to what the client sees. Errors without the spec's metadata are internal:
+ * their message never reaches the client (a 5xx never leaks internals).
+ */
+export function toErrorInfo(err: unknown): ErrorInfo {
+  const ce = err instanceof ConnectError ? err : undefined;
+  const status = Number(ce?.metadata.get(kStatus) ?? NaN);
+  if (ce && Number.isInteger(status)) {
+    return {
+      status,
+      type: ce.metadata.get(kType) ?? "api_error",
+      code: ce.metadata.get(kCode) ?? "internal_error",
+      message: ce.rawMessage,
+    };
+  }
+  if (ce && ce.code !== Code.Internal && ce.code !== Code.Unknown && statusByCode[ce.code]) {
+    const s = statusByCode[ce.code]!;
+    return { status: s, type: s < 500 ? "invalid_request_error" : "api_error", code: Code[ce.code].replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase(), message: ce.rawMessage };
+  }
+  return { status: 500, type: "api_error", code: "internal_error", message: "The server had an error while processing the request." };
+}
+
+/** The spec's error body (section 2.6). */
+export function toErrorBody(info: ErrorInfo): { error: { message: string; type: string; code: string } } {
+  return { error: { message: info.message, type: info.type, code: info.code } };
+}

@@ -1,0 +1,22 @@
+/** Small helpers for carrying JSON fields the canonical model does not name. */
+
+/** A plain JSON object. */
+export type JsonObject = Record<string, unknown>;
+
+export const isObject = (v: unknown): v is JsonObject =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * Returns the fields of `obj` not in `known`, as a JSON object text, or "" when there are none.
+ * Never mutates `obj`.
+ */
+export function extraJson(obj: JsonObject, known: ReadonlySet<string>): string {
+  let extra: JsonObject | undefined;
+  for (const k in obj) {
+    if (!known.has(k) && obj[k] !== undefined) (extra ??= {})[k] = obj[k];
+  }
+  return extra ? JSON.stringify(extra) : "";
+}
+
+/** Parses an `extra_json` text into an object ({} when empty). */
+export const parseExtra = (json: string): JsonObject => (json ? (JSON.parse(json) as JsonObject) : {});

@@ -1,0 +1,37 @@
+import { ApiStyle } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+
+/** A public model id's route: the client surface it is served on, its upstream and its prices. */
+export interface ModelRoute {
+  /** The public id, e.g. `chat-4o`. */
+  id: string;
+  /** The client surface the id is served on (spec 4.1 lists each id under one endpoint). */
+  surface: ApiStyle;
+  /** The provider name, a key of the providers table. */
+  provider: string;
+  /** The provider's model name. */
+  upstreamModel: string;
+  /** USD per 1M input tokens, as a decimal string. */
+  inputPer1M: string;
+  /** USD per 1M output tokens, as a decimal string. */
+  outputPer1M: string;
+}
+
+const chat = ApiStyle.CHAT_COMPLETIONS;
+const messages = ApiStyle.MESSAGES;
+
+/**
+ * The default routes: each spec model id maps to the provider model it stands for, priced at that
+ * model's list price per 1M tokens (input/output).
+ */
+export const defaultModels: readonly ModelRoute[] = [
+  { id: "chat-4o", surface: chat, provider: "openai", upstreamModel: "gpt-4o", inputPer1M: "2.50", outputPer1M: "10.00" },
+  { id: "chat-4o-mini", surface: chat, provider: "openai", upstreamModel: "gpt-4o-mini", inputPer1M: "0.15", outputPer1M: "0.60" },
+  { id: "chat-4-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-4-turbo", inputPer1M: "10", outputPer1M: "30" },
+  { id: "chat-4", surface: chat, provider: "openai", upstreamModel: "gpt-4", inputPer1M: "30", outputPer1M: "60" },
+  { id: "chat-3.5-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-3.5-turbo", inputPer1M: "0.50", outputPer1M: "1.50" },
+  { id: "assistant-3-5-sonnet-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15" },
+  { id: "assistant-3-5-haiku-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-haiku-20241022", inputPer1M: "0.80", outputPer1M: "4" },
+  { id: "assistant-3-opus-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-opus-20240229", inputPer1M: "15", outputPer1M: "75" },
+  { id: "assistant-3-sonnet-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-sonnet-20240229", inputPer1M: "3", outputPer1M: "15" },
+  { id: "assistant-3-haiku-20240307", surface: messages, provider: "anthropic", upstreamModel: "claude-3-haiku-20240307", inputPer1M: "0.25", outputPer1M: "1.25" },
+];

@@ -1,0 +1,56 @@
+import type { ConnectError } from "@connectrpc/connect";
+import type { ApiStyle, Completion, StreamChatRequest, StreamChatResponse } from "../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import type { SseEvent } from "../../sse.js";
+
+/** Where one request goes: the provider's base URL and key, and the provider's model name. */
+export interface UpstreamTarget {
+  /** Provider name from configuration, e.g. "openai". */
+  provider: string;
+  /** The provider's wire style. */
+  style: ApiStyle;
+  /** Base URL: chat-completions style ends in `/v1`; messages style does not. */
+  baseUrl: string;
+  /** The provider API key ("" when none is configured). */
+  apiKey: string;
+  /** The provider's model name, e.g. "gpt-4o". */
+  upstreamModel: string;
+}
+
+/** An HTTP request to an upstream, built by an adapter. */
+export interface UpstreamHttpRequest {
+  /** Full URL. */
+  url: string;
+  /** Request headers, content-type and auth included. */
+  headers: Record<string, string>;
+  /** The JSON body text. */
+  body: string;
+}
+
+/**
+ * Converts a stream of upstream SSE events into canonical events. One converter serves one
+ * response; it keeps the block bookkeeping the two styles need.
+ */
+export interface StreamConverter {
+  /** Converts one parsed SSE event; returns zero or more canonical events. */
+  push(event: SseEvent): StreamChatResponse[];
+  /** Called when the upstream body ends; returns the events still owed (closing blocks, message_end). */
+  end(): StreamChatResponse[];
+  /** True once the upstream signalled a complete answer (`[DONE]` / `message_stop`). */
+  readonly complete: boolean;
+}
+
+/**
+ * One upstream style as the trio of conversions (request, stream chunk, error) plus the non-stream
+ * response. Conversions are pure and never mutate their input: a retry re-runs them.
+ */
+export interface UpstreamAdapter {
+  readonly style: ApiStyle;
+  /** Builds the upstream request for a canonical request (from either client style). */
+  buildRequest(req: StreamChatRequest, target: UpstreamTarget): UpstreamHttpRequest;
+  /** Converts a non-stream upstream JSON body to a Completion. `model` is set to `req.model` (the public id); `cost_usd` is left empty. */
+  parseCompletion(body: unknown, req: StreamChatRequest): Completion;
+  /** Creates a converter for a streaming upstream response. */
+  createStreamConverter(req: StreamChatRequest): StreamConverter;
+  /** Converts an upstream error response (status and body text) to the core's error (see core/errors.ts). */
+  convertError(status: number, bodyText: string): ConnectError;
+}

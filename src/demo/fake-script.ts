@@ -1,0 +1,65 @@
+/**
+ * The built-in demo provider's behaviour, shared by its two wire styles. It answers without a model:
+ * the reply echoes the last user text, token counts are estimated from characters, and directives in
+ * the last user text script failures for trying the gateway's error paths (documented in the README):
+ *
+ *   [[fake:status=NNN]]   answer with that HTTP status and the style's error body
+ *   [[fake:delay=MS]]     wait MS milliseconds before the response headers
+ *   [[fake:stall]]        stream: send the first events, then nothing (an idle upstream)
+ *   [[fake:drop]]         stream: send the first events, then cut the connection
+ *   [[fake:tool]]         when tools are given, call the first one instead of answering in text
+ *   [[fake:chunks=N]]     stream the reply in N pieces (default: one piece per word)
+ */
+export interface FakeDirectives {
+  status?: number;
+  delayMs?: number;
+  stall: boolean;
+  drop: boolean;
+  tool: boolean;
+  chunks?: number;
+}
+
+const re = /\[\[fake:([a-z]+)(?:=(\d+))?\]\]/g;
+
+export function parseDirectives(text: string): FakeDirectives {
+  const d: FakeDirectives = { stall: false, drop: false, tool: false };
+  for (const m of text.matchAll(re)) {
+    const n = m[2] === undefined ? undefined : Number(m[2]);
+    if (m[1] === "status") d.status = n;
+    else if (m[1] === "delay") d.delayMs = n;
+    else if (m[1] === "stall") d.stall = true;
+    else if (m[1] === "drop") d.drop = true;
+    else if (m[1] === "tool") d.tool = true;
+    else if (m[1] === "chunks") d.chunks = n;
+  }
+  return d;
+}
+
+/** Rough token estimate: one token per 4 characters, at least 1 for non-empty text. */
+export const countTokens = (text: string): number => (text.length === 0 ? 0 : Math.max(1, Math.ceil(text.length / 4)));
+
+/**
+ * The reply text for the last user text, cut to `maxTokens` words when given. `truncated` is true
+ * when the cut happened (finish reason length / max_tokens).
+ */
+export function fakeReply(lastUserText: string, maxTokens?: number): { text: string; truncated: boolean } {
+  const clean = lastUserText.replace(re, "").trim();
+  const words = `Echo: ${clean || "(empty)"}`.split(/\s+/);
+  if (maxTokens !== undefined && words.length > maxTokens) {
+    return { text: words.slice(0, maxTokens).join(" "), truncated: true };
+  }
+  return { text: words.join(" "), truncated: false };
+}
+
+/** Splits a reply into stream pieces: `n` pieces, or one per word (keeping the spaces). */
+export function splitPieces(text: string, n?: number): string[] {
+  if (n !== undefined && n > 0) {
+    const size = Math.ceil(text.length / n) || 1;
+    const out: string[] = [];
+    for (let i = 0; i < text.length; i += size) out.push(text.slice(i, i + size));
+    return out;
+  }
+  return text.split(/(?<= )/);
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));

@@ -1,0 +1,28 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { Completion, StreamChatRequestSchema, StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import type { ErrorInfo } from "../../core/errors.js";
+
+/** The canonical fields a facade codec fills from a client body (who-is-asking fields are set by the facade). */
+export type ParsedChatRequest = MessageInitShape<typeof StreamChatRequestSchema>;
+
+/** Renders one streamed answer as SSE text for one client style. */
+export interface StreamRenderer {
+  /** Returns the SSE text for one canonical event ("" when it maps to nothing). */
+  render(event: StreamChatResponse): string;
+  /** Returns the SSE text that ends a stream that was cut short by an error after it started. */
+  error(info: ErrorInfo): string;
+}
+
+/**
+ * A client style's wire compatibility: validate and parse a request body into the canonical model,
+ * and render canonical answers back. Parsing throws the core's 400 errors (core/errors.ts
+ * `invalidRequest`) with a stable code and a message naming the field.
+ */
+export interface ClientCodec {
+  /** Validates a parsed JSON body and converts it. `body` is whatever JSON.parse returned. */
+  parseRequest(body: unknown): ParsedChatRequest;
+  /** Renders a whole answer as the style's JSON response object. */
+  renderCompletion(completion: Completion): object;
+  /** Creates a renderer for one streamed answer of the given request. */
+  createStreamRenderer(req: ParsedChatRequest): StreamRenderer;
+}

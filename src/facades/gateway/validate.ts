@@ -1,0 +1,100 @@
+import { invalidRequest } from "../../core/errors.js";
+import { isObject, type JsonObject } from "../../core/json.js";
+
+/**
+ * Field checks shared by the client codecs. Each throws the core's 400 error with a stable code and a
+ * message that names the field by its path (e.g. `messages[2].content`):
+ *   missing_required_field  a required field is absent or null
+ *   invalid_type            a field has the wrong JSON type
+ *   invalid_value           a field has the right type but a value out of range or not allowed
+ *   unsupported_parameter   a parameter the gateway does not support
+ */
+const typeName = (v: unknown): string => (v === null ? "null" : Array.isArray(v) ? "array" : typeof v);
+
+export const fail = (code: string, message: string): never => {
+  throw invalidRequest(code, message);
+};
+
+export const missing = (path: string): never => fail("missing_required_field", `\`${path}\` is required.`);
+
+export const wrongType = (path: string, expected: string, v: unknown): never =>
+  fail("invalid_type", `\`${path}\` must be ${expected}, got ${typeName(v)}.`);
+
+/** The request body itself must be a JSON object. */
+export function requireBody(body: unknown): JsonObject {
+  if (!isObject(body)) return fail("invalid_body", `The request body must be a JSON object, got ${typeName(body)}.`);
+  return body;
+}
+
+export function requireString(obj: JsonObject, key: string, path = key): string {
+  const v = obj[key];
+  if (v === undefined || v === null) return missing(path);
+  if (typeof v !== "string") return wrongType(path, "a string", v);
+  return v;
+}
+
+export function optionalString(obj: JsonObject, key: string, path = key): string | undefined {
+  const v = obj[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "string") return wrongType(path, "a string", v);
+  return v;
+}
+
+export function requireArray(obj: JsonObject, key: string, path = key): unknown[] {
+  const v = obj[key];
+  if (v === undefined || v === null) return missing(path);
+  if (!Array.isArray(v)) return wrongType(path, "an array", v);
+  return v;
+}
+
+export function optionalArray(obj: JsonObject, key: string, path = key): unknown[] | undefined {
+  const v = obj[key];
+  if (v === undefined || v === null) return undefined;
+  if (!Array.isArray(v)) return wrongType(path, "an array", v);
+  return v;
+}
+
+export function requireObject(v: unknown, path: string): JsonObject {
+  if (v === undefined || v === null) return missing(path);
+  if (!isObject(v)) return wrongType(path, "an object", v);
+  return v;
+}
+
+export function optionalBoolean(obj: JsonObject, key: string, path = key): boolean | undefined {
+  const v = obj[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "boolean") return wrongType(path, "a boolean", v);
+  return v;
+}
+
+/** A finite number within [min, max]. */
+export function optionalNumberInRange(obj: JsonObject, key: string, min: number, max: number, path = key): number | undefined {
+  const v = obj[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "number" || !Number.isFinite(v)) return wrongType(path, "a number", v);
+  if (v < min || v > max) return fail("invalid_value", `\`${path}\` must be between ${min} and ${max}, got ${v}.`);
+  return v;
+}
+
+/** An integer within [min, max] (max defaults to the int32 range the core carries). */
+export function optionalIntegerInRange(obj: JsonObject, key: string, min: number, max = 2_147_483_647, path = key): number | undefined {
+  const v = obj[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "number" || !Number.isInteger(v)) return wrongType(path, "an integer", v);
+  if (v < min || v > max) return fail("invalid_value", `\`${path}\` must be an integer between ${min} and ${max}, got ${v}.`);
+  return v;
+}
+
+export function requireIntegerInRange(obj: JsonObject, key: string, min: number, max = 2_147_483_647, path = key): number {
+  const v = optionalIntegerInRange(obj, key, min, max, path);
+  return v === undefined ? missing(path) : v;
+}
+
+/** A value from a fixed set of strings. */
+export function requireOneOf<T extends string>(obj: JsonObject, key: string, allowed: readonly T[], path = key): T {
+  const v = requireString(obj, key, path);
+  if (!(allowed as readonly string[]).includes(v)) {
+    return fail("invalid_value", `\`${path}\` must be one of ${allowed.map((a) => `'${a}'`).join(", ")}, got '${v}'.`);
+  }
+  return v as T;
+}
