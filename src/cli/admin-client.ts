@@ -1,0 +1,40 @@
+import { readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { type Client, createClient, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { AuthService } from "../gen/svc/auth/v1/auth_service_pb.js";
+
+export interface AdminTarget {
+  server: string;
+  token: string;
+}
+
+/**
+ * Finds the running server from the same settings `svc serve` reads: `--server`, else
+ * SVC_SERVER_URL, else the local gRPC port (SVC_GRPC_PORT, 8090). The admin token comes from
+ * `--admin-token`, SVC_ADMIN_TOKEN, or the file `svc serve` generated under the data dir.
+ */
+export function resolveAdminTarget(flags: { server?: string; adminToken?: string }, env = process.env): AdminTarget {
+  const server = flags.server || env.SVC_SERVER_URL || `http://127.0.0.1:${env.SVC_GRPC_PORT || 8090}`;
+  let token = flags.adminToken || env.SVC_ADMIN_TOKEN || "";
+  if (!token) {
+    const path = join(resolve(env.SVC_DATA_DIR || "data"), "admin-token");
+    try {
+      token = readFileSync(path, "utf8").trim();
+    } catch {
+      throw new UsageError(`no admin token: set SVC_ADMIN_TOKEN, pass --admin-token, or run where ${path} exists (svc serve writes it at first start)`);
+    }
+  }
+  return { server, token };
+}
+
+/** A bad command line; printed with usage and exit code 2. */
+export class UsageError extends Error {}
+
+export function createAdminClient(target: AdminTarget): Client<typeof AuthService> {
+  const auth: Interceptor = (next) => (req) => {
+    req.header.set("authorization", `Bearer ${target.token}`);
+    return next(req);
+  };
+  return createClient(AuthService, createConnectTransport({ baseUrl: target.server, httpVersion: "1.1", interceptors: [auth] }));
+}

@@ -1,0 +1,107 @@
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import type { ApiKey, Project } from "../gen/svc/auth/v1/auth_service_pb.js";
+import { KeyMode } from "../gen/svc/common/v1/key_mode_pb.js";
+import { planName, planOf } from "../core/auth/plans.js";
+import type { PlanName } from "../stores/registry-store.js";
+import { createAdminClient, resolveAdminTarget, UsageError } from "./admin-client.js";
+
+export interface Flags {
+  json?: boolean;
+  server?: string;
+  adminToken?: string;
+  name?: string;
+  plan?: string;
+  project?: string;
+  mode?: string;
+  description?: string;
+}
+
+/** A project as the CLI prints it with --json. */
+const projectJson = (p: Project) => ({
+  id: p.id,
+  name: p.name,
+  plan: planName(p.plan),
+  created_at: p.createTime ? timestampDate(p.createTime).toISOString() : null,
+});
+
+/** A key as the CLI prints it with --json (never its value, except once at creation). */
+const keyJson = (k: ApiKey) => ({
+  id: k.id,
+  project_id: k.projectId,
+  mode: k.mode === KeyMode.TEST ? "test" : "live",
+  description: k.description,
+  display_prefix: k.displayPrefix,
+  created_at: k.createTime ? timestampDate(k.createTime).toISOString() : null,
+});
+
+const out = (flags: Flags, json: unknown, human: string) => {
+  process.stdout.write(flags.json ? `${JSON.stringify(json, null, 2)}\n` : `${human}\n`);
+};
+
+const need = (v: string | undefined, flag: string): string => {
+  if (!v) throw new UsageError(`${flag} is required`);
+  return v;
+};
+
+const table = (rows: string[][]): string => {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  return rows.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd()).join("\n");
+};
+
+export async function projectsCommand(sub: string | undefined, args: string[], flags: Flags): Promise<void> {
+  const client = createAdminClient(resolveAdminTarget(flags));
+  switch (sub) {
+    case "create": {
+      const plan = need(flags.plan, "--plan");
+      if (!["free", "pro", "enterprise"].includes(plan)) throw new UsageError(`--plan must be free, pro or enterprise, got '${plan}'`);
+      const { project } = await client.createProject({ name: need(flags.name, "--name"), plan: planOf(plan as PlanName) });
+      return out(flags, projectJson(project!), `Created project ${project!.id} (${project!.name}, plan ${plan}).`);
+    }
+    case "list": {
+      const { projects } = await client.listProjects({});
+      const rows = [["ID", "NAME", "PLAN", "CREATED"], ...projects.map((p) => Object.values(projectJson(p)).map(String))];
+      return out(flags, projects.map(projectJson), projects.length ? table(rows) : "No projects yet.");
+    }
+    case "show": {
+      const id = need(args[0], "PROJECT_ID");
+      const { project } = await client.getProject({ projectId: id });
+      const { keys } = await client.listKeys({ projectId: id });
+      const p = projectJson(project!);
+      return out(flags, { ...p, keys: keys.length }, `${p.id}  ${p.name}\nplan:    ${p.plan}\ncreated: ${p.created_at}\nkeys:    ${keys.length}`);
+    }
+    default:
+      throw new UsageError(`unknown command 'projects ${sub ?? ""}'`);
+  }
+}
+
+export async function keysCommand(sub: string | undefined, args: string[], flags: Flags): Promise<void> {
+  const client = createAdminClient(resolveAdminTarget(flags));
+  switch (sub) {
+    case "create": {
+      const mode = need(flags.mode, "--mode");
+      if (mode !== "live" && mode !== "test") throw new UsageError(`--mode must be live or test, got '${mode}'`);
+      const res = await client.createKey({
+        projectId: need(flags.project, "--project"),
+        mode: mode === "test" ? KeyMode.TEST : KeyMode.LIVE,
+        description: flags.description ?? "",
+      });
+      return out(
+        flags,
+        { ...keyJson(res.key!), key: res.secret },
+        `Created ${mode} key ${res.key!.id} in project ${res.key!.projectId}.\n\n  ${res.secret}\n\nThis is the only time the key is shown; store it somewhere safe (not in version control).`,
+      );
+    }
+    case "list": {
+      const { keys } = await client.listKeys({ projectId: need(flags.project, "--project") });
+      const rows = [["ID", "MODE", "PREFIX", "DESCRIPTION", "CREATED"], ...keys.map((k) => { const j = keyJson(k); return [j.id, j.mode, j.display_prefix, j.description, String(j.created_at)]; })];
+      return out(flags, keys.map(keyJson), keys.length ? table(rows) : "No keys in this project.");
+    }
+    case "delete": {
+      const id = need(args[0], "KEY_ID");
+      await client.deleteKey({ keyId: id });
+      return out(flags, { id, deleted: true }, `Deleted key ${id}; requests that use it now fail.`);
+    }
+    default:
+      throw new UsageError(`unknown command 'keys ${sub ?? ""}'`);
+  }
+}

@@ -1,0 +1,101 @@
+import { parseArgs } from "node:util";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { ConfigError, loadConfig } from "../config.js";
+import { startServer } from "../server.js";
+import { UsageError } from "./admin-client.js";
+import { keysCommand, projectsCommand, type Flags } from "./admin-commands.js";
+
+const USAGE = `svc: the svc gateway
+
+Usage:
+  svc serve [--demo]                      start the gateway (embedded defaults: data in ./data)
+  svc demo                                same as: svc serve --demo (built-in offline provider)
+  svc projects create --name N --plan free|pro|enterprise
+  svc projects list
+  svc projects show PROJECT_ID
+  svc keys create --project ID --mode live|test [--description D]
+  svc keys list --project ID
+  svc keys delete KEY_ID
+
+Admin commands talk to a running server: --server URL (default SVC_SERVER_URL or
+http://127.0.0.1:$SVC_GRPC_PORT, 8090), --admin-token T (default SVC_ADMIN_TOKEN or
+$SVC_DATA_DIR/admin-token). Add --json for machine-readable output.
+`;
+
+async function serve(demo: boolean): Promise<void> {
+  const config = loadConfig();
+  const running = await startServer(config, { demo });
+  const lines = [
+    "svc gateway is running",
+    `  gateway     ${running.gatewayUrl}/v1   (POST /chat/completions, /messages)`,
+    `  management  ${running.managementUrl}/v1`,
+    `  core gRPC   ${running.grpcUrl}   (gRPC, Connect and gRPC-Web)`,
+    `  data dir    ${config.dataDir}${config.redisUrl ? " (registry in Redis)" : ""}`,
+    running.adminTokenPath ? `  admin token ${running.adminTokenPath}` : "  admin token from SVC_ADMIN_TOKEN",
+  ];
+  if (running.demo) lines.push(`  demo provider ${running.demo.url} (every model is answered by the built-in fake provider)`);
+  process.stdout.write(`${lines.join("\n")}\n`);
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    process.stdout.write(`received ${signal}, shutting down\n`);
+    await running.close();
+    process.exit(0);
+  };
+  process.on("SIGINT", () => void stop("SIGINT"));
+  process.on("SIGTERM", () => void stop("SIGTERM"));
+}
+
+async function main(argv: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      demo: { type: "boolean" },
+      json: { type: "boolean" },
+      help: { type: "boolean", short: "h" },
+      server: { type: "string" },
+      "admin-token": { type: "string" },
+      name: { type: "string" },
+      plan: { type: "string" },
+      project: { type: "string" },
+      mode: { type: "string" },
+      description: { type: "string" },
+    },
+  });
+  const [cmd, sub, ...rest] = positionals;
+  const flags: Flags = { ...values, adminToken: values["admin-token"] };
+  if (values.help || !cmd || cmd === "help") {
+    process.stdout.write(USAGE);
+    return;
+  }
+  if (cmd === "serve") return serve(values.demo === true);
+  if (cmd === "demo") return serve(true);
+  if (cmd === "projects") return projectsCommand(sub, rest, flags);
+  if (cmd === "keys") return keysCommand(sub, rest, flags);
+  throw new UsageError(`unknown command '${cmd}'`);
+}
+
+main(process.argv.slice(2)).catch((e: unknown) => {
+  if (e instanceof UsageError || (e as NodeJS.ErrnoException)?.code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") {
+    process.stderr.write(`error: ${(e as Error).message}\n\n${USAGE}`);
+    process.exit(2);
+  }
+  if (e instanceof ConfigError) {
+    process.stderr.write(`configuration error: ${e.message}\n`);
+    process.exit(2);
+  }
+  if (e instanceof ConnectError) {
+    const hint =
+      e.code === Code.Unavailable || e.code === Code.Unknown && /ECONNREFUSED|fetch failed/.test(e.rawMessage)
+        ? " (is `svc serve` running? set --server or SVC_SERVER_URL)"
+        : e.code === Code.Unauthenticated
+          ? " (check SVC_ADMIN_TOKEN or --admin-token)"
+          : "";
+    process.stderr.write(`error: ${e.rawMessage}${hint}\n`);
+    process.exit(1);
+  }
+  process.stderr.write(`error: ${(e as Error)?.message ?? String(e)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,107 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import {
+  type ApiKey,
+  ApiKeySchema,
+  AuthService,
+  type Project,
+  ProjectSchema,
+} from "../../gen/svc/auth/v1/auth_service_pb.js";
+import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
+import type { KeyRecord, ProjectRecord, RegistryStore } from "../../stores/registry-store.js";
+import { apiError, invalidApiKey, invalidRequest, notFound } from "../errors.js";
+import { randomBase62 } from "../ids.js";
+import { displayPrefix, hashSecret, modeOfSecret, newSecret } from "./keys.js";
+import { planLimits, planName, planOf } from "./plans.js";
+
+export interface AuthDeps {
+  store: RegistryStore;
+  /** Milliseconds since the epoch; injectable for tests. */
+  now?: () => number;
+}
+
+const toProject = (p: ProjectRecord): Project =>
+  create(ProjectSchema, { id: p.id, name: p.name, plan: planOf(p.plan), createTime: timestampFromMs(p.createdAt) });
+
+const toKey = (k: KeyRecord): ApiKey =>
+  create(ApiKeySchema, {
+    id: k.id,
+    projectId: k.projectId,
+    mode: k.mode === "test" ? KeyMode.TEST : KeyMode.LIVE,
+    description: k.description,
+    displayPrefix: k.displayPrefix,
+    createTime: timestampFromMs(k.createdAt),
+  });
+
+/** Creates the AuthService implementation over a registry store. */
+export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceImpl<typeof AuthService> {
+  async function project(id: string): Promise<ProjectRecord> {
+    if (!id) throw invalidRequest("missing_required_field", "`project_id` is required.");
+    const p = await store.getProject(id);
+    if (!p) throw notFound("project_not_found", `No project with id '${id}'.`);
+    return p;
+  }
+
+  return {
+    async createProject(req) {
+      const name = req.name.trim();
+      if (!name || name.length > 200) throw invalidRequest("invalid_value", "`name` must be 1 to 200 characters.");
+      const plan = planName(req.plan);
+      if (!plan) throw invalidRequest("invalid_value", "`plan` must be one of free, pro, enterprise.");
+      const record: ProjectRecord = { id: `proj_${randomBase62(16)}`, name, plan, createdAt: now() };
+      await store.createProject(record);
+      return { project: toProject(record) };
+    },
+
+    async getProject(req) {
+      return { project: toProject(await project(req.projectId)) };
+    },
+
+    async listProjects() {
+      return { projects: (await store.listProjects()).map(toProject) };
+    },
+
+    async createKey(req) {
+      const p = await project(req.projectId);
+      if (req.mode !== KeyMode.LIVE && req.mode !== KeyMode.TEST) throw invalidRequest("invalid_value", "`mode` must be live or test.");
+      if (req.description.length > 500) throw invalidRequest("invalid_value", "`description` must be at most 500 characters.");
+      const secret = newSecret(req.mode);
+      const record: KeyRecord = {
+        id: `key_${randomBase62(16)}`,
+        projectId: p.id,
+        mode: req.mode === KeyMode.TEST ? "test" : "live",
+        description: req.description,
+        displayPrefix: displayPrefix(secret),
+        hash: hashSecret(secret),
+        createdAt: now(),
+      };
+      const max = planLimits[p.plan].maxKeys;
+      if (!(await store.createKey(record, max))) {
+        throw apiError(403, "permission_error", "key_limit_reached", `The ${p.plan} plan allows ${max} keys per project; delete a key or change the plan.`);
+      }
+      return { key: toKey(record), secret };
+    },
+
+    async listKeys(req) {
+      const p = await project(req.projectId);
+      return { keys: (await store.listKeys(p.id)).map(toKey) };
+    },
+
+    async deleteKey(req) {
+      if (!req.keyId) throw invalidRequest("missing_required_field", "`key_id` is required.");
+      if (!(await store.deleteKey(req.keyId))) throw notFound("key_not_found", `No key with id '${req.keyId}'.`);
+      return {};
+    },
+
+    async verifyKey(req) {
+      const mode = modeOfSecret(req.secret);
+      if (mode === undefined) throw invalidApiKey(req.secret ? "Invalid API key." : "Missing API key: send it in the X-Svc-Api-Key header.");
+      const k = await store.findKeyByHash(hashSecret(req.secret));
+      if (!k) throw invalidApiKey();
+      const p = await store.getProject(k.projectId);
+      if (!p) throw invalidApiKey();
+      return { key: toKey(k), project: toProject(p) };
+    },
+  };
+}

@@ -1,0 +1,155 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import type { ProviderConfig } from "../../config.js";
+import {
+  type ApiStyle,
+  type Completion,
+  ProxyService,
+  type StreamChatRequest,
+  type StreamChatResponse,
+  StreamChatResponseSchema,
+  type Usage,
+  UsageSchema,
+} from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { apiError, invalidRequest } from "../errors.js";
+import { newRequestId } from "../ids.js";
+import { SseParser } from "../sse.js";
+import { costPico, formatUsd, parsePrice, type Prices } from "./cost.js";
+import type { ModelRoute } from "./models.js";
+import type { UpstreamHttp, UpstreamResponse } from "./upstream-http.js";
+import type { UpstreamAdapter, UpstreamTarget } from "./upstreams/adapter.js";
+
+export interface ProxyDeps {
+  models: Map<string, ModelRoute>;
+  providers: Map<string, ProviderConfig>;
+  adapters: Map<ApiStyle, UpstreamAdapter>;
+  http: UpstreamHttp;
+}
+
+/** The public hosts whose calls cannot work without a configured key. */
+const PUBLIC_HOSTS = new Set(["api.openai.com", "api.anthropic.com"]);
+const MAX_RESPONSE_CHARS = 64 * 1024 * 1024;
+
+interface Route {
+  model: ModelRoute;
+  provider: ProviderConfig;
+  adapter: UpstreamAdapter;
+  prices: Prices;
+}
+
+/** Creates the ProxyService implementation: route the model, call its upstream, price the answer. */
+export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxyService> {
+  const routes = new Map<string, Route>();
+  for (const model of deps.models.values()) {
+    const provider = deps.providers.get(model.provider)!;
+    const adapter = deps.adapters.get(provider.style);
+    if (!adapter) throw new Error(`no upstream adapter for provider ${provider.name}`);
+    routes.set(model.id, { model, provider, adapter, prices: { input: parsePrice(model.inputPer1M), output: parsePrice(model.outputPer1M) } });
+  }
+
+  function routeFor(req: StreamChatRequest): Route {
+    const route = routes.get(req.model);
+    if (!route) throw invalidRequest("model_not_found", `The model '${req.model}' does not exist or is not served by this gateway.`);
+    if (route.model.surface !== req.style) {
+      throw invalidRequest("model_not_supported", `The model '${req.model}' is not served on this endpoint; use ${surfacePath(route.model.surface)}.`);
+    }
+    const { provider } = route;
+    if (!provider.apiKey && PUBLIC_HOSTS.has(new URL(provider.baseUrl).hostname)) {
+      throw apiError(502, "api_error", "upstream_not_configured", `No API key is configured for the ${provider.name} provider; set it, or start the gateway with --demo for the built-in provider.`);
+    }
+    return route;
+  }
+
+  return {
+    async *streamChat(req: StreamChatRequest, ctx: HandlerContext): AsyncGenerator<StreamChatResponse> {
+      if (!req.requestId) req.requestId = newRequestId();
+      const route = routeFor(req);
+      const target: UpstreamTarget = {
+        provider: route.provider.name,
+        style: route.provider.style,
+        baseUrl: route.provider.baseUrl,
+        apiKey: route.provider.apiKey,
+        upstreamModel: route.model.upstreamModel,
+      };
+      const res = await deps.http.send(route.adapter.buildRequest(req, target), ctx.signal);
+      try {
+        if (res.status >= 400) throw upstreamError(route.adapter, res.status, await res.text());
+        if (!req.stream) {
+          yield create(StreamChatResponseSchema, { event: { case: "completion", value: await completion(route, req, res) } });
+          return;
+        }
+        yield* stream(route, req, res);
+      } finally {
+        res.dispose();
+      }
+    },
+  };
+}
+
+const surfacePath = (s: ApiStyle): string => (s === 1 ? "/v1/chat/completions" : "/v1/messages");
+
+
+/**
+ * An upstream's rejection of the gateway's own credentials is the operator's problem, not the
+ * client's: it becomes a 502 rather than a 401 that would read as "your key is wrong".
+ */
+function upstreamError(adapter: UpstreamAdapter, status: number, body: string): ConnectError {
+  if (status === 401 || status === 403) {
+    return apiError(502, "api_error", "upstream_authentication_failed", `The upstream provider refused the gateway's credentials (HTTP ${status}).`);
+  }
+  return adapter.convertError(status, body);
+}
+
+async function completion(route: Route, req: StreamChatRequest, res: UpstreamResponse): Promise<Completion> {
+  const text = await res.text(MAX_RESPONSE_CHARS);
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw apiError(502, "api_error", "upstream_invalid_response", "The upstream provider sent a response that is not JSON.");
+  }
+  const c = route.adapter.parseCompletion(json, req);
+  c.model = req.model;
+  const outChars = c.blocks.reduce((n, b) => n + b.text.length + b.toolInputJson.length, 0);
+  c.usage = settleUsage(c.usage, req, outChars);
+  c.costUsd = formatUsd(costPico(route.prices, c.usage.inputTokens, c.usage.outputTokens));
+  return c;
+}
+
+async function* stream(route: Route, req: StreamChatRequest, res: UpstreamResponse): AsyncGenerator<StreamChatResponse> {
+  const parser = new SseParser();
+  const converter = route.adapter.createStreamConverter(req);
+  let outChars = 0;
+  const finish = (ev: StreamChatResponse): StreamChatResponse => {
+    const e = ev.event;
+    if (e.case === "blockDelta") outChars += e.value.text.length + e.value.partialJson.length;
+    else if (e.case === "messageEnd") {
+      e.value.usage = settleUsage(e.value.usage, req, outChars);
+      e.value.costUsd = formatUsd(costPico(route.prices, e.value.usage.inputTokens, e.value.usage.outputTokens));
+    }
+    return ev;
+  };
+  for await (const chunk of res.body) {
+    for (const sse of parser.push(chunk)) {
+      for (const ev of converter.push(sse)) yield finish(ev);
+    }
+  }
+  for (const sse of parser.end()) {
+    for (const ev of converter.push(sse)) yield finish(ev);
+  }
+  if (!converter.complete) {
+    throw apiError(502, "api_error", "upstream_stream_incomplete", "The upstream provider ended the stream before the answer was complete.");
+  }
+  for (const ev of converter.end()) yield finish(ev);
+}
+
+/** The upstream's usage when it gave one; otherwise counted locally (~4 characters a token). */
+function settleUsage(usage: Usage | undefined, req: StreamChatRequest, outChars: number): Usage {
+  if (usage && (usage.inputTokens > 0 || usage.outputTokens > 0)) return usage;
+  let inChars = req.system.length;
+  for (const m of req.messages) for (const b of m.blocks) inChars += b.text.length + b.toolInputJson.length;
+  return create(UsageSchema, { inputTokens: Math.ceil(inChars / 4), outputTokens: Math.ceil(outChars / 4), extraJson: usage?.extraJson ?? "" });
+}
+
+/** True when the error is the client going away, which is not the upstream's fault. */
+export const isCanceled = (e: unknown): boolean => e instanceof ConnectError && e.code === Code.Canceled;

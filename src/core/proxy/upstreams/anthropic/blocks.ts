@@ -1,0 +1,117 @@
+import { create } from "@bufbuild/protobuf";
+import {
+  ApiStyle,
+  BlockType,
+  type ContentBlock,
+  ContentBlockSchema,
+  type Usage,
+  UsageSchema,
+} from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { extraJson, isObject, parseExtra, type JsonObject } from "../../../json.js";
+
+/**
+ * Conversions between messages-style content blocks (https://docs.anthropic.com/en/api/messages) and
+ * canonical ContentBlocks, shared by the upstream adapter (answers) and the messages client codec
+ * (requests and rendered answers), so both directions agree on where each field lives.
+ */
+
+const TEXT_KEYS = new Set(["type", "text"]);
+const TOOL_USE_KEYS = new Set(["type", "id", "name", "input"]);
+// `content` is deliberately not listed: an array content stays in extra_json verbatim (see below).
+const TOOL_RESULT_KEYS = new Set(["type", "tool_use_id", "is_error"]);
+const USAGE_KEYS = new Set(["input_tokens", "output_tokens"]);
+
+/** Joins the text blocks of a messages-style content array (non-text items are skipped). */
+export function joinTexts(items: readonly unknown[], sep = "\n\n"): string {
+  const texts: string[] = [];
+  for (const it of items) if (isObject(it) && it.type === "text" && typeof it.text === "string") texts.push(it.text);
+  return texts.join(sep);
+}
+
+/**
+ * A messages-style block as a canonical block (style MESSAGES). A tool_result's `text` is its content
+ * as plain text, for other styles and token counts; when the content is an array (text, images,
+ * documents) the array itself also rides in extra_json, where it wins for a same-style upstream.
+ */
+export function blockFromWire(b: JsonObject): ContentBlock {
+  const style = ApiStyle.MESSAGES;
+  switch (b.type) {
+    case "text":
+      return create(ContentBlockSchema, { type: BlockType.TEXT, text: String(b.text ?? ""), extraJson: extraJson(b, TEXT_KEYS), style });
+    case "tool_use":
+      return create(ContentBlockSchema, {
+        type: BlockType.TOOL_USE,
+        toolCallId: String(b.id ?? ""),
+        toolName: String(b.name ?? ""),
+        toolInputJson: JSON.stringify(b.input ?? {}),
+        extraJson: extraJson(b, TOOL_USE_KEYS),
+        style,
+      });
+    case "tool_result": {
+      const c = b.content;
+      const text = typeof c === "string" ? c : Array.isArray(c) ? joinTexts(c) : "";
+      const keys = typeof c === "string" || c === undefined ? new Set([...TOOL_RESULT_KEYS, "content"]) : TOOL_RESULT_KEYS;
+      return create(ContentBlockSchema, {
+        type: BlockType.TOOL_RESULT,
+        toolCallId: String(b.tool_use_id ?? ""),
+        text,
+        isError: b.is_error === true,
+        extraJson: extraJson(b, keys),
+        style,
+      });
+    }
+    case "image":
+      return create(ContentBlockSchema, { type: BlockType.IMAGE, rawJson: JSON.stringify(b), style });
+    default:
+      return create(ContentBlockSchema, { type: BlockType.OTHER, rawJson: JSON.stringify(b), style });
+  }
+}
+
+/** Parses a tool input JSON text; anything that is not a JSON object becomes {} (the API requires an object). */
+export function toolInput(json: string): JsonObject {
+  try {
+    const v: unknown = json ? JSON.parse(json) : {};
+    return isObject(v) ? v : {};
+  } catch {
+    return {};
+  }
+}
+
+/**
+ * A canonical block as a messages-style block. Extra fields (never a named key, by construction) and raw blocks are only meaningful in
+ * the style they were written in, so a block from another style contributes its named fields only,
+ * and its image/other blocks are left out (undefined); callers that can translate them do so first.
+ */
+export function blockToWire(b: ContentBlock): JsonObject | undefined {
+  const same = b.style === ApiStyle.MESSAGES;
+  const extra = same ? parseExtra(b.extraJson) : {};
+  switch (b.type) {
+    case BlockType.TEXT:
+      return { type: "text", text: b.text, ...extra };
+    case BlockType.TOOL_USE:
+      return { type: "tool_use", id: b.toolCallId, name: b.toolName, input: toolInput(b.toolInputJson), ...extra };
+    case BlockType.TOOL_RESULT:
+      // An array content in extra wins over the plain-text copy; an empty text means "no content".
+      return {
+        type: "tool_result",
+        tool_use_id: b.toolCallId,
+        ...(b.text ? { content: b.text } : {}),
+        ...(b.isError ? { is_error: true } : {}),
+        ...extra,
+      };
+    default:
+      return same && b.rawJson ? (JSON.parse(b.rawJson) as JsonObject) : undefined;
+  }
+}
+
+/** A messages-style usage object as canonical Usage; the other counters (cache, server tools) ride in extra_json. */
+export function usageFromWire(u: unknown): Usage {
+  if (!isObject(u)) return create(UsageSchema, {});
+  return create(UsageSchema, {
+    inputTokens: count(u.input_tokens),
+    outputTokens: count(u.output_tokens),
+    extraJson: extraJson(u, USAGE_KEYS),
+  });
+}
+
+const count = (v: unknown): number => (typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0);

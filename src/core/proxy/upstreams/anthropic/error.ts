@@ -1,0 +1,70 @@
+import type { ConnectError } from "@connectrpc/connect";
+import { apiError } from "../../../errors.js";
+import { isObject } from "../../../json.js";
+
+/**
+ * Messages-style upstream errors (https://docs.anthropic.com/en/api/errors) as the core's error.
+ * Bodies are `{"type":"error","error":{"type","message"}}`. A client error keeps its status and
+ * type, so the caller can fix its request; rate limits stay 429; anything the upstream failed at
+ * (5xx, 529 overloaded) is the gateway's 502, with a message that names the upstream and nothing of
+ * ours.
+ */
+
+/** The HTTP status the API uses for each error type, for errors that arrive inside a 200 stream. */
+const statusByType: Record<string, number> = {
+  invalid_request_error: 400,
+  authentication_error: 401,
+  billing_error: 402,
+  permission_error: 403,
+  not_found_error: 404,
+  request_too_large: 413,
+  rate_limit_error: 429,
+  api_error: 500,
+  timeout_error: 504,
+  overloaded_error: 529,
+};
+
+const MAX_MESSAGE = 500;
+
+/** Converts an upstream error response (status and body text). */
+export function convertMessagesError(status: number, bodyText: string): ConnectError {
+  let json: unknown;
+  try {
+    json = JSON.parse(bodyText);
+  } catch {
+    json = undefined; // not the API's JSON (a proxy's HTML page): status alone decides
+  }
+  const { type, message } = readError(json);
+  return upstreamError(status, type, message);
+}
+
+/** Converts an `error` event of a stream (its data text), which arrives after a 200 status. */
+export function convertStreamError(data: unknown): ConnectError {
+  const { type, message } = readError(data);
+  return upstreamError((type && statusByType[type]) || 500, type, message);
+}
+
+function upstreamError(status: number, type: string | undefined, message: string | undefined): ConnectError {
+  const detail = message ? `Upstream error: ${message}` : `The upstream provider answered with HTTP ${status}.`;
+  if (status === 429 || type === "rate_limit_error") {
+    return apiError(429, "rate_limit_error", "upstream_rate_limited", detail);
+  }
+  if (status === 529 || type === "overloaded_error") {
+    return apiError(502, "api_error", "upstream_overloaded", detail);
+  }
+  if (status >= 400 && status < 500) {
+    const t = type && /^[a-z_]{1,64}$/.test(type) ? type : "invalid_request_error";
+    return apiError(status, t, `upstream_${t}`, detail);
+  }
+  if (status >= 500) return apiError(502, "api_error", "upstream_error", detail);
+  return apiError(502, "api_error", "upstream_invalid_response", `The upstream provider answered with an unexpected HTTP ${status}.`);
+}
+
+/** The error type and message of a parsed error body, when it has the API's shape. */
+function readError(json: unknown): { type?: string; message?: string } {
+  const err = isObject(json) && isObject(json.error) ? json.error : {};
+  return {
+    type: typeof err.type === "string" ? err.type : undefined,
+    message: typeof err.message === "string" ? err.message.slice(0, MAX_MESSAGE) : undefined,
+  };
+}

@@ -1,0 +1,129 @@
+import { BlockType, type ContentBlock, type StreamChatRequest, type ToolDefinition } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { isObject, parseExtra, type JsonObject } from "../../../json.js";
+import { blockToWire, toolInput } from "./blocks.js";
+
+/**
+ * Translates a chat-completions-style request into a messages-style body
+ * (https://docs.anthropic.com/en/api/openai-sdk lists the same correspondences). The two styles
+ * differ in shape, not meaning: system turns become `system`, tool turns become user turns of
+ * tool_result blocks, and turns must alternate. Chat-style unknown fields are not messages-style
+ * fields, so only the ones with a known counterpart are translated; the rest stay behind.
+ */
+
+/** The API requires max_tokens; a client style where it is optional gets this. */
+export const DEFAULT_MAX_TOKENS = 4096;
+
+type Role = "user" | "assistant";
+interface Turn {
+  role: Role;
+  content: JsonObject[];
+}
+
+export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
+  const extra = parseExtra(req.extraJson);
+  const system: string[] = req.system ? [req.system] : [];
+  const turns: Turn[] = [];
+  for (const m of req.messages) {
+    if (m.role === "system" || m.role === "developer") {
+      const text = m.blocks.filter((b) => b.type === BlockType.TEXT).map((b) => b.text).join("\n\n");
+      if (text) system.push(text);
+      continue;
+    }
+    const content = m.blocks.map(blockFromChat).filter((b) => b !== undefined);
+    if (!content.length) continue; // e.g. a turn whose only part was an image by URL
+    const role: Role = m.role === "assistant" ? "assistant" : "user";
+    const last = turns.at(-1);
+    if (last?.role === role) last.content.push(...content);
+    else turns.push({ role, content });
+  }
+
+  const body: JsonObject = {
+    model: "",
+    max_tokens: req.maxTokens ?? positiveInt(extra.max_completion_tokens) ?? DEFAULT_MAX_TOKENS,
+    messages: turns.map(turnToWire),
+  };
+  if (system.length) body.system = system.join("\n\n");
+  // Chat style allows temperatures up to 2; this style's range is 0..1.
+  if (req.temperature !== undefined) body.temperature = Math.min(1, Math.max(0, req.temperature));
+  const tools = req.tools.filter((t) => t.name).map(toolFromChat);
+  if (tools.length) body.tools = tools;
+  Object.assign(body, samplingFromChat(extra), toolChoiceFromChat(extra, tools.length > 0));
+  return body;
+}
+
+/** A chat-style block as a messages-style one; undefined for what this style cannot carry. */
+function blockFromChat(b: ContentBlock): JsonObject | undefined {
+  switch (b.type) {
+    case BlockType.TEXT:
+      return b.text ? blockToWire(b) : undefined; // the API rejects empty text blocks
+    case BlockType.TOOL_USE:
+    case BlockType.TOOL_RESULT:
+      return blockToWire(b);
+    case BlockType.IMAGE:
+      return imageFromChat(b.rawJson);
+    default:
+      return undefined;
+  }
+}
+
+/** A chat-style image part with an inline `data:` URL as a base64 image block; URLs are dropped. */
+function imageFromChat(rawJson: string): JsonObject | undefined {
+  let part: unknown;
+  try {
+    part = JSON.parse(rawJson);
+  } catch {
+    return undefined;
+  }
+  const ref = isObject(part) ? part.image_url : undefined;
+  const url = typeof ref === "string" ? ref : isObject(ref) && typeof ref.url === "string" ? ref.url : "";
+  const m = /^data:([^;,]+);base64,(.*)$/s.exec(url);
+  if (!m) return undefined;
+  return { type: "image", source: { type: "base64", media_type: m[1], data: m[2] } };
+}
+
+/** Tool results must open the user turn that answers a tool call; the rest keep their order. */
+function turnToWire(t: Turn): JsonObject {
+  if (t.role === "user") {
+    const isResult = (b: JsonObject) => b.type === "tool_result";
+    t.content = [...t.content.filter(isResult), ...t.content.filter((b) => !isResult(b))];
+  }
+  const only = t.content.length === 1 ? t.content[0] : undefined;
+  const plain = only?.type === "text" && Object.keys(only).length === 2;
+  return { role: t.role, content: plain ? only.text : t.content };
+}
+
+function toolFromChat(t: ToolDefinition): JsonObject {
+  return {
+    name: t.name,
+    ...(t.description ? { description: t.description } : {}),
+    input_schema: t.inputSchemaJson ? toolInput(t.inputSchemaJson) : { type: "object" },
+  };
+}
+
+/** stop → stop_sequences, top_p → top_p, user → metadata.user_id. */
+function samplingFromChat(extra: JsonObject): JsonObject {
+  const out: JsonObject = {};
+  const stop = typeof extra.stop === "string" ? [extra.stop] : Array.isArray(extra.stop) ? extra.stop : [];
+  const sequences = stop.filter((s): s is string => typeof s === "string" && s.length > 0);
+  if (sequences.length) out.stop_sequences = sequences;
+  if (typeof extra.top_p === "number") out.top_p = Math.min(1, Math.max(0, extra.top_p));
+  if (typeof extra.user === "string" && extra.user) out.metadata = { user_id: extra.user };
+  return out;
+}
+
+/** tool_choice auto/none/required/{function} → auto/none/any/tool; parallel_tool_calls false → disable_parallel_tool_use. */
+function toolChoiceFromChat(extra: JsonObject, hasTools: boolean): JsonObject {
+  if (!hasTools) return {}; // the API rejects a tool_choice without tools
+  const c = extra.tool_choice;
+  let choice: JsonObject | undefined;
+  if (c === "auto") choice = { type: "auto" };
+  else if (c === "none") choice = { type: "none" };
+  else if (c === "required") choice = { type: "any" };
+  else if (isObject(c) && isObject(c.function) && typeof c.function.name === "string") choice = { type: "tool", name: c.function.name };
+  if (extra.parallel_tool_calls === false && choice?.type !== "none") {
+    choice = { ...(choice ?? { type: "auto" }), disable_parallel_tool_use: true };
+  }
+  return choice ? { tool_choice: choice } : {};
+}
+
+const positiveInt = (v: unknown): number | undefined => (typeof v === "number" && Number.isInteger(v) && v > 0 ? v : undefined);

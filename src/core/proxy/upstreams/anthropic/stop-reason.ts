@@ -1,0 +1,37 @@
+import { FinishReason } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+
+/** Messages-style `stop_reason` values (https://docs.anthropic.com/en/api/handling-stop-reasons) as canonical reasons. */
+const finishByStopReason: Record<string, FinishReason> = {
+  end_turn: FinishReason.END_TURN,
+  max_tokens: FinishReason.MAX_TOKENS,
+  // The context window filled up before max_tokens: the same "cut short" outcome for a client.
+  model_context_window_exceeded: FinishReason.MAX_TOKENS,
+  stop_sequence: FinishReason.STOP_SEQUENCE,
+  tool_use: FinishReason.TOOL_USE,
+  pause_turn: FinishReason.PAUSE_TURN,
+  refusal: FinishReason.CONTENT_FILTER,
+};
+
+export const finishFromStopReason = (v: unknown): FinishReason =>
+  (typeof v === "string" && Object.hasOwn(finishByStopReason, v) ? finishByStopReason[v] : undefined) ?? FinishReason.UNSPECIFIED;
+
+/**
+ * A canonical reason as a messages-style `stop_reason`. An unknown reason on a finished answer reads
+ * as `end_turn`: the answer did end, and clients branch on this value.
+ */
+export function stopReasonFromFinish(f: FinishReason): string {
+  switch (f) {
+    case FinishReason.MAX_TOKENS:
+      return "max_tokens";
+    case FinishReason.STOP_SEQUENCE:
+      return "stop_sequence";
+    case FinishReason.TOOL_USE:
+      return "tool_use";
+    case FinishReason.PAUSE_TURN:
+      return "pause_turn";
+    case FinishReason.CONTENT_FILTER:
+      return "refusal";
+    default:
+      return "end_turn";
+  }
+}

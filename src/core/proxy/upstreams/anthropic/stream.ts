@@ -1,0 +1,135 @@
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  ApiStyle,
+  FinishReason,
+  type StreamChatRequest,
+  type StreamChatResponse,
+  StreamChatResponseSchema,
+  UsageSchema,
+} from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { extraJson, isObject, parseExtra, type JsonObject } from "../../../json.js";
+import type { SseEvent } from "../../../sse.js";
+import type { StreamConverter } from "../adapter.js";
+import { blockFromWire, usageFromWire } from "./blocks.js";
+import { convertStreamError } from "./error.js";
+import { invalidResponse, MESSAGE_KEYS, nowSeconds } from "./response.js";
+import { finishFromStopReason } from "./stop-reason.js";
+
+type Event = MessageInitShape<typeof StreamChatResponseSchema>["event"];
+const ev = (event: Event): StreamChatResponse => create(StreamChatResponseSchema, { event });
+
+/**
+ * Converts a messages-style stream (https://docs.anthropic.com/en/api/messages-streaming) into
+ * canonical events. The block events map one to one; the finish reason and final usage arrive in
+ * `message_delta` and are released with `message_end` when `message_stop` says the answer is whole.
+ */
+export class MessagesStreamConverter implements StreamConverter {
+  readonly #req: StreamChatRequest;
+  #complete = false;
+  #inputTokens = 0;
+  #outputTokens = 0;
+  #usageExtra: JsonObject = {};
+  #finish = FinishReason.UNSPECIFIED;
+  #stopSequence = "";
+
+  constructor(req: StreamChatRequest) {
+    this.#req = req;
+  }
+
+  get complete(): boolean {
+    return this.#complete;
+  }
+
+  push(sse: SseEvent): StreamChatResponse[] {
+    if (sse.event === "ping" || (!sse.data && sse.event !== "error")) return [];
+    let data: unknown;
+    try {
+      data = JSON.parse(sse.data);
+    } catch {
+      throw invalidResponse(`a \`${sse.event ?? "data"}\` event is not JSON`);
+    }
+    if (!isObject(data)) throw invalidResponse(`a \`${sse.event ?? "data"}\` event is not a JSON object`);
+    // The data's own `type` is authoritative; the `event:` name repeats it.
+    const type = typeof data.type === "string" ? data.type : sse.event;
+    switch (type) {
+      case "message_start":
+        return [this.#start(data.message)];
+      case "content_block_start":
+        if (!isObject(data.content_block)) throw invalidResponse("`content_block_start` has no content_block");
+        return [ev({ case: "blockStart", value: { index: index(data), block: blockFromWire(data.content_block) } })];
+      case "content_block_delta":
+        return [ev({ case: "blockDelta", value: { index: index(data), ...delta(data.delta) } })];
+      case "content_block_stop":
+        return [ev({ case: "blockStop", value: { index: index(data) } })];
+      case "message_delta":
+        this.#delta(data);
+        return [];
+      case "message_stop":
+        this.#complete = true;
+        return [this.#end()];
+      case "error":
+        throw convertStreamError(data);
+      default:
+        return []; // event types added to the API after this was written
+    }
+  }
+
+  end(): StreamChatResponse[] {
+    // Everything owed was sent at message_stop; a stream that ended without it is the caller's
+    // upstream failure, not something to paper over here.
+    return [];
+  }
+
+  #start(message: unknown): StreamChatResponse {
+    const m = isObject(message) ? message : {};
+    const usage = usageFromWire(m.usage);
+    this.#inputTokens = usage.inputTokens;
+    this.#outputTokens = usage.outputTokens;
+    this.#usageExtra = parseExtra(usage.extraJson);
+    return ev({
+      case: "messageStart",
+      value: {
+        id: typeof m.id === "string" ? m.id : "",
+        model: this.#req.model,
+        created: nowSeconds(),
+        usage,
+        upstreamStyle: ApiStyle.MESSAGES,
+        extraJson: extraJson(m, MESSAGE_KEYS),
+      },
+    });
+  }
+
+  /** message_delta counters are cumulative totals for the whole answer: overwrite, never add. */
+  #delta(data: JsonObject): void {
+    const d = isObject(data.delta) ? data.delta : {};
+    this.#finish = finishFromStopReason(d.stop_reason);
+    this.#stopSequence = typeof d.stop_sequence === "string" ? d.stop_sequence : "";
+    if (!isObject(data.usage)) return;
+    const usage = usageFromWire(data.usage);
+    if (typeof data.usage.output_tokens === "number") this.#outputTokens = usage.outputTokens;
+    if (typeof data.usage.input_tokens === "number") this.#inputTokens = usage.inputTokens;
+    Object.assign(this.#usageExtra, parseExtra(usage.extraJson));
+  }
+
+  #end(): StreamChatResponse {
+    const extra = Object.keys(this.#usageExtra).length ? JSON.stringify(this.#usageExtra) : "";
+    return ev({
+      case: "messageEnd",
+      value: {
+        finishReason: this.#finish,
+        stopSequence: this.#stopSequence,
+        usage: create(UsageSchema, { inputTokens: this.#inputTokens, outputTokens: this.#outputTokens, extraJson: extra }),
+      },
+    });
+  }
+}
+
+const index = (data: JsonObject): number => (typeof data.index === "number" && data.index >= 0 ? Math.floor(data.index) : 0);
+
+/** A delta's canonical fields: text and tool input have their own; thinking, signatures and citations ride raw. */
+function delta(d: unknown): { text?: string; partialJson?: string; rawJson?: string } {
+  if (!isObject(d)) return {};
+  if (d.type === "text_delta") return { text: String(d.text ?? "") };
+  if (d.type === "input_json_delta") return { partialJson: String(d.partial_json ?? "") };
+  return { rawJson: JSON.stringify(d) };
+}

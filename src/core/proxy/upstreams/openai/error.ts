@@ -1,0 +1,48 @@
+import type { ConnectError } from "@connectrpc/connect";
+import { apiError } from "../../../errors.js";
+import { isObject, type JsonObject } from "../../../json.js";
+
+/** The `{error:{message,type,code,param}}` body OpenAI answers errors with, when the text is one. */
+function errorObject(bodyText: string): JsonObject | undefined {
+  try {
+    const body: unknown = JSON.parse(bodyText);
+    return isObject(body) && isObject(body.error) ? body.error : undefined;
+  } catch {
+    return undefined; // an HTML page from a proxy, a truncated body: nothing to reuse
+  }
+}
+
+const str = (v: unknown): string | undefined => (typeof v === "string" && v !== "" ? v : undefined);
+
+/** Upstream messages are short sentences; cap them so a huge body never becomes an error message. */
+const clip = (s: string): string => (s.length > 500 ? `${s.slice(0, 500)}...` : s);
+
+/**
+ * Converts an OpenAI error response to the core error. Client errors (4xx) keep their status, type
+ * and code so the caller can fix the request; 429 stays a rate limit; anything else is the gateway's
+ * 502, with only the upstream's own message (never a body dump or stack).
+ */
+export function convertOpenAiError(status: number, bodyText: string): ConnectError {
+  const err = errorObject(bodyText);
+  const upstreamMessage = str(err?.message);
+  if (status === 429) {
+    return apiError(429, "rate_limit_error", str(err?.code) ?? "rate_limit_exceeded",
+      `Upstream rate limit: ${clip(upstreamMessage ?? "too many requests.")}`);
+  }
+  if (status >= 400 && status < 500) {
+    return apiError(status, str(err?.type) ?? "invalid_request_error", str(err?.code) ?? "upstream_error",
+      `Upstream error: ${clip(upstreamMessage ?? `the provider answered status ${status}.`)}`);
+  }
+  const detail = upstreamMessage ? `: ${clip(upstreamMessage)}` : ".";
+  return apiError(502, "api_error", "upstream_error", `The upstream provider failed with status ${status}${detail}`);
+}
+
+/** An `{"error":{...}}` object OpenAI sends inside a stream that already started (always a 502 here). */
+export function convertOpenAiStreamError(err: JsonObject): ConnectError {
+  const message = str(err.message) ?? "the provider reported an error mid-stream.";
+  return apiError(502, "api_error", "upstream_error", `Upstream error: ${clip(message)}`);
+}
+
+/** A body that is not the JSON OpenAI documents. */
+export const invalidUpstreamResponse = (what: string): ConnectError =>
+  apiError(502, "api_error", "upstream_invalid_response", `The upstream provider sent an invalid response: ${what}.`);

@@ -1,0 +1,61 @@
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  ApiStyle,
+  BlockType,
+  CompletionSchema,
+  type Completion,
+  type ContentBlockSchema,
+  type StreamChatRequest,
+} from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { extraJson, isObject, type JsonObject } from "../../../json.js";
+import { invalidUpstreamResponse } from "./error.js";
+import { toFinishReason, toUsage } from "./usage.js";
+
+type BlockInit = MessageInitShape<typeof ContentBlockSchema>;
+
+const kTopKnown: ReadonlySet<string> = new Set(["id", "object", "created", "model", "choices", "usage"]);
+const kMessageKnown: ReadonlySet<string> = new Set(["role", "content", "tool_calls"]);
+
+/**
+ * Converts a non-stream OpenAI `chat.completion` (https://platform.openai.com/docs/api-reference/chat/object).
+ * Fields the canonical model does not name (system_fingerprint, service_tier; refusal, annotations)
+ * ride in extra_json so a chat-style client gets them back.
+ */
+export function parseOpenAiCompletion(body: unknown, req: StreamChatRequest): Completion {
+  if (!isObject(body) || !Array.isArray(body.choices)) throw invalidUpstreamResponse("no `choices` array");
+  const choice = body.choices.find((c) => isObject(c) && c.index === 0) ?? body.choices[0];
+  if (!isObject(choice)) throw invalidUpstreamResponse("no choice");
+  const message = isObject(choice.message) ? choice.message : {};
+  return create(CompletionSchema, {
+    id: typeof body.id === "string" ? body.id : "",
+    model: req.model,
+    created: typeof body.created === "number" && body.created > 0 ? Math.trunc(body.created) : 0,
+    blocks: blocksOf(message),
+    finishReason: toFinishReason(choice.finish_reason),
+    usage: toUsage(body.usage),
+    upstreamStyle: ApiStyle.CHAT_COMPLETIONS,
+    extraJson: extraJson(body, kTopKnown),
+    messageExtraJson: extraJson(message, kMessageKnown),
+  });
+}
+
+function blocksOf(message: JsonObject): BlockInit[] {
+  const blocks: BlockInit[] = [];
+  if (typeof message.content === "string" && message.content !== "") {
+    blocks.push({ type: BlockType.TEXT, text: message.content });
+  }
+  if (Array.isArray(message.tool_calls)) {
+    for (const call of message.tool_calls) if (isObject(call)) blocks.push(toolUseBlock(call));
+  }
+  return blocks;
+}
+
+function toolUseBlock(call: JsonObject): BlockInit {
+  const fn = isObject(call.function) ? call.function : {};
+  return {
+    type: BlockType.TOOL_USE,
+    toolCallId: typeof call.id === "string" ? call.id : "",
+    toolName: typeof fn.name === "string" ? fn.name : "",
+    toolInputJson: typeof fn.arguments === "string" ? fn.arguments : "",
+  };
+}

@@ -1,0 +1,33 @@
+import { create } from "@bufbuild/protobuf";
+import { FinishReason, UsageSchema, type Usage } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { extraJson, isObject } from "../../../json.js";
+
+/** Usage fields the canonical model names; `total_tokens` is derivable, so it is not carried. */
+const kUsageKnown: ReadonlySet<string> = new Set(["prompt_tokens", "completion_tokens", "total_tokens"]);
+
+const count = (v: unknown): number => (typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.trunc(v) : 0);
+
+/**
+ * Converts an OpenAI `usage` object; undefined when the upstream sent none (the gateway then counts
+ * locally). Detail objects (prompt_tokens_details, completion_tokens_details) ride in extra_json.
+ */
+export function toUsage(usage: unknown): Usage | undefined {
+  if (!isObject(usage)) return undefined;
+  return create(UsageSchema, {
+    inputTokens: count(usage.prompt_tokens),
+    outputTokens: count(usage.completion_tokens),
+    extraJson: extraJson(usage, kUsageKnown),
+  });
+}
+
+const finishByName: Record<string, FinishReason> = {
+  stop: FinishReason.END_TURN,
+  length: FinishReason.MAX_TOKENS,
+  tool_calls: FinishReason.TOOL_USE,
+  function_call: FinishReason.TOOL_USE,
+  content_filter: FinishReason.CONTENT_FILTER,
+};
+
+/** Maps an OpenAI `finish_reason` (https://platform.openai.com/docs/api-reference/chat/object). */
+export const toFinishReason = (reason: unknown): FinishReason =>
+  (typeof reason === "string" ? finishByName[reason] : undefined) ?? FinishReason.UNSPECIFIED;

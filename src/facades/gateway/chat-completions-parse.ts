@@ -1,0 +1,185 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import {
+  ApiStyle,
+  BlockType,
+  type ChatMessageSchema,
+  type ContentBlockSchema,
+  type ToolDefinitionSchema,
+} from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { extraJson, isObject, type JsonObject } from "../../core/json.js";
+import type { ParsedChatRequest } from "./codec.js";
+import {
+  fail,
+  missing,
+  optionalArray,
+  optionalBoolean,
+  optionalIntegerInRange,
+  optionalNumberInRange,
+  optionalString,
+  requireArray,
+  requireBody,
+  requireObject,
+  requireOneOf,
+  requireString,
+  wrongType,
+} from "./validate.js";
+
+type MessageInit = MessageInitShape<typeof ChatMessageSchema>;
+type BlockInit = MessageInitShape<typeof ContentBlockSchema>;
+type ToolInit = MessageInitShape<typeof ToolDefinitionSchema>;
+
+const chat = ApiStyle.CHAT_COMPLETIONS;
+const roles = ["system", "developer", "user", "assistant", "tool", "function"] as const;
+/**
+ * Top-level fields the canonical model names. Everything else (top_p, stop, tool_choice, seed,
+ * response_format, max_completion_tokens, ...) is kept verbatim for a chat-completions upstream.
+ */
+const kKnown: ReadonlySet<string> = new Set(["model", "messages", "temperature", "max_tokens", "stream", "tools"]);
+const kTextPartKnown: ReadonlySet<string> = new Set(["type", "text"]);
+const kToolCallKnown: ReadonlySet<string> = new Set(["id", "type", "function"]);
+const kToolKnown: ReadonlySet<string> = new Set(["type", "function"]);
+const kFunctionKnown: ReadonlySet<string> = new Set(["name", "description", "parameters"]);
+const toolName = /^[a-zA-Z0-9_-]{1,64}$/;
+
+/**
+ * Validates a chat-completions body (https://platform.openai.com/docs/api-reference/chat/create) and
+ * converts it to the canonical request. Reads only: `body` is never changed.
+ */
+export function parseChatCompletionsRequest(body: unknown): ParsedChatRequest {
+  const b = requireBody(body);
+  const model = requireString(b, "model");
+  if (model === "") fail("invalid_value", "`model` must be a non-empty string.");
+  const rawMessages = requireArray(b, "messages");
+  if (rawMessages.length === 0) fail("invalid_value", "`messages` must contain at least one message.");
+  const messages = rawMessages.map((m, i) => parseMessage(m, `messages[${i}]`));
+  const temperature = optionalNumberInRange(b, "temperature", 0, 2);
+  const maxTokens = optionalIntegerInRange(b, "max_tokens", 1);
+  const maxCompletionTokens = optionalIntegerInRange(b, "max_completion_tokens", 1);
+  const stream = optionalBoolean(b, "stream") ?? false;
+  checkChoiceCount(b);
+  checkStreamOptions(b, stream);
+  const tools = optionalArray(b, "tools")?.map((t, i) => parseTool(t, `tools[${i}]`)) ?? [];
+  return {
+    style: chat,
+    model,
+    messages,
+    temperature,
+    maxTokens: maxTokens ?? maxCompletionTokens,
+    stream,
+    tools,
+    extraJson: extraJson(b, kKnown),
+  };
+}
+
+/** The gateway answers, caches and prices exactly one choice. */
+function checkChoiceCount(b: JsonObject): void {
+  const n = b.n;
+  if (n === undefined || n === null || n === 1) return;
+  if (typeof n !== "number" || !Number.isInteger(n)) wrongType("n", "an integer", n);
+  fail("unsupported_parameter", `\`n\` must be 1: the gateway returns a single choice, got ${n}.`);
+}
+
+function checkStreamOptions(b: JsonObject, stream: boolean): void {
+  const opts = b.stream_options;
+  if (opts === undefined || opts === null) return;
+  if (!isObject(opts)) wrongType("stream_options", "an object", opts);
+  if (!stream) fail("invalid_value", "`stream_options` is only allowed when `stream` is true.");
+}
+
+function parseMessage(v: unknown, path: string): MessageInit {
+  const m = requireObject(v, path);
+  const role = requireOneOf(m, "role", roles, `${path}.role`);
+  if (role === "tool") return parseToolMessage(m, path);
+  const known = new Set(["role", "content"]);
+  const blocks: BlockInit[] = [];
+  let contentIsString = false;
+  const content = m.content;
+  const calls = role === "assistant" ? optionalArray(m, "tool_calls", `${path}.tool_calls`) : undefined;
+  if (calls) known.add("tool_calls");
+  if (typeof content === "string") {
+    contentIsString = true;
+    blocks.push({ type: BlockType.TEXT, text: content });
+  } else if (Array.isArray(content)) {
+    content.forEach((p, j) => blocks.push(parsePart(p, `${path}.content[${j}]`)));
+  } else if (content === undefined || content === null) {
+    // Only an assistant turn that called tools (or a legacy function) may come without content.
+    const called = (calls !== undefined && calls.length > 0) || m.function_call != null;
+    if (role !== "assistant" || !called) missing(`${path}.content`);
+  } else {
+    wrongType(`${path}.content`, "a string or an array of content parts", content);
+  }
+  calls?.forEach((c, j) => blocks.push(parseToolCall(c, `${path}.tool_calls[${j}]`)));
+  return { role, blocks, contentIsString, extraJson: extraJson(m, known) };
+}
+
+/** A `tool` message is one tool-result block; an array content is also kept whole for the same style. */
+function parseToolMessage(m: JsonObject, path: string): MessageInit {
+  const toolCallId = requireString(m, "tool_call_id", `${path}.tool_call_id`);
+  const content = m.content;
+  let block: BlockInit;
+  if (typeof content === "string") {
+    block = { type: BlockType.TOOL_RESULT, toolCallId, text: content };
+  } else if (Array.isArray(content)) {
+    const parts = content.map((p, j) => parsePart(p, `${path}.content[${j}]`));
+    const text = parts.map((p) => (p.type === BlockType.TEXT ? p.text : "")).join("");
+    block = { type: BlockType.TOOL_RESULT, toolCallId, text, rawJson: JSON.stringify(content), style: chat };
+  } else if (content === undefined || content === null) {
+    return missing(`${path}.content`);
+  } else {
+    return wrongType(`${path}.content`, "a string or an array of content parts", content);
+  }
+  const known = new Set(["role", "content", "tool_call_id"]);
+  return { role: "tool", blocks: [block], contentIsString: typeof content === "string", extraJson: extraJson(m, known) };
+}
+
+function parsePart(v: unknown, path: string): BlockInit {
+  const part = requireObject(v, path);
+  const type = requireString(part, "type", `${path}.type`);
+  if (type === "text") {
+    const text = requireString(part, "text", `${path}.text`);
+    return { type: BlockType.TEXT, text, extraJson: extraJson(part, kTextPartKnown), style: chat };
+  }
+  const rawJson = JSON.stringify(part);
+  return { type: type === "image_url" ? BlockType.IMAGE : BlockType.OTHER, rawJson, style: chat };
+}
+
+function parseToolCall(v: unknown, path: string): BlockInit {
+  const call = requireObject(v, path);
+  const id = requireString(call, "id", `${path}.id`);
+  if (call.type !== undefined) requireOneOf(call, "type", ["function"], `${path}.type`);
+  const fn = requireObject(call.function, `${path}.function`);
+  return {
+    type: BlockType.TOOL_USE,
+    toolCallId: id,
+    toolName: requireString(fn, "name", `${path}.function.name`),
+    toolInputJson: requireString(fn, "arguments", `${path}.function.arguments`),
+    extraJson: extraJson(call, kToolCallKnown),
+    style: chat,
+  };
+}
+
+/**
+ * A function tool. Unnamed fields of the tool stay at the top of extra_json and those of the function
+ * (e.g. `strict`) under its `function` key, so the adapter can put each back where it was.
+ */
+function parseTool(v: unknown, path: string): ToolInit {
+  const t = requireObject(v, path);
+  requireOneOf(t, "type", ["function"], `${path}.type`);
+  const fn = requireObject(t.function, `${path}.function`);
+  const name = requireString(fn, "name", `${path}.function.name`);
+  if (!toolName.test(name)) {
+    fail("invalid_value", `\`${path}.function.name\` must match ^[a-zA-Z0-9_-]{1,64}$, got '${name.slice(0, 80)}'.`);
+  }
+  const description = optionalString(fn, "description", `${path}.function.description`) ?? "";
+  const params = fn.parameters;
+  if (params !== undefined && params !== null && !isObject(params)) wrongType(`${path}.function.parameters`, "an object", params);
+  const toolExtra: JsonObject = JSON.parse(extraJson(t, kToolKnown) || "{}");
+  const fnExtra = extraJson(fn, kFunctionKnown);
+  if (fnExtra) toolExtra.function = JSON.parse(fnExtra);
+  return {
+    name,
+    description,
+    inputSchemaJson: isObject(params) ? JSON.stringify(params) : "",
+    extraJson: Object.keys(toolExtra).length ? JSON.stringify(toolExtra) : "",
+  };
+}

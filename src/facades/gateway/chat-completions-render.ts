@@ -1,0 +1,71 @@
+import {
+  ApiStyle,
+  BlockType,
+  FinishReason,
+  type Completion,
+  type Usage,
+} from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { parseExtra, type JsonObject } from "../../core/json.js";
+
+/** Canonical finish reasons in chat-completions words (https://platform.openai.com/docs/api-reference/chat/object). */
+const finishNames: Record<FinishReason, string> = {
+  [FinishReason.UNSPECIFIED]: "stop",
+  [FinishReason.END_TURN]: "stop",
+  [FinishReason.STOP_SEQUENCE]: "stop",
+  [FinishReason.PAUSE_TURN]: "stop",
+  [FinishReason.MAX_TOKENS]: "length",
+  [FinishReason.TOOL_USE]: "tool_calls",
+  [FinishReason.CONTENT_FILTER]: "content_filter",
+};
+
+export const finishName = (r: FinishReason): string => finishNames[r] ?? "stop";
+
+/** Seconds since the epoch; an upstream of the other style reports no creation time. */
+export const createdOr = (created: number): number => created || Math.floor(Date.now() / 1000);
+
+/** Extras written in the chat-completions style; another style's extras mean nothing to this client. */
+export const sameStyleExtra = (style: ApiStyle, json: string): JsonObject =>
+  style === ApiStyle.CHAT_COMPLETIONS ? parseExtra(json) : {};
+
+/** The `usage` object; its details (cached tokens, reasoning tokens) only from a same-style upstream. */
+export function renderUsage(usage: Usage | undefined, style: ApiStyle): JsonObject {
+  const prompt = usage?.inputTokens ?? 0;
+  const completion = usage?.outputTokens ?? 0;
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, ...sameStyleExtra(style, usage?.extraJson ?? "") };
+}
+
+/** The answer's text and tool calls in chat-completions shape. */
+export function answerParts(c: Completion): { text: string; toolCalls: JsonObject[] } {
+  let text = "";
+  const toolCalls: JsonObject[] = [];
+  for (const b of c.blocks) {
+    if (b.type === BlockType.TEXT) text += b.text;
+    else if (b.type === BlockType.TOOL_USE) {
+      toolCalls.push({ id: b.toolCallId, type: "function", function: { name: b.toolName, arguments: b.toolInputJson || "{}" } });
+    }
+  }
+  return { text, toolCalls };
+}
+
+/** A whole answer as a `chat.completion` object. */
+export function renderChatCompletion(c: Completion): JsonObject {
+  const style = c.upstreamStyle;
+  const { text, toolCalls } = answerParts(c);
+  const message: JsonObject = {
+    role: "assistant",
+    content: text !== "" ? text : toolCalls.length ? null : "",
+    refusal: null,
+    annotations: [],
+    ...sameStyleExtra(style, c.messageExtraJson),
+  };
+  if (toolCalls.length) message.tool_calls = toolCalls;
+  return {
+    id: c.id,
+    object: "chat.completion",
+    created: createdOr(c.created),
+    model: c.model,
+    choices: [{ index: 0, message, logprobs: null, finish_reason: finishName(c.finishReason) }],
+    usage: renderUsage(c.usage, style),
+    ...sameStyleExtra(style, c.extraJson),
+  };
+}

@@ -1,0 +1,134 @@
+import {
+  ApiStyle,
+  BlockType,
+  type BlockDelta,
+  type BlockStart,
+  type Completion,
+  type MessageEnd,
+  type MessageStart,
+  type StreamChatResponse,
+  type Usage,
+} from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import type { ErrorInfo } from "../../core/errors.js";
+import { isObject, parseExtra } from "../../core/json.js";
+import { formatSse } from "../../core/sse.js";
+import type { ParsedChatRequest, StreamRenderer } from "./codec.js";
+import { answerParts, createdOr, finishName, renderUsage, sameStyleExtra } from "./chat-completions-render.js";
+
+const done = formatSse("[DONE]");
+
+/** Whether the client asked for the final usage chunk (`stream_options.include_usage`). */
+function wantsUsage(req: ParsedChatRequest): boolean {
+  try {
+    const opts = parseExtra(req.extraJson ?? "").stream_options;
+    return isObject(opts) && opts.include_usage === true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Renders canonical events as OpenAI `chat.completion.chunk` SSE
+ * (https://platform.openai.com/docs/api-reference/chat-streaming): a role chunk, content and
+ * tool-call fragments, a finish chunk, the usage chunk when asked for, then `data: [DONE]`.
+ * Every chunk repeats the same id, created, model and (same style) system_fingerprint, so that
+ * head is serialised once per stream.
+ */
+class ChatStreamRenderer implements StreamRenderer {
+  readonly #includeUsage: boolean;
+  readonly #model: string;
+  #head = "";
+  #style = ApiStyle.UNSPECIFIED;
+  /** Canonical block index -> position among tool calls (OpenAI's tool_calls[].index). */
+  readonly #toolIndex = new Map<number, number>();
+
+  constructor(req: ParsedChatRequest) {
+    this.#includeUsage = wantsUsage(req);
+    this.#model = req.model ?? "";
+  }
+
+  render(event: StreamChatResponse): string {
+    const e = event.event;
+    switch (e.case) {
+      case "messageStart":
+        return this.#start(e.value);
+      case "blockStart":
+        return this.#blockStart(e.value);
+      case "blockDelta":
+        return this.#blockDelta(e.value);
+      case "messageEnd":
+        return this.#end(e.value);
+      case "completion":
+        return this.#completion(e.value);
+      default:
+        return ""; // blockStop: OpenAI has no marker for the end of a part
+    }
+  }
+
+  error(info: ErrorInfo): string {
+    return formatSse(JSON.stringify({ error: { message: info.message, type: info.type, code: info.code } }));
+  }
+
+  #start(s: Pick<MessageStart, "id" | "model" | "created" | "upstreamStyle" | "extraJson">): string {
+    this.#style = s.upstreamStyle;
+    const head = {
+      id: s.id,
+      object: "chat.completion.chunk",
+      created: createdOr(s.created),
+      model: s.model,
+      ...sameStyleExtra(s.upstreamStyle, s.extraJson),
+    };
+    // '{"id":...,"model":"x"' without the closing brace: each chunk appends its choices.
+    this.#head = JSON.stringify(head).slice(0, -1);
+    return this.#chunk({ role: "assistant", content: "" });
+  }
+
+  #blockStart(b: BlockStart): string {
+    const block = b.block;
+    if (block?.type === BlockType.TOOL_USE) {
+      const k = this.#toolIndex.size;
+      this.#toolIndex.set(b.index, k);
+      const call = { index: k, id: block.toolCallId, type: "function", function: { name: block.toolName, arguments: block.toolInputJson } };
+      return this.#chunk({ tool_calls: [call] });
+    }
+    if (block?.type === BlockType.TEXT && block.text !== "") return this.#chunk({ content: block.text });
+    return "";
+  }
+
+  #blockDelta(d: BlockDelta): string {
+    if (d.text !== "") return this.#chunk({ content: d.text });
+    const k = this.#toolIndex.get(d.index);
+    if (d.partialJson !== "" && k !== undefined) return this.#chunk({ tool_calls: [{ index: k, function: { arguments: d.partialJson } }] });
+    return ""; // thinking and other deltas of another style have no chat-completions form
+  }
+
+  #end(e: Pick<MessageEnd, "finishReason" | "usage">): string {
+    let out = this.#chunk({}, finishName(e.finishReason));
+    if (this.#includeUsage) out += this.#usageChunk(e.usage);
+    return out + done;
+  }
+
+  /** A whole answer served to a stream request (e.g. from the cache), as the chunks that would have carried it. */
+  #completion(c: Completion): string {
+    let out = this.#start(c);
+    const { text, toolCalls } = answerParts(c);
+    if (text !== "") out += this.#chunk({ content: text });
+    toolCalls.forEach((call, index) => {
+      out += this.#chunk({ tool_calls: [{ index, ...call }] });
+    });
+    return out + this.#end(c);
+  }
+
+  #chunk(delta: object, finishReason: string | null = null): string {
+    // Events before message_start would be a core bug; still write chunks the SDK can parse.
+    if (this.#head === "") this.#start({ id: "", model: this.#model, created: 0, upstreamStyle: ApiStyle.UNSPECIFIED, extraJson: "" });
+    const choice = { index: 0, delta, logprobs: null, finish_reason: finishReason };
+    return formatSse(`${this.#head},"choices":[${JSON.stringify(choice)}]}`);
+  }
+
+  #usageChunk(usage: Usage | undefined): string {
+    return formatSse(`${this.#head},"choices":[],"usage":${JSON.stringify(renderUsage(usage, this.#style))}}`);
+  }
+}
+
+export const createChatStreamRenderer = (req: ParsedChatRequest): StreamRenderer => new ChatStreamRenderer(req);

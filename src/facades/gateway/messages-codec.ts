@@ -1,0 +1,302 @@
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  ApiStyle,
+  type BlockDelta,
+  BlockType,
+  type ChatMessageSchema,
+  type Completion,
+  type ContentBlock,
+  ContentBlockSchema,
+  type FinishReason,
+  type StreamChatResponse,
+  type ToolDefinitionSchema,
+  type Usage,
+} from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import type { ErrorInfo } from "../../core/errors.js";
+import { extraJson, isObject, parseExtra, type JsonObject } from "../../core/json.js";
+import { blockFromWire, blockToWire, joinTexts } from "../../core/proxy/upstreams/anthropic/blocks.js";
+import { stopReasonFromFinish } from "../../core/proxy/upstreams/anthropic/stop-reason.js";
+import { formatSse } from "../../core/sse.js";
+import type { ClientCodec, ParsedChatRequest, StreamRenderer } from "./codec.js";
+import {
+  fail,
+  missing,
+  optionalArray,
+  optionalBoolean,
+  optionalIntegerInRange,
+  optionalNumberInRange,
+  optionalString,
+  requireArray,
+  requireBody,
+  requireIntegerInRange,
+  requireObject,
+  requireOneOf,
+  requireString,
+  wrongType,
+} from "./validate.js";
+
+/**
+ * The messages style (spec 2.4, 2.5, 6.2; https://docs.anthropic.com/en/api/messages). Validation
+ * covers what the spec names plus what the official SDK sends; every field the canonical model does
+ * not name is carried verbatim to a messages-style upstream, so nothing a client sends is dropped.
+ */
+export const messagesCodec: ClientCodec = {
+  parseRequest,
+  renderCompletion,
+  createStreamRenderer: (req) => new MessagesStreamRenderer(req),
+};
+
+const TOP_KEYS = new Set(["model", "max_tokens", "messages", "system", "temperature", "stream", "tools"]);
+// A system sent as blocks (cache_control...) also stays in extra_json, where it wins for a same-style upstream.
+const TOP_KEYS_BLOCK_SYSTEM = new Set([...TOP_KEYS].filter((k) => k !== "system"));
+const MESSAGE_KEYS = new Set(["role", "content"]);
+const TOOL_KEYS = new Set(["name", "description", "input_schema"]);
+const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+
+type MessageInit = MessageInitShape<typeof ChatMessageSchema>;
+type ToolInit = MessageInitShape<typeof ToolDefinitionSchema>;
+
+// ---- request ----------------------------------------------------------------------------------
+
+function parseRequest(input: unknown): ParsedChatRequest {
+  const body = requireBody(input);
+  const model = requireString(body, "model");
+  if (!model) fail("invalid_value", "`model` must be a non-empty string.");
+  const maxTokens = requireIntegerInRange(body, "max_tokens", 1);
+  const messages = requireArray(body, "messages");
+  if (!messages.length) fail("invalid_value", "`messages` must contain at least one message.");
+  const system = parseSystem(body.system);
+  const temperature = optionalNumberInRange(body, "temperature", 0, 1);
+  const stream = optionalBoolean(body, "stream") ?? false;
+  const tools = (optionalArray(body, "tools") ?? []).map(parseTool);
+  checkSampling(body);
+  return {
+    style: ApiStyle.MESSAGES,
+    model,
+    system,
+    messages: messages.map(parseMessage),
+    temperature,
+    maxTokens,
+    stream,
+    tools,
+    extraJson: extraJson(body, Array.isArray(body.system) ? TOP_KEYS_BLOCK_SYSTEM : TOP_KEYS),
+  };
+}
+
+/** `system` is a string or an array of text blocks; the canonical system is their joined text. */
+function parseSystem(v: unknown): string {
+  if (v === undefined || v === null) return "";
+  if (typeof v === "string") return v;
+  if (!Array.isArray(v)) return wrongType("system", "a string or an array of text blocks", v);
+  v.forEach((b, i) => {
+    const block = requireObject(b, `system[${i}]`);
+    requireOneOf(block, "type", ["text"], `system[${i}].type`);
+    requireString(block, "text", `system[${i}].text`);
+  });
+  return joinTexts(v);
+}
+
+function parseMessage(v: unknown, i: number): MessageInit {
+  const path = `messages[${i}]`;
+  const m = requireObject(v, path);
+  const role = requireOneOf(m, "role", ["user", "assistant"], `${path}.role`);
+  const content = m.content;
+  let blocks: ContentBlock[];
+  if (content === undefined || content === null) return missing(`${path}.content`);
+  if (typeof content === "string") {
+    blocks = [create(ContentBlockSchema, { type: BlockType.TEXT, text: content, style: ApiStyle.MESSAGES })];
+  } else if (Array.isArray(content)) {
+    blocks = content.map((b, j) => blockFromWire(checkBlock(b, `${path}.content[${j}]`)));
+  } else {
+    return wrongType(`${path}.content`, "a string or an array of content blocks", content);
+  }
+  return { role, blocks, contentIsString: typeof content === "string", extraJson: extraJson(m, MESSAGE_KEYS) };
+}
+
+/** Checks the fields a block type needs; block types this gateway does not know pass whole. */
+function checkBlock(v: unknown, path: string): JsonObject {
+  const b = requireObject(v, path);
+  const type = requireString(b, "type", `${path}.type`);
+  if (type === "text") requireString(b, "text", `${path}.text`);
+  else if (type === "tool_use") {
+    requireString(b, "id", `${path}.id`);
+    requireString(b, "name", `${path}.name`);
+    requireObject(b.input, `${path}.input`);
+  } else if (type === "tool_result") {
+    requireString(b, "tool_use_id", `${path}.tool_use_id`);
+    optionalBoolean(b, "is_error", `${path}.is_error`);
+    const c = b.content;
+    if (Array.isArray(c)) c.forEach((item, k) => checkBlock(item, `${path}.content[${k}]`));
+    else if (c !== undefined && c !== null && typeof c !== "string") wrongType(`${path}.content`, "a string or an array of content blocks", c);
+  }
+  return b;
+}
+
+/** Custom tools (no type, or "custom") are canonical tool definitions; server tools ride whole. */
+function parseTool(v: unknown, i: number): ToolInit {
+  const path = `tools[${i}]`;
+  const t = requireObject(v, path);
+  const type = optionalString(t, "type", `${path}.type`);
+  if (type !== undefined && type !== "custom") {
+    return { name: "", extraJson: JSON.stringify(t) };
+  }
+  const name = requireString(t, "name", `${path}.name`);
+  if (!TOOL_NAME.test(name)) fail("invalid_value", `\`${path}.name\` must match ^[a-zA-Z0-9_-]{1,64}$, got '${name.slice(0, 80)}'.`);
+  const schema = requireObject(t.input_schema, `${path}.input_schema`);
+  return {
+    name,
+    description: optionalString(t, "description", `${path}.description`) ?? "",
+    inputSchemaJson: JSON.stringify(schema),
+    extraJson: extraJson(t, TOOL_KEYS),
+  };
+}
+
+/** Sampling fields the canonical model does not name: checked here, carried in extra_json. */
+function checkSampling(body: JsonObject): void {
+  optionalArray(body, "stop_sequences")?.forEach((s, i) => {
+    if (typeof s !== "string") wrongType(`stop_sequences[${i}]`, "a string", s);
+  });
+  optionalIntegerInRange(body, "top_k", 0);
+  optionalNumberInRange(body, "top_p", 0, 1);
+  if (body.metadata !== undefined && body.metadata !== null) requireObject(body.metadata, "metadata");
+  if (body.tool_choice !== undefined && body.tool_choice !== null) {
+    requireString(requireObject(body.tool_choice, "tool_choice"), "type", "tool_choice.type");
+  }
+}
+
+// ---- whole answer -----------------------------------------------------------------------------
+
+function renderCompletion(c: Completion): object {
+  const same = c.upstreamStyle === ApiStyle.MESSAGES;
+  return {
+    ...(same ? parseExtra(c.extraJson) : {}),
+    id: c.id,
+    type: "message",
+    role: "assistant",
+    model: c.model,
+    content: c.blocks.map(blockToWire).filter((b) => b !== undefined),
+    stop_reason: stopReasonFromFinish(c.finishReason),
+    stop_sequence: c.stopSequence || null,
+    usage: renderUsage(c.usage, same),
+  };
+}
+
+function renderUsage(u: Usage | undefined, same: boolean): JsonObject {
+  return { ...(same && u ? parseExtra(u.extraJson) : {}), input_tokens: u?.inputTokens ?? 0, output_tokens: u?.outputTokens ?? 0 };
+}
+
+// ---- stream -----------------------------------------------------------------------------------
+
+const sse = (type: string, data: JsonObject): string => formatSse(JSON.stringify({ type, ...data }), type);
+
+/**
+ * Renders canonical events as the messages-style stream
+ * (https://docs.anthropic.com/en/api/messages-streaming). Blocks another style cannot express here
+ * (its raw parts) are left out, and the remaining blocks are renumbered so indexes stay dense: the
+ * SDK addresses blocks by position.
+ */
+class MessagesStreamRenderer implements StreamRenderer {
+  readonly #model: string;
+  /** Whether the upstream spoke this style, so its raw blocks, deltas and extra fields mean something here. */
+  #same = false;
+  #next = 0;
+  readonly #index = new Map<number, number>();
+
+  constructor(req: ParsedChatRequest) {
+    this.#model = req.model ?? "";
+  }
+
+  render(event: StreamChatResponse): string {
+    const e = event.event;
+    switch (e.case) {
+      case "messageStart":
+        this.#same = e.value.upstreamStyle === ApiStyle.MESSAGES;
+        return this.#start(e.value.id, e.value.model, renderUsage(e.value.usage, this.#same), e.value.extraJson);
+      case "blockStart":
+        return e.value.block ? this.#open(e.value.index, e.value.block) : "";
+      case "blockDelta":
+        return this.#delta(e.value);
+      case "blockStop": {
+        const at = this.#index.get(e.value.index);
+        return at === undefined ? "" : sse("content_block_stop", { index: at });
+      }
+      case "messageEnd":
+        return this.#end(e.value.finishReason, e.value.stopSequence, e.value.usage);
+      case "completion":
+        return this.#completion(e.value);
+      default:
+        return "";
+    }
+  }
+
+  error(info: ErrorInfo): string {
+    return sse("error", { error: { type: info.type, message: info.message, code: info.code } });
+  }
+
+  #start(id: string, model: string, usage: JsonObject, extraJson: string): string {
+    const message = {
+      ...(this.#same ? parseExtra(extraJson) : {}),
+      id,
+      type: "message",
+      role: "assistant",
+      content: [],
+      model: model || this.#model,
+      stop_reason: null,
+      stop_sequence: null,
+      usage,
+    };
+    return sse("message_start", { message });
+  }
+
+  /**
+   * Opens a block as the API does, empty: a text or tool input the block already holds (a whole
+   * answer, or an upstream that starts blocks with content) follows as one delta. Raw blocks
+   * (thinking...) start whole.
+   */
+  #open(index: number, block: ContentBlock): string {
+    const wire = blockToWire(block);
+    if (!wire) return "";
+    const at = this.#next++;
+    this.#index.set(index, at);
+    if (block.type === BlockType.TEXT) wire.text = "";
+    if (block.type === BlockType.TOOL_USE) wire.input = {};
+    let out = sse("content_block_start", { index: at, content_block: wire });
+    if (block.type === BlockType.TEXT && block.text) out += textDelta(at, block.text);
+    if (block.type === BlockType.TOOL_USE && block.toolInputJson) out += jsonDelta(at, block.toolInputJson);
+    return out;
+  }
+
+  #delta(d: BlockDelta): string {
+    // Text for a block that was never opened (a lenient upstream) opens a text block rather than vanish.
+    if (!this.#index.has(d.index) && d.text) return this.#open(d.index, create(ContentBlockSchema, { type: BlockType.TEXT, text: d.text }));
+    const at = this.#index.get(d.index);
+    if (at === undefined) return "";
+    if (d.text) return textDelta(at, d.text);
+    if (d.partialJson) return jsonDelta(at, d.partialJson);
+    if (d.rawJson && this.#same) return sse("content_block_delta", { index: at, delta: JSON.parse(d.rawJson) as JsonObject });
+    return "";
+  }
+
+  /** message_delta's counters are whole-answer totals; input tokens are sent too, since some upstreams only know them at the end. */
+  #end(finish: FinishReason, stopSequence: string, usage: Usage | undefined): string {
+    const delta = { stop_reason: stopReasonFromFinish(finish), stop_sequence: stopSequence || null };
+    return sse("message_delta", { delta, usage: renderUsage(usage, this.#same) }) + sse("message_stop", {});
+  }
+
+  /** A whole answer served to a stream request (a cache hit) as the full event sequence. */
+  #completion(c: Completion): string {
+    this.#same = c.upstreamStyle === ApiStyle.MESSAGES;
+    const usage = { ...renderUsage(c.usage, this.#same), output_tokens: 0 };
+    let out = this.#start(c.id, c.model, usage, c.extraJson);
+    c.blocks.forEach((block, i) => {
+      const open = this.#open(i, block);
+      if (open) out += open + sse("content_block_stop", { index: this.#index.get(i)! });
+    });
+    return out + this.#end(c.finishReason, c.stopSequence, c.usage);
+  }
+}
+
+const textDelta = (index: number, text: string): string => sse("content_block_delta", { index, delta: { type: "text_delta", text } });
+
+const jsonDelta = (index: number, partial_json: string): string =>
+  sse("content_block_delta", { index, delta: { type: "input_json_delta", partial_json } });

@@ -1,0 +1,89 @@
+import type { IncomingMessage } from "node:http";
+import { invalidApiKey, invalidRequest } from "../../core/errors.js";
+import { isObject } from "../../core/json.js";
+
+/**
+ * Reading the parts of a gateway request that are not the provider-style body: the service key,
+ * the JSON body within the size limit, and the X-Svc-* and provider-version headers.
+ */
+
+/**
+ * The service key from `X-Svc-Api-Key` (spec 5.2). So that the official SDKs work with only their
+ * `apiKey` option set, a `svc_sk_` key is also taken from `Authorization: Bearer` (the openai SDK)
+ * or `x-api-key` (the anthropic SDK) when X-Svc-Api-Key is absent.
+ */
+export function apiKeyOf(req: IncomingMessage): string {
+  const direct = req.headers["x-svc-api-key"];
+  if (typeof direct === "string" && direct) return direct.trim();
+  const bearer = req.headers.authorization;
+  if (bearer && /^Bearer\s+svc_sk_/i.test(bearer)) return bearer.replace(/^Bearer\s+/i, "").trim();
+  const xApiKey = req.headers["x-api-key"];
+  if (typeof xApiKey === "string" && xApiKey.startsWith("svc_sk_")) return xApiKey.trim();
+  throw invalidApiKey("Missing API key: send the service key in the X-Svc-Api-Key header.");
+}
+
+/** Reads and parses the JSON body, refusing other content types and bodies over `maxBytes`. */
+export async function readJsonBody(req: IncomingMessage, maxBytes: number): Promise<unknown> {
+  const type = req.headers["content-type"] ?? "";
+  if (!/^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i.test(type)) {
+    throw invalidRequest("invalid_content_type", `Content-Type must be application/json, got '${type || "(none)"}'.`);
+  }
+  const declared = Number(req.headers["content-length"] ?? NaN);
+  if (declared > maxBytes) throw tooLarge(maxBytes);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > maxBytes) throw tooLarge(maxBytes);
+    chunks.push(chunk);
+  }
+  const text = chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8");
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw invalidRequest("invalid_json", `The request body is not valid JSON: ${(e as Error).message}`);
+  }
+}
+
+const tooLarge = (max: number) => invalidRequest("request_too_large", `The request body is larger than the limit of ${max} bytes.`);
+
+/** `X-Svc-Metadata`: a JSON object; values are kept as strings (non-strings as their JSON text). */
+export function metadataOf(req: IncomingMessage): Record<string, string> {
+  const raw = req.headers["x-svc-metadata"];
+  if (raw === undefined || raw === "") return {};
+  const text = Array.isArray(raw) ? raw.join(",") : raw;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw invalidRequest("invalid_metadata", "X-Svc-Metadata must be a JSON object; it is not valid JSON.");
+  }
+  if (!isObject(parsed)) throw invalidRequest("invalid_metadata", "X-Svc-Metadata must be a JSON object.");
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(parsed)) {
+    if (!k) throw invalidRequest("invalid_metadata", "X-Svc-Metadata keys must not be empty.");
+    out[k] = typeof v === "string" ? v : JSON.stringify(v);
+  }
+  return out;
+}
+
+/** `X-Svc-User-Id`: any non-empty text up to 256 characters. */
+export function userIdOf(req: IncomingMessage): string {
+  const raw = req.headers["x-svc-user-id"];
+  if (raw === undefined) return "";
+  const v = (Array.isArray(raw) ? raw[0]! : raw).trim();
+  if (v.length > 256) throw invalidRequest("invalid_user_id", "X-Svc-User-Id must be at most 256 characters.");
+  return v;
+}
+
+/** `provider-version` (spec 9.2): optional; when sent, a real calendar date written YYYY-MM-DD. */
+export function checkProviderVersion(req: IncomingMessage): void {
+  const raw = req.headers["provider-version"];
+  if (raw === undefined) return;
+  const v = Array.isArray(raw) ? raw[0]! : raw;
+  const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(v.trim());
+  const d = m ? new Date(Date.UTC(+m[1]!, +m[2]! - 1, +m[3]!)) : undefined;
+  if (!m || !d || d.getUTCFullYear() !== +m[1]! || d.getUTCMonth() !== +m[2]! - 1 || d.getUTCDate() !== +m[3]!) {
+    throw invalidRequest("invalid_provider_version", `provider-version must be a date written YYYY-MM-DD, got '${v}'.`);
+  }
+}

@@ -1,0 +1,20 @@
+/** JSON-lines logging to stderr; one object per line, so log shippers need no parser of ours. */
+type Level = "debug" | "info" | "warn" | "error";
+
+const order: Record<Level, number> = { debug: 10, info: 20, warn: 30, error: 40 };
+let threshold = order[(process.env.SVC_LOG_LEVEL as Level) || "info"] ?? order.info;
+
+function write(level: Level, msg: string, fields?: Record<string, unknown>): void {
+  if (order[level] < threshold) return;
+  process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields })}\n`);
+}
+
+export const log = {
+  debug: (msg: string, fields?: Record<string, unknown>) => write("debug", msg, fields),
+  info: (msg: string, fields?: Record<string, unknown>) => write("info", msg, fields),
+  warn: (msg: string, fields?: Record<string, unknown>) => write("warn", msg, fields),
+  error: (msg: string, fields?: Record<string, unknown>) => write("error", msg, fields),
+  setLevel: (level: Level) => {
+    threshold = order[level];
+  },
+};

@@ -1,0 +1,186 @@
+import { randomBytes } from "node:crypto";
+import { mkdir, open, readFile, rm, writeFile } from "node:fs/promises";
+import type { Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+import type { ConnectRouter } from "@connectrpc/connect";
+import type Koa from "koa";
+import type { Config } from "./config.js";
+import { adminAuthInterceptor } from "./core/admin-auth.js";
+import { createAuthService } from "./core/auth/auth-service.js";
+import { createDirectClient } from "./core/direct-client.js";
+import { createCoreServer } from "./core/grpc-server.js";
+import { createProxyService } from "./core/proxy/proxy-service.js";
+import { createUpstreamHttp } from "./core/proxy/upstream-http.js";
+import { createAnthropicAdapter } from "./core/proxy/upstreams/anthropic/adapter.js";
+import { createOpenAiAdapter } from "./core/proxy/upstreams/openai/adapter.js";
+import { startFakeProvider, type FakeProvider } from "./demo/fake-provider.js";
+import { createGatewayApp } from "./facades/gateway/gateway-app.js";
+import { createManagementApp } from "./facades/management/management-app.js";
+import { AuthService } from "./gen/svc/auth/v1/auth_service_pb.js";
+import { ApiStyle, ProxyService } from "./gen/svc/proxy/v1/proxy_service_pb.js";
+import { log } from "./logger.js";
+import { createFileRegistryStore } from "./stores/file-registry-store.js";
+import { createRedisRegistryStore } from "./stores/redis-registry-store.js";
+
+export interface ServeOptions {
+  /** Run the built-in demo provider and send every provider's traffic to it. */
+  demo?: boolean;
+}
+
+export interface RunningServer {
+  gatewayUrl: string;
+  managementUrl: string;
+  grpcUrl: string;
+  adminToken: string;
+  /** Where the admin token was written, when it was generated rather than configured. */
+  adminTokenPath: string | undefined;
+  demo: FakeProvider | undefined;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the whole service in this process: the core services, served over gRPC for internal
+ * callers and called in-process by the HTTP facades (gateway and management).
+ */
+export async function startServer(config: Config, opts: ServeOptions = {}): Promise<RunningServer> {
+  await mkdir(config.dataDir, { recursive: true });
+  const cleanups: Array<() => Promise<void>> = [];
+  const close = async () => {
+    for (const c of cleanups.reverse()) await c().catch((e) => log.warn("shutdown step failed", { err: String(e) }));
+  };
+  try {
+    const { token: adminToken, path: adminTokenPath } = await loadAdminToken(config);
+    let demo: FakeProvider | undefined;
+    if (opts.demo) {
+      demo = await startFakeProvider(Number(process.env.SVC_DEMO_PORT ?? 0), "127.0.0.1");
+      cleanups.push(() => demo!.close());
+      for (const p of config.providers.values()) {
+        p.baseUrl = p.style === ApiStyle.CHAT_COMPLETIONS ? `${demo.url}/v1` : demo.url;
+        p.apiKey = "demo";
+      }
+    }
+
+    let store;
+    if (config.redisUrl) {
+      store = createRedisRegistryStore(config.redisUrl);
+    } else {
+      cleanups.push(await lockDataDir(config.dataDir));
+      store = await createFileRegistryStore(config.dataDir);
+    }
+    cleanups.push(() => store.close());
+
+    const http = createUpstreamHttp(config.timeouts);
+    cleanups.push(() => http.close());
+    const adapters = new Map([
+      [ApiStyle.CHAT_COMPLETIONS, createOpenAiAdapter()],
+      [ApiStyle.MESSAGES, createAnthropicAdapter()],
+    ]);
+    const authImpl = createAuthService({ store });
+    const proxyImpl = createProxyService({ models: config.models, providers: config.providers, adapters, http });
+
+    const core = createCoreServer((router: ConnectRouter) => {
+      router.service(AuthService, authImpl);
+      router.service(ProxyService, proxyImpl);
+    }, [adminAuthInterceptor(adminToken)]);
+    const grpcPort = await listen(core.server, config.grpcPort, config.host);
+    cleanups.push(() => core.close());
+
+    const auth = createDirectClient(AuthService, authImpl);
+    const proxy = createDirectClient(ProxyService, proxyImpl);
+    const gateway = await serveKoa(createGatewayApp({ auth, proxy, maxRequestBytes: config.maxRequestBytes }), config.gatewayPort, config.host);
+    cleanups.push(gateway.close);
+    const management = await serveKoa(createManagementApp({ auth }), config.managementPort, config.host);
+    cleanups.push(management.close);
+
+    const host = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
+    return {
+      gatewayUrl: `http://${host}:${gateway.port}`,
+      managementUrl: `http://${host}:${management.port}`,
+      grpcUrl: `http://${host}:${grpcPort}`,
+      adminToken,
+      adminTokenPath,
+      demo,
+      close,
+    };
+  } catch (e) {
+    await close();
+    throw e;
+  }
+}
+
+async function listen(server: import("node:net").Server, port: number, host: string): Promise<number> {
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  return (server.address() as AddressInfo).port;
+}
+
+async function serveKoa(app: Koa, port: number, host: string): Promise<{ port: number; close: () => Promise<void> }> {
+  const server: Server = app.listen();
+  server.close();
+  server.keepAliveTimeout = 65_000; // longer than common load balancers' idle timeout
+  const actual = await listen(server, port, host);
+  return {
+    port: actual,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+        // In-flight requests get a grace period to finish, then are cut.
+        setTimeout(() => server.closeAllConnections(), 5_000).unref();
+      }),
+  };
+}
+
+/**
+ * The admin credential for the gRPC port and the CLI: SVC_ADMIN_TOKEN, or a token generated into
+ * `<dataDir>/admin-token` (mode 0600) at first start and reused after.
+ */
+async function loadAdminToken(config: Config): Promise<{ token: string; path: string | undefined }> {
+  if (config.adminToken) return { token: config.adminToken, path: undefined };
+  const path = join(config.dataDir, "admin-token");
+  try {
+    const token = (await readFile(path, "utf8")).trim();
+    if (token) return { token, path };
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+  }
+  const token = `svc_admin_${randomBytes(24).toString("base64url")}`;
+  await writeFile(path, `${token}\n`, { mode: 0o600 });
+  return { token, path };
+}
+
+/** One process per embedded data dir: a second `svc serve` on the same dir would overwrite the first's files. */
+async function lockDataDir(dir: string): Promise<() => Promise<void>> {
+  const path = join(dir, "svc.pid");
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      const fh = await open(path, "wx");
+      await fh.writeFile(String(process.pid));
+      await fh.close();
+      return () => rm(path, { force: true });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+      const pid = Number((await readFile(path, "utf8").catch(() => "")).trim());
+      if (pid && alive(pid)) {
+        throw new Error(`the data dir ${dir} is in use by process ${pid}; stop it or set SVC_DATA_DIR to another directory`);
+      }
+      await rm(path, { force: true }); // left by a process that is gone
+    }
+  }
+  throw new Error(`cannot lock the data dir ${dir}`);
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}

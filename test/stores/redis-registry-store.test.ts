@@ -1,0 +1,60 @@
+import assert from "node:assert/strict";
+import { createRedisRegistryStore } from "../../src/stores/redis-registry-store.js";
+import type { KeyRecord, RegistryStore } from "../../src/stores/registry-store.js";
+import { startRedis, type TestRedis } from "../support/redis.js";
+
+describe("Redis registry store", () => {
+  let redis: TestRedis;
+  let a: RegistryStore;
+  let b: RegistryStore;
+
+  before(async () => {
+    redis = await startRedis();
+    a = createRedisRegistryStore(redis.url);
+    b = createRedisRegistryStore(redis.url); // a second replica
+  });
+  after(async () => {
+    await a.close();
+    await b.close();
+    await redis.stop();
+  });
+
+  const key = (id: string, projectId: string, at: number): KeyRecord => ({
+    id,
+    projectId,
+    mode: "live",
+    description: "",
+    displayPrefix: "svc_sk_live_xxxx…",
+    hash: `hash-${id}`,
+    createdAt: at,
+  });
+
+  it("shares projects and keys between replicas", async () => {
+    await a.createProject({ id: "proj_1", name: "one", plan: "pro", createdAt: 1 });
+    assert.equal((await b.getProject("proj_1"))?.name, "one");
+    assert.ok(await a.createKey(key("key_1", "proj_1", 1), 10));
+    assert.equal((await b.findKeyByHash("hash-key_1"))?.id, "key_1");
+  });
+
+  it("makes a key deleted on one replica unknown on the other at once", async () => {
+    await a.createProject({ id: "proj_2", name: "two", plan: "pro", createdAt: 2 });
+    await a.createKey(key("key_2", "proj_2", 2), 10);
+    assert.equal((await b.deleteKey("key_2"))?.id, "key_2");
+    assert.equal(await a.findKeyByHash("hash-key_2"), undefined);
+    assert.deepEqual(await a.listKeys("proj_2"), []);
+  });
+
+  it("enforces the key limit atomically under concurrent creation", async () => {
+    await a.createProject({ id: "proj_3", name: "three", plan: "free", createdAt: 3 });
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => (i % 2 ? a : b).createKey(key(`key_3_${i}`, "proj_3", 3 + i), 2)),
+    );
+    assert.equal(results.filter(Boolean).length, 2);
+    assert.equal((await a.listKeys("proj_3")).length, 2);
+  });
+
+  it("lists projects oldest first", async () => {
+    const ids = (await b.listProjects()).map((p) => p.id);
+    assert.deepEqual(ids.slice(0, 3), ["proj_1", "proj_2", "proj_3"]);
+  });
+});

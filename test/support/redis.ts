@@ -1,0 +1,56 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+/** A free TCP port on loopback. */
+export async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  const { port } = srv.address() as { port: number };
+  await new Promise<void>((r) => srv.close(() => r()));
+  return port;
+}
+
+export interface TestRedis {
+  url: string;
+  port: number;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a private `redis-server` on a free port, keeping nothing on disk, so tests never touch
+ * the machine's own Redis or each other's data.
+ */
+export async function startRedis(port?: number): Promise<TestRedis> {
+  const p = port ?? (await freePort());
+  const dir = mkdtempSync(join(tmpdir(), "svc-redis-"));
+  const child: ChildProcess = spawn("redis-server", ["--port", String(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir], { stdio: ["ignore", "pipe", "pipe"] });
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("redis-server did not start in 10 s")), 10_000);
+    child.once("error", (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    child.stdout!.on("data", (d: Buffer) => {
+      if (d.toString().includes("Ready to accept connections")) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  });
+  return {
+    url: `redis://127.0.0.1:${p}`,
+    port: p,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null) return resolve();
+        child.once("exit", () => {
+          rmSync(dir, { recursive: true, force: true });
+          resolve();
+        });
+        child.kill("SIGKILL");
+      }),
+  };
+}
