@@ -16,6 +16,8 @@ export interface FakeProvider {
   url: string;
   /** The most recent requests, oldest first (at most 100). */
   requests: RecordedRequest[];
+  /** Requests whose response has not finished or been abandoned yet. */
+  inFlight(): number;
   close(): Promise<void>;
 }
 
@@ -26,8 +28,11 @@ export interface FakeProvider {
  */
 export async function startFakeProvider(port = 0, host = "127.0.0.1"): Promise<FakeProvider> {
   const requests: RecordedRequest[] = [];
+  let inFlight = 0;
   const sockets = new Set<import("node:net").Socket>();
   const server = http.createServer((req, res) => {
+    inFlight++;
+    res.once("close", () => inFlight--);
     route(req, res, requests).catch(() => {
       if (!res.headersSent) res.writeHead(500, { "content-type": "application/json" });
       res.end(JSON.stringify({ error: { message: "fake provider failure", type: "server_error" } }));
@@ -46,6 +51,7 @@ export async function startFakeProvider(port = 0, host = "127.0.0.1"): Promise<F
   return {
     url: `http://${host}:${actual}`,
     requests,
+    inFlight: () => inFlight,
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();

@@ -98,7 +98,7 @@ function parseMessage(v: unknown, path: string): MessageInit {
   if (calls) known.add("tool_calls");
   if (typeof content === "string") {
     contentIsString = true;
-    blocks.push({ type: BlockType.TEXT, text: content });
+    blocks.push({ type: BlockType.TEXT, text: content, style: chat });
   } else if (Array.isArray(content)) {
     content.forEach((p, j) => blocks.push(parsePart(p, `${path}.content[${j}]`)));
   } else if (content === undefined || content === null) {
@@ -118,7 +118,7 @@ function parseToolMessage(m: JsonObject, path: string): MessageInit {
   const content = m.content;
   let block: BlockInit;
   if (typeof content === "string") {
-    block = { type: BlockType.TOOL_RESULT, toolCallId, text: content };
+    block = { type: BlockType.TOOL_RESULT, toolCallId, text: content, style: chat };
   } else if (Array.isArray(content)) {
     const parts = content.map((p, j) => parsePart(p, `${path}.content[${j}]`));
     const text = parts.map((p) => (p.type === BlockType.TEXT ? p.text : "")).join("");

@@ -13,7 +13,7 @@ import {
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ErrorInfo } from "../../core/errors.js";
-import { extraJson, isObject, parseExtra, type JsonObject } from "../../core/json.js";
+import { extraJson, parseExtra, type JsonObject } from "../../core/json.js";
 import { blockFromWire, blockToWire, joinTexts } from "../../core/proxy/upstreams/anthropic/blocks.js";
 import { stopReasonFromFinish } from "../../core/proxy/upstreams/anthropic/stop-reason.js";
 import { formatSse } from "../../core/sse.js";

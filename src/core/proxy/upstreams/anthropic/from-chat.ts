@@ -30,7 +30,7 @@ export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
       continue;
     }
     const content = m.blocks.map(blockFromChat).filter((b) => b !== undefined);
-    if (!content.length) continue; // e.g. a turn whose only part was an image by URL
+    if (!content.length) continue; // e.g. a turn whose only part was audio
     const role: Role = m.role === "assistant" ? "assistant" : "user";
     const last = turns.at(-1);
     if (last?.role === role) last.content.push(...content);
@@ -66,7 +66,11 @@ function blockFromChat(b: ContentBlock): JsonObject | undefined {
   }
 }
 
-/** A chat-style image part with an inline `data:` URL as a base64 image block; URLs are dropped. */
+/**
+ * A chat-style image part as an image block: an inline `data:` URL becomes a base64 source, an
+ * http(s) URL a url source (https://docs.anthropic.com/en/docs/build-with-claude/vision); anything
+ * else is left out.
+ */
 function imageFromChat(rawJson: string): JsonObject | undefined {
   let part: unknown;
   try {
@@ -77,8 +81,9 @@ function imageFromChat(rawJson: string): JsonObject | undefined {
   const ref = isObject(part) ? part.image_url : undefined;
   const url = typeof ref === "string" ? ref : isObject(ref) && typeof ref.url === "string" ? ref.url : "";
   const m = /^data:([^;,]+);base64,(.*)$/s.exec(url);
-  if (!m) return undefined;
-  return { type: "image", source: { type: "base64", media_type: m[1], data: m[2] } };
+  if (m) return { type: "image", source: { type: "base64", media_type: m[1], data: m[2] } };
+  if (/^https?:\/\//i.test(url)) return { type: "image", source: { type: "url", url } };
+  return undefined;
 }
 
 /** Tool results must open the user turn that answers a tool call; the rest keep their order. */

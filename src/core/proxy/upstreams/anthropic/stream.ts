@@ -1,6 +1,8 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import {
   ApiStyle,
+  BlockType,
+  type ContentBlock,
   FinishReason,
   type StreamChatRequest,
   type StreamChatResponse,
@@ -56,7 +58,7 @@ export class MessagesStreamConverter implements StreamConverter {
         return [this.#start(data.message)];
       case "content_block_start":
         if (!isObject(data.content_block)) throw invalidResponse("`content_block_start` has no content_block");
-        return [ev({ case: "blockStart", value: { index: index(data), block: blockFromWire(data.content_block) } })];
+        return [ev({ case: "blockStart", value: { index: index(data), block: startBlock(data.content_block) } })];
       case "content_block_delta":
         return [ev({ case: "blockDelta", value: { index: index(data), ...delta(data.delta) } })];
       case "content_block_stop":
@@ -122,6 +124,13 @@ export class MessagesStreamConverter implements StreamConverter {
       },
     });
   }
+}
+
+/** A block as known at its start: a tool call's input (`{}` here) arrives only as input_json_delta fragments. */
+function startBlock(wire: JsonObject): ContentBlock {
+  const block = blockFromWire(wire);
+  if (block.type === BlockType.TOOL_USE) block.toolInputJson = "";
+  return block;
 }
 
 const index = (data: JsonObject): number => (typeof data.index === "number" && data.index >= 0 ? Math.floor(data.index) : 0);

@@ -34,7 +34,7 @@ export function buildOpenAiBody(req: StreamChatRequest, upstreamModel: string): 
   const params = crossStyle ? paramsFromMessagesStyle(parseExtra(req.extraJson), req.tools.length > 0) : parseExtra(req.extraJson);
   const body: JsonObject = {
     model: upstreamModel,
-    messages: crossStyle ? messagesFromMessagesStyle(req) : req.messages.map(chatMessage),
+    messages: crossStyle ? messagesFromMessagesStyle(req) : sameStyleMessages(req),
     ...params,
   };
   if (req.temperature !== undefined) body.temperature = req.temperature;
@@ -55,6 +55,12 @@ export function buildOpenAiBody(req: StreamChatRequest, upstreamModel: string): 
     delete body.stream_options; // OpenAI rejects stream_options without stream
   }
   return body;
+}
+
+/** A chat client sends its system prompt as a message; one the core set (`system`) goes first. */
+function sameStyleMessages(req: StreamChatRequest): JsonObject[] {
+  const messages = req.messages.map(chatMessage);
+  return req.system ? [{ role: "system", content: req.system }, ...messages] : messages;
 }
 
 /** A chat-style message rebuilt as the client sent it. */

@@ -1,0 +1,157 @@
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { AuthService, Plan } from "../../src/gen/svc/auth/v1/auth_service_pb.js";
+import { KeyMode } from "../../src/gen/svc/common/v1/key_mode_pb.js";
+import { ApiStyle, ProxyService } from "../../src/gen/svc/proxy/v1/proxy_service_pb.js";
+import { createDirectClient } from "../../src/core/direct-client.js";
+import { loadConfig } from "../../src/config.js";
+import { createProxyService } from "../../src/core/proxy/proxy-service.js";
+import { createUpstreamHttp } from "../../src/core/proxy/upstream-http.js";
+import { createAnthropicAdapter } from "../../src/core/proxy/upstreams/anthropic/adapter.js";
+import { createOpenAiAdapter } from "../../src/core/proxy/upstreams/openai/adapter.js";
+import { startTestGateway, type TestGateway } from "../support/gateway.js";
+
+const protoDir = fileURLToPath(new URL("../../proto", import.meta.url));
+
+/** Loads the .proto files themselves, so this client shares no code with the server. */
+function loadGrpc(): any {
+  const def = protoLoader.loadSync(["svc/auth/v1/auth_service.proto", "svc/proxy/v1/proxy_service.proto"], {
+    includeDirs: [protoDir],
+    keepCase: true,
+    enums: String,
+    defaults: true,
+    oneofs: true,
+  });
+  return grpc.loadPackageDefinition(def);
+}
+
+const unary = <T>(client: any, method: string, req: object, md: grpc.Metadata): Promise<T> =>
+  new Promise((resolve, reject) => client[method](req, md, (err: Error | null, res: T) => (err ? reject(err) : resolve(res))));
+
+describe("core over gRPC (independent @grpc/grpc-js client loading the .proto files)", () => {
+  let gw: TestGateway;
+  let pkg: any;
+  let md: grpc.Metadata;
+  let target: string;
+
+  before(async () => {
+    gw = await startTestGateway();
+    pkg = loadGrpc();
+    md = new grpc.Metadata();
+    md.set("authorization", `Bearer ${gw.adminToken}`);
+    target = new URL(gw.grpcUrl).host;
+  });
+  after(() => gw.close());
+
+  it("creates a project and keys, and verifies a key, through AuthService", async () => {
+    const auth = new pkg.svc.auth.v1.AuthService(target, grpc.credentials.createInsecure());
+    const { project } = await unary<any>(auth, "CreateProject", { name: "grpc", plan: "PLAN_PRO" }, md);
+    assert.match(project.id, /^proj_/);
+    const created = await unary<any>(auth, "CreateKey", { project_id: project.id, mode: "KEY_MODE_TEST", description: "from grpc" }, md);
+    assert.match(created.secret, /^svc_sk_test_/);
+    const verified = await unary<any>(auth, "VerifyKey", { secret: created.secret }, md);
+    assert.equal(verified.project.id, project.id);
+    assert.equal(verified.key.mode, "KEY_MODE_TEST");
+    auth.close();
+  });
+
+  it("refuses calls without the admin token", async () => {
+    const auth = new pkg.svc.auth.v1.AuthService(target, grpc.credentials.createInsecure());
+    await assert.rejects(unary(auth, "ListProjects", {}, new grpc.Metadata()), (e: any) => e.code === grpc.status.UNAUTHENTICATED);
+    auth.close();
+  });
+
+  it("maps errors to gRPC status codes", async () => {
+    const auth = new pkg.svc.auth.v1.AuthService(target, grpc.credentials.createInsecure());
+    await assert.rejects(unary(auth, "VerifyKey", { secret: "nope" }, md), (e: any) => e.code === grpc.status.UNAUTHENTICATED);
+    await assert.rejects(unary(auth, "GetProject", { project_id: "proj_missing" }, md), (e: any) => e.code === grpc.status.NOT_FOUND);
+    auth.close();
+  });
+
+  it("streams a chat through ProxyService.StreamChat", async () => {
+    const proxy = new pkg.svc.proxy.v1.ProxyService(target, grpc.credentials.createInsecure());
+    const call = proxy.StreamChat(
+      {
+        request_id: "req_grpc_test",
+        project_id: "proj_x",
+        key_id: "key_x",
+        key_mode: "KEY_MODE_LIVE",
+        style: "API_STYLE_CHAT_COMPLETIONS",
+        model: "chat-4o-mini",
+        messages: [{ role: "user", blocks: [{ type: "BLOCK_TYPE_TEXT", text: "over grpc" }], content_is_string: true }],
+        stream: true,
+      },
+      md,
+    );
+    const kinds: string[] = [];
+    let text = "";
+    let cost = "";
+    for await (const ev of call) {
+      kinds.push(ev.event);
+      if (ev.event === "block_delta") text += ev.block_delta.text;
+      if (ev.event === "message_end") cost = ev.message_end.cost_usd;
+    }
+    assert.equal(kinds[0], "message_start");
+    assert.equal(kinds.at(-1), "message_end");
+    assert.ok(kinds.includes("block_start") && kinds.includes("block_stop"));
+    assert.equal(text, "Echo: over grpc");
+    assert.match(cost, /^\d+(\.\d+)?$/);
+    proxy.close();
+  });
+
+  it("answers alike in-process and over gRPC, Connect-gRPC and gRPC-Web", async () => {
+    const interceptors = [(next: any) => (req: any) => { req.header.set("authorization", `Bearer ${gw.adminToken}`); return next(req); }];
+    const grpcProxy = createClient(ProxyService, createGrpcTransport({ baseUrl: gw.grpcUrl, interceptors }));
+    const webProxy = createClient(ProxyService, createGrpcWebTransport({ baseUrl: gw.grpcUrl, httpVersion: "1.1", interceptors }));
+    const req = {
+      requestId: "req_same",
+      projectId: "proj_x",
+      keyId: "key_x",
+      keyMode: KeyMode.LIVE,
+      style: ApiStyle.MESSAGES,
+      model: "assistant-3-haiku-20240307",
+      maxTokens: 50,
+      messages: [{ role: "user", blocks: [{ type: 1, text: "same answer" }], contentIsString: true }],
+    };
+    const collect = async (stream: AsyncIterable<any>) => {
+      const out = [];
+      for await (const ev of stream) {
+        const c = ev.event.value;
+        out.push({ kind: ev.event.case, text: c.blocks?.map((b: any) => b.text).join(""), usage: c.usage && [c.usage.inputTokens, c.usage.outputTokens], cost: c.costUsd, model: c.model, finish: c.finishReason });
+      }
+      return out;
+    };
+    // The in-process client the facades use: the same implementation, called without serialising.
+    const config = loadConfig({ SVC_OPENAI_BASE_URL: `${gw.demo!.url}/v1`, SVC_ANTHROPIC_BASE_URL: gw.demo!.url, SVC_OPENAI_API_KEY: "demo", SVC_ANTHROPIC_API_KEY: "demo" });
+    const http = createUpstreamHttp(config.timeouts);
+    const adapters = new Map([[ApiStyle.CHAT_COMPLETIONS, createOpenAiAdapter()], [ApiStyle.MESSAGES, createAnthropicAdapter()]]);
+    const direct = createDirectClient(ProxyService, createProxyService({ models: config.models, providers: config.providers, adapters, http }));
+    try {
+      const a = await collect(grpcProxy.streamChat(req));
+      const b = await collect(webProxy.streamChat(req));
+      const c = await collect(direct.streamChat(req));
+      assert.equal(a.length, 1);
+      assert.equal(a[0]!.kind, "completion");
+      assert.equal(a[0]!.text, "Echo: same answer");
+      assert.deepEqual(b, a);
+      assert.deepEqual(c, a);
+      const streamed = { ...req, stream: true };
+      const kinds = (evs: any[]) => evs.map((e) => e.kind);
+      assert.deepEqual(kinds(await collect(direct.streamChat(streamed))), kinds(await collect(grpcProxy.streamChat(streamed))));
+    } finally {
+      await http.close();
+    }
+  });
+
+  it("in-process unary calls return messages without a serialisation round trip", async () => {
+    const project = { id: "p", name: "n", plan: Plan.FREE };
+    const authDirect = createDirectClient(AuthService, { async listProjects() { return { projects: [project] }; } });
+    const listed = await authDirect.listProjects({});
+    assert.equal(listed.$typeName, "svc.auth.v1.ListProjectsResponse");
+    assert.equal(listed.projects[0]!.id, "p");
+  });
+});

@@ -1,0 +1,310 @@
+import assert from "node:assert/strict";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  ApiStyle,
+  BlockType,
+  StreamChatRequestSchema,
+  type StreamChatRequest,
+} from "../../../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
+import type { UpstreamTarget } from "../../../../../src/core/proxy/upstreams/adapter.js";
+import { createAnthropicAdapter } from "../../../../../src/core/proxy/upstreams/anthropic/adapter.js";
+
+const adapter = createAnthropicAdapter();
+const target: UpstreamTarget = {
+  provider: "anthropic",
+  style: ApiStyle.MESSAGES,
+  baseUrl: "https://api.anthropic.com/",
+  apiKey: "sk-ant-test",
+  upstreamModel: "claude-3-5-sonnet-20241022",
+};
+const M = ApiStyle.MESSAGES;
+const C = ApiStyle.CHAT_COMPLETIONS;
+
+/** Freezes a request all the way down: a conversion that writes to its input throws. */
+function deepFreeze<T>(v: T): T {
+  if (typeof v === "object" && v !== null && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const k of Reflect.ownKeys(v)) deepFreeze((v as Record<PropertyKey, unknown>)[k]);
+  }
+  return v;
+}
+
+type Init = Exclude<MessageInitShape<typeof StreamChatRequestSchema>, StreamChatRequest>;
+
+const request = (init: Init): StreamChatRequest =>
+  deepFreeze(create(StreamChatRequestSchema, { model: "assistant-3-5-sonnet-20241022", ...init }));
+
+const body = (req: StreamChatRequest) => JSON.parse(adapter.buildRequest(req, target).body) as Record<string, unknown>;
+
+const user = (text: string, style = M) => ({ role: "user", contentIsString: true, blocks: [{ type: BlockType.TEXT, text, style }] });
+
+describe("anthropic request: envelope", () => {
+  it("posts to {baseUrl}/v1/messages, without a doubled slash", () => {
+    assert.equal(adapter.buildRequest(request({ style: M, maxTokens: 10, messages: [user("hi")] }), target).url, "https://api.anthropic.com/v1/messages");
+  });
+
+  it("sends content-type, x-api-key and anthropic-version", () => {
+    const { headers } = adapter.buildRequest(request({ style: M, maxTokens: 10, messages: [user("hi")] }), target);
+    assert.deepEqual(headers, { "content-type": "application/json", "x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01" });
+  });
+
+  it("omits x-api-key when no key is configured", () => {
+    const { headers } = adapter.buildRequest(request({ style: M, maxTokens: 10, messages: [user("hi")] }), { ...target, apiKey: "" });
+    assert.equal("x-api-key" in headers, false);
+  });
+
+  it("names the upstream model, not the public id", () => {
+    assert.equal(body(request({ style: M, maxTokens: 10, messages: [user("hi")] })).model, "claude-3-5-sonnet-20241022");
+  });
+
+  it("sets stream only when the client streams", () => {
+    assert.equal(body(request({ style: M, maxTokens: 10, stream: true, messages: [user("hi")] })).stream, true);
+    assert.equal("stream" in body(request({ style: M, maxTokens: 10, messages: [user("hi")] })), false);
+  });
+});
+
+describe("anthropic request: from the messages style", () => {
+  const toolResultArray = [
+    { type: "text", text: "72F" },
+    { type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo=" } },
+  ];
+  const sameStyle = request({
+    style: M,
+    system: "Be brief.\n\nUse tools.",
+    maxTokens: 1024,
+    temperature: 0.2,
+    stream: true,
+    messages: [
+      { role: "user", blocks: [{ type: BlockType.TEXT, text: "Weather?", extraJson: '{"cache_control":{"type":"ephemeral"}}', style: M }] },
+      {
+        role: "assistant",
+        blocks: [
+          { type: BlockType.OTHER, rawJson: '{"type":"thinking","thinking":"call it","signature":"sig=="}', style: M },
+          { type: BlockType.TOOL_USE, toolCallId: "toolu_1", toolName: "get_weather", toolInputJson: '{"city":"Paris"}', style: M },
+        ],
+      },
+      {
+        role: "user",
+        extraJson: '{"x_future":1}',
+        blocks: [
+          { type: BlockType.TOOL_RESULT, toolCallId: "toolu_1", text: "72F", extraJson: JSON.stringify({ content: toolResultArray }), style: M },
+          { type: BlockType.TOOL_RESULT, toolCallId: "toolu_2", text: "boom", isError: true, style: M },
+          { type: BlockType.IMAGE, rawJson: '{"type":"image","source":{"type":"url","url":"https://x.test/a.png"}}', style: M },
+        ],
+      },
+    ],
+    tools: [
+      { name: "get_weather", description: "Weather by city", inputSchemaJson: '{"type":"object","properties":{"city":{"type":"string"}}}', extraJson: '{"cache_control":{"type":"ephemeral"}}' },
+      { name: "", extraJson: '{"type":"web_search_20250305","name":"web_search","max_uses":3}' },
+    ],
+    extraJson: JSON.stringify({
+      system: [{ type: "text", text: "Be brief.", cache_control: { type: "ephemeral" } }, { type: "text", text: "Use tools." }],
+      top_p: 0.9,
+      top_k: 40,
+      stop_sequences: ["\n\nHuman:"],
+      metadata: { user_id: "u-1" },
+      tool_choice: { type: "auto", disable_parallel_tool_use: true },
+      thinking: { type: "enabled", budget_tokens: 2048 },
+      x_future_field: { nested: [1, 2] },
+    }),
+  });
+
+  it("rebuilds the body the client sent, unknown fields included", () => {
+    assert.deepEqual(body(sameStyle), {
+      model: "claude-3-5-sonnet-20241022",
+      max_tokens: 1024,
+      temperature: 0.2,
+      stream: true,
+      system: [{ type: "text", text: "Be brief.", cache_control: { type: "ephemeral" } }, { type: "text", text: "Use tools." }],
+      messages: [
+        { role: "user", content: [{ type: "text", text: "Weather?", cache_control: { type: "ephemeral" } }] },
+        {
+          role: "assistant",
+          content: [
+            { type: "thinking", thinking: "call it", signature: "sig==" },
+            { type: "tool_use", id: "toolu_1", name: "get_weather", input: { city: "Paris" } },
+          ],
+        },
+        {
+          role: "user",
+          x_future: 1,
+          content: [
+            { type: "tool_result", tool_use_id: "toolu_1", content: toolResultArray },
+            { type: "tool_result", tool_use_id: "toolu_2", content: "boom", is_error: true },
+            { type: "image", source: { type: "url", url: "https://x.test/a.png" } },
+          ],
+        },
+      ],
+      tools: [
+        { name: "get_weather", description: "Weather by city", input_schema: { type: "object", properties: { city: { type: "string" } } }, cache_control: { type: "ephemeral" } },
+        { type: "web_search_20250305", name: "web_search", max_uses: 3 },
+      ],
+      top_p: 0.9,
+      top_k: 40,
+      stop_sequences: ["\n\nHuman:"],
+      metadata: { user_id: "u-1" },
+      tool_choice: { type: "auto", disable_parallel_tool_use: true },
+      thinking: { type: "enabled", budget_tokens: 2048 },
+      x_future_field: { nested: [1, 2] },
+    });
+  });
+
+  it("sends a string content back as a string", () => {
+    assert.deepEqual(body(request({ style: M, maxTokens: 5, messages: [user("hello")] })).messages, [{ role: "user", content: "hello" }]);
+  });
+
+  it("sends the system text when the client sent a string", () => {
+    assert.equal(body(request({ style: M, maxTokens: 5, system: "Be brief.", messages: [user("hi")] })).system, "Be brief.");
+  });
+
+  it("leaves the request as it was (it is deep-frozen here, and equal after)", () => {
+    const before = JSON.stringify(sameStyle);
+    body(sameStyle);
+    assert.equal(JSON.stringify(sameStyle), before);
+  });
+
+  it("never lets an unknown field replace a named one", () => {
+    const b = body(request({ style: M, maxTokens: 5, messages: [user("hi")], extraJson: '{"model":"other","max_tokens":1,"messages":[]}' }));
+    assert.deepEqual([b.model, b.max_tokens, b.messages], ["claude-3-5-sonnet-20241022", 5, [{ role: "user", content: "hi" }]]);
+  });
+});
+
+describe("anthropic request: from the chat-completions style", () => {
+  const text = (t: string) => ({ type: BlockType.TEXT, text: t, style: C });
+  const chat = (init: Omit<Init, "style">) => body(request({ style: C, ...init }));
+
+  it("moves system and developer turns into system, joined by blank lines", () => {
+    const b = chat({ messages: [{ role: "system", blocks: [text("Be brief.")] }, { role: "developer", blocks: [text("Be kind.")] }, user("hi", C)] });
+    assert.equal(b.system, "Be brief.\n\nBe kind.");
+    assert.deepEqual(b.messages, [{ role: "user", content: "hi" }]);
+  });
+
+  it("turns tool turns into one user turn of tool_result blocks, ahead of the user's text", () => {
+    const b = chat({
+      messages: [
+        user("weather in Paris and Rome?", C),
+        {
+          role: "assistant",
+          blocks: [
+            { type: BlockType.TOOL_USE, toolCallId: "call_1", toolName: "get_weather", toolInputJson: '{"city":"Paris"}', style: C },
+            { type: BlockType.TOOL_USE, toolCallId: "call_2", toolName: "get_weather", toolInputJson: '{"city":', style: C },
+          ],
+        },
+        { role: "tool", blocks: [{ type: BlockType.TOOL_RESULT, toolCallId: "call_1", text: "20C", style: C }] },
+        { role: "tool", blocks: [{ type: BlockType.TOOL_RESULT, toolCallId: "call_2", text: "25C", style: C }] },
+        user("thanks", C),
+      ],
+    });
+    assert.deepEqual(b.messages, [
+      { role: "user", content: "weather in Paris and Rome?" },
+      {
+        role: "assistant",
+        content: [
+          { type: "tool_use", id: "call_1", name: "get_weather", input: { city: "Paris" } },
+          { type: "tool_use", id: "call_2", name: "get_weather", input: {} }, // unparsable arguments
+        ],
+      },
+      {
+        role: "user",
+        content: [
+          { type: "tool_result", tool_use_id: "call_1", content: "20C" },
+          { type: "tool_result", tool_use_id: "call_2", content: "25C" },
+          { type: "text", text: "thanks" },
+        ],
+      },
+    ]);
+  });
+
+  it("merges consecutive turns of the same role, since roles must alternate", () => {
+    const b = chat({ messages: [user("a", C), user("b", C), { role: "assistant", blocks: [text("c")] }] });
+    assert.deepEqual(b.messages, [
+      { role: "user", content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] },
+      { role: "assistant", content: "c" },
+    ]);
+  });
+
+  it("turns a data: URL image into a base64 image block", () => {
+    const part = '{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo=","detail":"high"}}';
+    const b = chat({ messages: [{ role: "user", blocks: [text("what is this?"), { type: BlockType.IMAGE, rawJson: part, style: C }] }] });
+    assert.deepEqual(b.messages, [
+      { role: "user", content: [{ type: "text", text: "what is this?" }, { type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo=" } }] },
+    ]);
+  });
+
+  it("turns an http(s) image URL into a url image block", () => {
+    const part = '{"type":"image_url","image_url":{"url":"https://x.test/a.png"}}';
+    const b = chat({ messages: [{ role: "user", blocks: [{ type: BlockType.IMAGE, rawJson: part, style: C }] }] });
+    assert.deepEqual(b.messages, [{ role: "user", content: [{ type: "image", source: { type: "url", url: "https://x.test/a.png" } }] }]);
+  });
+
+  it("drops other chat-style parts, empty texts, and turns left empty", () => {
+    const ftp = '{"type":"image_url","image_url":{"url":"ftp://x.test/a.png"}}';
+    const b = chat({
+      messages: [
+        user("hi", C),
+        { role: "user", blocks: [{ type: BlockType.IMAGE, rawJson: ftp, style: C }, { type: BlockType.OTHER, rawJson: '{"type":"input_audio"}', style: C }] },
+        { role: "assistant", blocks: [text(""), text("ok")] },
+      ],
+    });
+    assert.deepEqual(b.messages, [{ role: "user", content: "hi" }, { role: "assistant", content: "ok" }]);
+  });
+
+  it("defaults max_tokens to 4096", () => {
+    assert.equal(chat({ messages: [user("hi", C)] }).max_tokens, 4096);
+  });
+
+  it("keeps a given max_tokens", () => {
+    assert.equal(chat({ maxTokens: 77, messages: [user("hi", C)] }).max_tokens, 77);
+  });
+
+  it("clamps temperature into 0..1", () => {
+    assert.equal(chat({ temperature: 1.6, messages: [user("hi", C)] }).temperature, 1);
+  });
+
+  it("translates stop, top_p and user, and copies no other chat-style field", () => {
+    const b = chat({
+      messages: [user("hi", C)],
+      extraJson: JSON.stringify({ stop: "END", top_p: 0.5, user: "u-9", frequency_penalty: 1, n: 2, logprobs: true, response_format: { type: "json_object" } }),
+    });
+    assert.deepEqual(b, { model: target.upstreamModel, max_tokens: 4096, messages: [{ role: "user", content: "hi" }], stop_sequences: ["END"], top_p: 0.5, metadata: { user_id: "u-9" } });
+  });
+
+  it("takes an array stop as stop_sequences", () => {
+    assert.deepEqual(chat({ messages: [user("hi", C)], extraJson: '{"stop":["a","b"]}' }).stop_sequences, ["a", "b"]);
+  });
+
+  it("maps function tools' parameters to input_schema, defaulting to an object schema", () => {
+    const b = chat({
+      messages: [user("hi", C)],
+      tools: [
+        { name: "lookup", description: "Look up", inputSchemaJson: '{"type":"object","properties":{"q":{"type":"string"}}}', extraJson: '{"strict":true}' },
+        { name: "ping" },
+      ],
+    });
+    assert.deepEqual(b.tools, [
+      { name: "lookup", description: "Look up", input_schema: { type: "object", properties: { q: { type: "string" } } } },
+      { name: "ping", input_schema: { type: "object" } },
+    ]);
+  });
+
+  for (const [choice, expected] of [
+    ['"auto"', { type: "auto" }],
+    ['"none"', { type: "none" }],
+    ['"required"', { type: "any" }],
+    ['{"type":"function","function":{"name":"lookup"}}', { type: "tool", name: "lookup" }],
+  ] as const) {
+    it(`maps tool_choice ${choice} to ${JSON.stringify(expected)}`, () => {
+      const b = chat({ messages: [user("hi", C)], tools: [{ name: "lookup" }], extraJson: `{"tool_choice":${choice}}` });
+      assert.deepEqual(b.tool_choice, expected);
+    });
+  }
+
+  it("maps parallel_tool_calls false to disable_parallel_tool_use", () => {
+    const b = chat({ messages: [user("hi", C)], tools: [{ name: "lookup" }], extraJson: '{"parallel_tool_calls":false}' });
+    assert.deepEqual(b.tool_choice, { type: "auto", disable_parallel_tool_use: true });
+  });
+
+  it("sends no tool_choice without tools", () => {
+    assert.equal("tool_choice" in chat({ messages: [user("hi", C)], extraJson: '{"tool_choice":"required"}' }), false);
+  });
+});

@@ -1,0 +1,62 @@
+import assert from "node:assert/strict";
+import { toErrorInfo } from "../../../../../src/core/errors.js";
+import { createOpenAiAdapter } from "../../../../../src/core/proxy/upstreams/openai/adapter.js";
+
+const adapter = createOpenAiAdapter();
+const openAiError = (message: string, type: string, code: string | null, param: string | null = null) =>
+  JSON.stringify({ error: { message, type, param, code } });
+
+const cases: { name: string; status: number; body: string; expect: { status: number; type: string; code: string; message: RegExp } }[] = [
+  {
+    name: "a 400 keeps its status, type and code",
+    status: 400,
+    body: openAiError("Invalid value for 'response_format'.", "invalid_request_error", "invalid_value", "response_format"),
+    expect: { status: 400, type: "invalid_request_error", code: "invalid_value", message: /^Upstream error: Invalid value for 'response_format'\.$/ },
+  },
+  {
+    name: "a 404 without a code gets upstream_error",
+    status: 404,
+    body: openAiError("The model `gpt-9` does not exist.", "invalid_request_error", null),
+    expect: { status: 404, type: "invalid_request_error", code: "upstream_error", message: /gpt-9/ },
+  },
+  {
+    name: "a 4xx with a non-JSON body still names its status",
+    status: 413,
+    body: "<html><body>413 Request Entity Too Large</body></html>",
+    expect: { status: 413, type: "invalid_request_error", code: "upstream_error", message: /status 413/ },
+  },
+  {
+    name: "a 429 is a rate_limit_error",
+    status: 429,
+    body: openAiError("Rate limit reached for gpt-4o on tokens per min (TPM).", "tokens", "rate_limit_exceeded"),
+    expect: { status: 429, type: "rate_limit_error", code: "rate_limit_exceeded", message: /Rate limit reached/ },
+  },
+  {
+    name: "a 429 with an empty body is still a rate_limit_error",
+    status: 429,
+    body: "",
+    expect: { status: 429, type: "rate_limit_error", code: "rate_limit_exceeded", message: /rate limit/i },
+  },
+  {
+    name: "a 500 becomes a 502 api_error",
+    status: 500,
+    body: openAiError("The server had an error while processing your request.", "server_error", null),
+    expect: { status: 502, type: "api_error", code: "upstream_error", message: /status 500/ },
+  },
+  {
+    name: "a 503 with an HTML body becomes a 502 that does not echo the body",
+    status: 503,
+    body: "<html><head><title>503 Service Temporarily Unavailable</title></head></html>",
+    expect: { status: 502, type: "api_error", code: "upstream_error", message: /^The upstream provider failed with status 503\.$/ },
+  },
+];
+
+describe("openai error conversion", () => {
+  for (const c of cases) {
+    it(c.name, () => {
+      const info = toErrorInfo(adapter.convertError(c.status, c.body));
+      assert.deepEqual({ status: info.status, type: info.type, code: info.code }, { status: c.expect.status, type: c.expect.type, code: c.expect.code });
+      assert.match(info.message, c.expect.message);
+    });
+  }
+});

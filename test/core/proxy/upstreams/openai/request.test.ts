@@ -1,0 +1,197 @@
+import assert from "node:assert/strict";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { ApiStyle, BlockType, StreamChatRequestSchema, type StreamChatRequest } from "../../../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
+import { createOpenAiAdapter } from "../../../../../src/core/proxy/upstreams/openai/adapter.js";
+import type { UpstreamTarget } from "../../../../../src/core/proxy/upstreams/adapter.js";
+import { chatCompletionsCodec } from "../../../../../src/facades/gateway/chat-completions-codec.js";
+
+const target: UpstreamTarget = { provider: "openai", style: ApiStyle.CHAT_COMPLETIONS, baseUrl: "https://api.openai.com/v1/", apiKey: "sk-test", upstreamModel: "gpt-4o" };
+const adapter = createOpenAiAdapter();
+
+function deepFreeze<T>(v: T): T {
+  if (typeof v === "object" && v !== null && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const k of Object.keys(v)) deepFreeze((v as Record<string, unknown>)[k]);
+  }
+  return v;
+}
+
+/** A canonical request, frozen so any mutation by the adapter throws. */
+const canonical = (init: MessageInitShape<typeof StreamChatRequestSchema>): StreamChatRequest =>
+  deepFreeze(create(StreamChatRequestSchema, { model: "chat-4o", ...init }));
+
+/** The chat codec's canonical form of a client body, as the gateway would hand it on. */
+const fromChatBody = (body: object): StreamChatRequest => canonical(chatCompletionsCodec.parseRequest(deepFreeze(structuredClone(body))));
+
+const bodyOf = (req: StreamChatRequest, t = target) => JSON.parse(adapter.buildRequest(req, t).body) as Record<string, unknown>;
+
+describe("openai request: http envelope", () => {
+  const req = canonical({ style: ApiStyle.CHAT_COMPLETIONS, messages: [{ role: "user", blocks: [{ type: BlockType.TEXT, text: "hi" }], contentIsString: true }] });
+
+  it("posts to {baseUrl}/chat/completions without a doubled slash", () => {
+    assert.equal(adapter.buildRequest(req, target).url, "https://api.openai.com/v1/chat/completions");
+  });
+
+  it("sends a bearer token and a JSON content type", () => {
+    assert.deepEqual(adapter.buildRequest(req, target).headers, { "content-type": "application/json", authorization: "Bearer sk-test" });
+  });
+
+  it("omits authorization when no key is configured", () => {
+    assert.equal(adapter.buildRequest(req, { ...target, apiKey: "" }).headers.authorization, undefined);
+  });
+
+  it("names the upstream model, not the public id", () => {
+    assert.equal(bodyOf(req).model, "gpt-4o");
+  });
+});
+
+describe("openai request: from a chat-completions client (same style)", () => {
+  const clientBody = {
+    model: "chat-4o",
+    messages: [
+      { role: "developer", content: "Be brief.", name: "ops" },
+      { role: "user", content: [{ type: "text", text: "What is in this image?" }, { type: "image_url", image_url: { url: "https://example.com/a.png", detail: "low" } }, { type: "input_audio", input_audio: { data: "UklGR", format: "wav" } }] },
+      { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "lookup", arguments: '{"q":"a"}' } }] },
+      { role: "tool", tool_call_id: "call_1", content: "a cat" },
+      { role: "tool", tool_call_id: "call_2", content: [{ type: "text", text: "part" }] },
+      { role: "assistant", content: "" , tool_calls: [{ id: "call_3", type: "function", function: { name: "lookup", arguments: "{}" } }] },
+    ],
+    temperature: 0.3,
+    max_tokens: 200,
+    top_p: 0.9,
+    stop: ["END"],
+    seed: 7,
+    user: "u-1",
+    logprobs: true,
+    top_logprobs: 2,
+    response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object" }, strict: true } },
+    tool_choice: { type: "function", function: { name: "lookup" } },
+    parallel_tool_calls: false,
+    metadata: { trace: "t1" },
+    tools: [{ type: "function", function: { name: "lookup", description: "Looks up", parameters: { type: "object", properties: { q: { type: "string" } } }, strict: true } }],
+  };
+
+  it("rebuilds the body exactly as the client sent it, unknown fields included", () => {
+    assert.deepEqual(bodyOf(fromChatBody(clientBody)), { ...clientBody, model: "gpt-4o" });
+  });
+
+  it("uses max_completion_tokens alone when the client did", () => {
+    const body = bodyOf(fromChatBody({ model: "chat-4o", messages: [{ role: "user", content: "x" }], max_completion_tokens: 50 }));
+    assert.equal(body.max_completion_tokens, 50);
+    assert.equal("max_tokens" in body, false);
+  });
+
+  it("turns on include_usage while keeping the client's other stream_options", () => {
+    const body = bodyOf(fromChatBody({ model: "chat-4o", messages: [{ role: "user", content: "x" }], stream: true, stream_options: { include_obfuscation: false } }));
+    assert.deepEqual([body.stream, body.stream_options], [true, { include_obfuscation: false, include_usage: true }]);
+  });
+
+  it("sends neither stream nor stream_options for a non-stream request", () => {
+    const req = canonical({ style: ApiStyle.CHAT_COMPLETIONS, stream: false, extraJson: '{"stream_options":{"include_usage":true}}', messages: [] });
+    const body = bodyOf(req);
+    assert.deepEqual(["stream" in body, "stream_options" in body], [false, false]);
+  });
+
+  it("gives a tool call with no input the arguments {}", () => {
+    const req = canonical({ style: ApiStyle.CHAT_COMPLETIONS, messages: [{ role: "assistant", blocks: [{ type: BlockType.TOOL_USE, toolCallId: "c", toolName: "f" }] }] });
+    assert.deepEqual((bodyOf(req).messages as unknown[])[0], { role: "assistant", content: null, tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: "{}" } }] });
+  });
+});
+
+describe("openai request: from a messages client (cross style)", () => {
+  const req = canonical({
+    style: ApiStyle.MESSAGES,
+    system: "You are terse.",
+    maxTokens: 300,
+    temperature: 0.5,
+    stream: true,
+    extraJson: JSON.stringify({ stop_sequences: ["STOP"], top_p: 0.8, top_k: 5, metadata: { user_id: "user-9" }, tool_choice: { type: "any", disable_parallel_tool_use: true }, thinking: { type: "enabled", budget_tokens: 1024 } }),
+    tools: [
+      { name: "get_weather", description: "Weather", inputSchemaJson: '{"type":"object","properties":{"city":{"type":"string"}}}', extraJson: '{"cache_control":{"type":"ephemeral"}}' },
+      { name: "", extraJson: '{"type":"web_search_20250305","name":"web_search"}' },
+    ],
+    messages: [
+      { role: "user", contentIsString: true, blocks: [{ type: BlockType.TEXT, text: "Weather in Paris?" }] },
+      {
+        role: "assistant",
+        blocks: [
+          { type: BlockType.OTHER, rawJson: '{"type":"thinking","thinking":"hmm","signature":"s"}', style: ApiStyle.MESSAGES },
+          { type: BlockType.TEXT, text: "Checking." },
+          { type: BlockType.TOOL_USE, toolCallId: "toolu_1", toolName: "get_weather", toolInputJson: '{"city":"Paris"}', extraJson: '{"cache_control":{"type":"ephemeral"}}', style: ApiStyle.MESSAGES },
+        ],
+      },
+      {
+        role: "user",
+        blocks: [
+          { type: BlockType.TOOL_RESULT, toolCallId: "toolu_1", text: "18C" },
+          { type: BlockType.TEXT, text: "And this?" },
+          { type: BlockType.IMAGE, rawJson: '{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0"}}', style: ApiStyle.MESSAGES },
+          { type: BlockType.IMAGE, rawJson: '{"type":"image","source":{"type":"file","file_id":"file_1"}}', style: ApiStyle.MESSAGES },
+        ],
+      },
+    ],
+  });
+
+  it("writes the system prompt as a leading system message", () => {
+    assert.deepEqual((bodyOf(req).messages as unknown[])[0], { role: "system", content: "You are terse." });
+  });
+
+  it("turns tool_use blocks into tool_calls, dropping thinking blocks", () => {
+    assert.deepEqual((bodyOf(req).messages as unknown[])[2], {
+      role: "assistant",
+      content: "Checking.",
+      tool_calls: [{ id: "toolu_1", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }],
+    });
+  });
+
+  it("puts tool results in tool messages before the rest of the user turn", () => {
+    const msgs = bodyOf(req).messages as unknown[];
+    assert.deepEqual(msgs[3], { role: "tool", tool_call_id: "toolu_1", content: "18C" });
+  });
+
+  it("turns a base64 image into a data URL part and drops an image it cannot express", () => {
+    assert.deepEqual((bodyOf(req).messages as unknown[])[4], {
+      role: "user",
+      content: [{ type: "text", text: "And this?" }, { type: "image_url", image_url: { url: "data:image/png;base64,iVBORw0" } }],
+    });
+  });
+
+  it("maps stop_sequences, top_p, metadata.user_id and tool_choice, and nothing else of the other style", () => {
+    const { messages: _m, tools: _t, ...rest } = bodyOf(req);
+    assert.deepEqual(rest, {
+      model: "gpt-4o",
+      stop: ["STOP"],
+      top_p: 0.8,
+      user: "user-9",
+      tool_choice: "required",
+      parallel_tool_calls: false,
+      temperature: 0.5,
+      max_tokens: 300,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+  });
+
+  it("maps input_schema to parameters and leaves out server tools", () => {
+    assert.deepEqual(bodyOf(req).tools, [
+      { type: "function", function: { name: "get_weather", description: "Weather", parameters: { type: "object", properties: { city: { type: "string" } } } } },
+    ]);
+  });
+
+  it("maps a named tool_choice to a function choice", () => {
+    const named = canonical({ style: ApiStyle.MESSAGES, extraJson: '{"tool_choice":{"type":"tool","name":"get_weather"}}', tools: [{ name: "get_weather" }], messages: [] });
+    assert.deepEqual(bodyOf(named).tool_choice, { type: "function", function: { name: "get_weather" } });
+  });
+
+  it("sends no tool_choice when no tools are sent", () => {
+    const noTools = canonical({ style: ApiStyle.MESSAGES, extraJson: '{"tool_choice":{"type":"auto"}}', messages: [] });
+    assert.equal("tool_choice" in bodyOf(noTools), false);
+  });
+});
+
+describe("openai request: a system prompt set by the core", () => {
+  it("goes first, as a system message, for a chat-style request", () => {
+    const req = canonical({ style: ApiStyle.CHAT_COMPLETIONS, system: "Policy.", messages: [{ role: "user", contentIsString: true, blocks: [{ type: BlockType.TEXT, text: "hi" }] }] });
+    assert.deepEqual(bodyOf(req).messages, [{ role: "system", content: "Policy." }, { role: "user", content: "hi" }]);
+  });
+});

@@ -1,0 +1,108 @@
+import assert from "node:assert/strict";
+import { create, toJson } from "@bufbuild/protobuf";
+import { ApiStyle, CompletionSchema, StreamChatRequestSchema } from "../../../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
+import { toErrorInfo } from "../../../../../src/core/errors.js";
+import { createOpenAiAdapter } from "../../../../../src/core/proxy/upstreams/openai/adapter.js";
+
+const adapter = createOpenAiAdapter();
+const req = create(StreamChatRequestSchema, { model: "chat-4o", style: ApiStyle.CHAT_COMPLETIONS });
+
+const usage = {
+  prompt_tokens: 82,
+  completion_tokens: 17,
+  total_tokens: 99,
+  prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 },
+  completion_tokens_details: { reasoning_tokens: 0, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
+};
+
+const textBody = {
+  id: "chatcmpl-BkZ1a2b3c4d5e6f7g8h9i0j1k2l3m",
+  object: "chat.completion",
+  created: 1750432000,
+  model: "gpt-4o-2024-08-06",
+  choices: [{ index: 0, message: { role: "assistant", content: "Paris.", refusal: null, annotations: [] }, logprobs: null, finish_reason: "stop" }],
+  usage,
+  service_tier: "default",
+  system_fingerprint: "fp_07871e2ad8",
+};
+
+const toolBody = {
+  ...textBody,
+  choices: [{
+    index: 0,
+    message: {
+      role: "assistant",
+      content: null,
+      tool_calls: [
+        { id: "call_a", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } },
+        { id: "call_b", type: "function", function: { name: "get_weather", arguments: '{"city":"Tokyo"}' } },
+      ],
+      refusal: null,
+      annotations: [],
+    },
+    logprobs: null,
+    finish_reason: "tool_calls",
+  }],
+};
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const json = (body: unknown) => toJson(CompletionSchema, adapter.parseCompletion(body, req)) as Record<string, any>;
+
+describe("openai response conversion", () => {
+  it("converts a text answer with the public model id and the extras of each level", () => {
+    assert.deepEqual(json(textBody), {
+      id: "chatcmpl-BkZ1a2b3c4d5e6f7g8h9i0j1k2l3m",
+      model: "chat-4o",
+      created: 1750432000,
+      blocks: [{ type: "BLOCK_TYPE_TEXT", text: "Paris." }],
+      finishReason: "FINISH_REASON_END_TURN",
+      usage: { inputTokens: 82, outputTokens: 17, extraJson: JSON.stringify({ prompt_tokens_details: usage.prompt_tokens_details, completion_tokens_details: usage.completion_tokens_details }) },
+      upstreamStyle: "API_STYLE_CHAT_COMPLETIONS",
+      extraJson: '{"service_tier":"default","system_fingerprint":"fp_07871e2ad8"}',
+      messageExtraJson: '{"refusal":null,"annotations":[]}',
+    });
+  });
+
+  it("converts tool calls to one tool-use block each, in order", () => {
+    assert.deepEqual(json(toolBody).blocks, [
+      { type: "BLOCK_TYPE_TOOL_USE", toolCallId: "call_a", toolName: "get_weather", toolInputJson: '{"city":"Paris"}' },
+      { type: "BLOCK_TYPE_TOOL_USE", toolCallId: "call_b", toolName: "get_weather", toolInputJson: '{"city":"Tokyo"}' },
+    ]);
+  });
+
+  for (const [reason, expected] of [
+    ["stop", "FINISH_REASON_END_TURN"],
+    ["length", "FINISH_REASON_MAX_TOKENS"],
+    ["tool_calls", "FINISH_REASON_TOOL_USE"],
+    ["function_call", "FINISH_REASON_TOOL_USE"],
+    ["content_filter", "FINISH_REASON_CONTENT_FILTER"],
+  ]) {
+    it(`maps finish_reason ${reason} to ${expected}`, () => {
+      const body = { ...textBody, choices: [{ ...textBody.choices[0], finish_reason: reason }] };
+      assert.equal(json(body).finishReason, expected);
+    });
+  }
+
+  it("reads choice 0 when the upstream returned several", () => {
+    const second = { index: 1, message: { role: "assistant", content: "Other." }, finish_reason: "stop" };
+    assert.deepEqual(json({ ...textBody, choices: [second, textBody.choices[0]] }).blocks, [{ type: "BLOCK_TYPE_TEXT", text: "Paris." }]);
+  });
+
+  it("leaves usage unset when the upstream sent none", () => {
+    const { usage: _u, ...noUsage } = textBody;
+    assert.equal(adapter.parseCompletion(noUsage, req).usage, undefined);
+  });
+
+  it("does not change the upstream body", () => {
+    const copy = structuredClone(toolBody);
+    adapter.parseCompletion(copy, req);
+    assert.deepEqual(copy, toolBody);
+  });
+
+  it("rejects a body without choices as a 502 upstream_invalid_response", () => {
+    assert.throws(() => adapter.parseCompletion({ id: "x" }, req), (err) => {
+      const info = toErrorInfo(err);
+      return info.status === 502 && info.code === "upstream_invalid_response";
+    });
+  });
+});

@@ -1,0 +1,188 @@
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { create } from "@bufbuild/protobuf";
+import {
+  ApiStyle,
+  BlockType,
+  FinishReason,
+  StreamChatRequestSchema,
+  type StreamChatResponse,
+} from "../../../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
+import { toErrorInfo } from "../../../../../src/core/errors.js";
+import { SseParser } from "../../../../../src/core/sse.js";
+import { createOpenAiAdapter } from "../../../../../src/core/proxy/upstreams/openai/adapter.js";
+
+const fixture = (name: string): string => readFileSync(new URL(`../../../../fixtures/openai/${name}`, import.meta.url), "utf8");
+const req = create(StreamChatRequestSchema, { model: "chat-4o", style: ApiStyle.CHAT_COMPLETIONS, stream: true });
+
+/** A compact, readable form of one canonical event. */
+function brief(e: StreamChatResponse): unknown[] {
+  const ev = e.event;
+  switch (ev.case) {
+    case "messageStart":
+      return ["start", ev.value.id, ev.value.model, ev.value.created, ApiStyle[ev.value.upstreamStyle], ev.value.extraJson ? JSON.parse(ev.value.extraJson) : {}];
+    case "blockStart":
+      return ["blockStart", ev.value.index, BlockType[ev.value.block!.type], ev.value.block!.toolCallId, ev.value.block!.toolName];
+    case "blockDelta":
+      return ["delta", ev.value.index, ev.value.text || ev.value.partialJson];
+    case "blockStop":
+      return ["blockStop", ev.value.index];
+    case "messageEnd": {
+      const u = ev.value.usage;
+      return ["end", FinishReason[ev.value.finishReason], u ? [u.inputTokens, u.outputTokens, u.extraJson ? JSON.parse(u.extraJson) : {}] : null];
+    }
+    default:
+      return [ev.case];
+  }
+}
+
+/** Feeds text pieces through the SSE parser and the converter, as the proxy does. */
+function convert(pieces: string[]) {
+  const parser = new SseParser();
+  const conv = createOpenAiAdapter().createStreamConverter(req);
+  const events: StreamChatResponse[] = [];
+  for (const p of pieces) for (const e of parser.push(p)) events.push(...conv.push(e));
+  for (const e of parser.end()) events.push(...conv.push(e));
+  events.push(...conv.end());
+  return { events: events.map(brief), complete: conv.complete };
+}
+
+/** Splits bytes every `size` bytes and decodes them as a network reader would (multi-byte chars cut in two). */
+function splitBytes(text: string, size: number): string[] {
+  const bytes = new TextEncoder().encode(text);
+  const dec = new TextDecoder("utf-8");
+  const out: string[] = [];
+  for (let i = 0; i < bytes.length; i += size) out.push(dec.decode(bytes.subarray(i, i + size), { stream: true }));
+  out.push(dec.decode());
+  return out;
+}
+
+const usageDetails = {
+  prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 },
+  completion_tokens_details: { reasoning_tokens: 0, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
+};
+
+const cases: { name: string; file: string; complete: boolean; events: unknown[][] }[] = [
+  {
+    name: "plain text with a usage chunk",
+    file: "text-with-usage.sse",
+    complete: true,
+    events: [
+      ["start", "chatcmpl-BkXy3nQ8rJ2mVwL0pT5sA9cD1eF7g", "chat-4o", 1750431221, "CHAT_COMPLETIONS", { service_tier: "default", system_fingerprint: "fp_07871e2ad8" }],
+      ["blockStart", 0, "TEXT", "", ""],
+      ...["Hello", "!", " How", " can", " I", " help", " you", " today", "?"].map((t) => ["delta", 0, t]),
+      ["blockStop", 0],
+      ["end", "END_TURN", [19, 10, usageDetails]],
+    ],
+  },
+  {
+    name: "two parallel tool calls",
+    file: "parallel-tool-calls.sse",
+    complete: true,
+    events: [
+      ["start", "chatcmpl-BkY0aT4uVc8nR1pQ6sW2xZ3yB5dE9", "chat-4o", 1750431388, "CHAT_COMPLETIONS", { service_tier: "default", system_fingerprint: "fp_a288987b44" }],
+      ["blockStart", 0, "TOOL_USE", "call_8Jq2mX4kR7tV1nB3cD5eF6gH", "get_weather"],
+      ["delta", 0, '{"lo'], ["delta", 0, "cation"], ["delta", 0, '": "Par'], ["delta", 0, 'is, France"}'],
+      ["blockStop", 0],
+      ["blockStart", 1, "TOOL_USE", "call_Zy9xW8vU7tS6rQ5pO4nM3lK2", "get_weather"],
+      ["delta", 1, '{"lo'], ["delta", 1, "cation"], ["delta", 1, '": "Tok'], ["delta", 1, 'yo, Japan"}'],
+      ["blockStop", 1],
+      ["end", "TOOL_USE", null],
+    ],
+  },
+  {
+    name: "content filter finish behind an Azure prompt-filter chunk",
+    file: "content-filter.sse",
+    complete: true,
+    events: [
+      ["start", "chatcmpl-AzF1lt3r9qP0oN8mL7kJ6iH5gF4eD", "chat-4o", 1750431502, "CHAT_COMPLETIONS", { system_fingerprint: "fp_ee1d74bde0" }],
+      ["blockStart", 0, "TEXT", "", ""],
+      ["delta", 0, "Here is"],
+      ["delta", 0, " the story"],
+      ["blockStop", 0],
+      ["end", "CONTENT_FILTER", null],
+    ],
+  },
+  {
+    name: "multi-byte text cut at max tokens",
+    file: "multibyte-text.sse",
+    complete: true,
+    events: [
+      ["start", "chatcmpl-BkY2mUlT1bYt3Xt8qW9eR0tY1uI2o", "chat-4o", 1750431640, "CHAT_COMPLETIONS", { service_tier: "default", system_fingerprint: "fp_34a54ae93c" }],
+      ["blockStart", 0, "TEXT", "", ""],
+      ...["こんにちは", "、世界", "！ 👋🏽", " Ça va", "? ", "Grüße 🇫🇷"].map((t) => ["delta", 0, t]),
+      ["blockStop", 0],
+      ["end", "MAX_TOKENS", [12, 16, usageDetails]],
+    ],
+  },
+  {
+    name: "text then a tool call, cut before [DONE]",
+    file: "text-then-tool-truncated.sse",
+    complete: false,
+    events: [
+      ["start", "chatcmpl-BkY3pLkM2nB4vC6xZ8aS0dF2gH4jK", "chat-4o", 1750431777, "CHAT_COMPLETIONS", { system_fingerprint: "fp_07871e2ad8" }],
+      ["blockStart", 0, "TEXT", "", ""],
+      ["delta", 0, "Let me check."],
+      ["blockStop", 0],
+      ["blockStart", 1, "TOOL_USE", "call_Ab12Cd34Ef56Gh78Ij90Kl12", "lookup"],
+      ["delta", 1, '{"q":'],
+      ["blockStop", 1],
+      ["end", "UNSPECIFIED", null],
+    ],
+  },
+];
+
+describe("openai stream converter", () => {
+  for (const c of cases) {
+    it(`converts ${c.name}`, () => {
+      const got = convert([fixture(c.file)]);
+      assert.deepEqual(got.events, c.events);
+    });
+
+    it(`reports complete=${c.complete} for ${c.name}`, () => {
+      assert.equal(convert([fixture(c.file)]).complete, c.complete);
+    });
+
+    it(`gives the same events for ${c.name} split at every byte size from 1 to 64`, () => {
+      const text = fixture(c.file);
+      for (let size = 1; size <= 64; size++) assert.deepEqual(convert(splitBytes(text, size)).events, c.events, `split every ${size} bytes`);
+    });
+  }
+
+  it("emits nothing more after [DONE], even from end()", () => {
+    const conv = createOpenAiAdapter().createStreamConverter(req);
+    const events = new SseParser().push(fixture("text-with-usage.sse"));
+    for (const e of events) conv.push(e);
+    assert.deepEqual(conv.end(), []);
+  });
+
+  it("throws a 502 upstream_invalid_response on a chunk that is not JSON", () => {
+    const conv = createOpenAiAdapter().createStreamConverter(req);
+    assert.throws(() => conv.push({ event: undefined, data: '{"id":"chatcmpl-1","choices":[' }), (err) => {
+      const info = toErrorInfo(err);
+      return info.status === 502 && info.type === "api_error" && info.code === "upstream_invalid_response";
+    });
+  });
+
+  it("throws a 502 upstream_error carrying the message of an error object sent mid-stream", () => {
+    const conv = createOpenAiAdapter().createStreamConverter(req);
+    const [first, second] = new SseParser().push(fixture("midstream-error.sse"));
+    assert.equal(conv.push(first!).length, 1);
+    assert.throws(() => conv.push(second!), (err) => {
+      const info = toErrorInfo(err);
+      return info.status === 502 && info.code === "upstream_error" && info.message.includes("The server had an error");
+    });
+  });
+
+  it("ignores choices other than index 0", () => {
+    const conv = createOpenAiAdapter().createStreamConverter(req);
+    const chunk = { id: "chatcmpl-n", created: 1, choices: [{ index: 1, delta: { content: "other" } }, { index: 0, delta: { content: "mine" } }] };
+    const out = conv.push({ event: undefined, data: JSON.stringify(chunk) }).map(brief);
+    assert.deepEqual(out.slice(1), [["blockStart", 0, "TEXT", "", ""], ["delta", 0, "mine"]]);
+  });
+
+  it("closes an empty body with message_start and message_end so the answer is well-formed", () => {
+    const conv = createOpenAiAdapter().createStreamConverter(req);
+    assert.deepEqual(conv.end().map(brief), [["start", "", "chat-4o", 0, "CHAT_COMPLETIONS", {}], ["end", "UNSPECIFIED", null]]);
+  });
+});

@@ -1,0 +1,329 @@
+import assert from "node:assert/strict";
+import { create, toJson, type MessageInitShape } from "@bufbuild/protobuf";
+import OpenAI from "openai";
+import {
+  ApiStyle,
+  BlockType,
+  CompletionSchema,
+  FinishReason,
+  StreamChatRequestSchema,
+  StreamChatResponseSchema,
+  type Completion,
+  type StreamChatResponse,
+} from "../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
+import { toErrorInfo } from "../../../src/core/errors.js";
+import { chatCompletionsCodec as codec } from "../../../src/facades/gateway/chat-completions-codec.js";
+
+const user = [{ role: "user", content: "hi" }];
+const valid = (extra: object = {}) => ({ model: "chat-4o", messages: user, ...extra });
+
+function deepFreeze<T>(v: T): T {
+  if (typeof v === "object" && v !== null && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const k of Object.keys(v)) deepFreeze((v as Record<string, unknown>)[k]);
+  }
+  return v;
+}
+
+/** Parses a (frozen) body into the canonical request as JSON, for readable comparisons. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
+const canonical = (body: unknown) => toJson(StreamChatRequestSchema, create(StreamChatRequestSchema, codec.parseRequest(deepFreeze(body)))) as Json;
+
+describe("chat-completions codec: invalid requests", () => {
+  const cases: [string, unknown, string, string][] = [
+    ["a body that is not an object", [1], "invalid_body", "body"],
+    ["no model", { messages: user }, "missing_required_field", "`model`"],
+    ["an empty model", valid({ model: "" }), "invalid_value", "`model`"],
+    ["a numeric model", valid({ model: 4 }), "invalid_type", "`model`"],
+    ["no messages", { model: "chat-4o" }, "missing_required_field", "`messages`"],
+    ["empty messages", valid({ messages: [] }), "invalid_value", "`messages`"],
+    ["messages not an array", valid({ messages: "hi" }), "invalid_type", "`messages`"],
+    ["a message that is not an object", valid({ messages: ["hi"] }), "invalid_type", "`messages[0]`"],
+    ["an unknown role", valid({ messages: [{ role: "robot", content: "x" }] }), "invalid_value", "`messages[0].role`"],
+    ["a missing role", valid({ messages: [{ content: "x" }] }), "missing_required_field", "`messages[0].role`"],
+    ["user content null", valid({ messages: [{ role: "user", content: null }] }), "missing_required_field", "`messages[0].content`"],
+    ["assistant content null without tool calls", valid({ messages: [{ role: "assistant", content: null }] }), "missing_required_field", "`messages[0].content`"],
+    ["content a number", valid({ messages: [{ role: "user", content: 5 }] }), "invalid_type", "`messages[0].content`"],
+    ["a content part without type", valid({ messages: [{ role: "user", content: [{ text: "x" }] }] }), "missing_required_field", "`messages[0].content[0].type`"],
+    ["a text part without text", valid({ messages: [{ role: "user", content: [{ type: "text" }] }] }), "missing_required_field", "`messages[0].content[0].text`"],
+    ["a tool message without tool_call_id", valid({ messages: [{ role: "tool", content: "r" }] }), "missing_required_field", "`messages[0].tool_call_id`"],
+    ["a tool call without function", valid({ messages: [{ role: "assistant", tool_calls: [{ id: "c", type: "function" }] }] }), "missing_required_field", "`messages[0].tool_calls[0].function`"],
+    ["a tool call with arguments as an object", valid({ messages: [{ role: "assistant", tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: {} } }] }] }), "invalid_type", "`messages[0].tool_calls[0].function.arguments`"],
+    ["temperature above 2", valid({ temperature: 2.5 }), "invalid_value", "`temperature`"],
+    ["temperature a string", valid({ temperature: "hot" }), "invalid_type", "`temperature`"],
+    ["max_tokens zero", valid({ max_tokens: 0 }), "invalid_value", "`max_tokens`"],
+    ["max_tokens fractional", valid({ max_tokens: 1.5 }), "invalid_type", "`max_tokens`"],
+    ["max_completion_tokens negative", valid({ max_completion_tokens: -1 }), "invalid_value", "`max_completion_tokens`"],
+    ["stream a string", valid({ stream: "yes" }), "invalid_type", "`stream`"],
+    ["n of 2", valid({ n: 2 }), "unsupported_parameter", "`n`"],
+    ["stream_options without stream", valid({ stream_options: { include_usage: true } }), "invalid_value", "`stream_options`"],
+    ["stream_options not an object", valid({ stream: true, stream_options: true }), "invalid_type", "`stream_options`"],
+    ["tools not an array", valid({ tools: {} }), "invalid_type", "`tools`"],
+    ["a tool of another type", valid({ tools: [{ type: "retrieval" }] }), "invalid_value", "`tools[0].type`"],
+    ["a tool without function", valid({ tools: [{ type: "function" }] }), "missing_required_field", "`tools[0].function`"],
+    ["a tool name with spaces", valid({ tools: [{ type: "function", function: { name: "get weather" } }] }), "invalid_value", "`tools[0].function.name`"],
+    ["a tool name of 65 characters", valid({ tools: [{ type: "function", function: { name: "a".repeat(65) } }] }), "invalid_value", "`tools[0].function.name`"],
+    ["tool parameters as a string", valid({ tools: [{ type: "function", function: { name: "f", parameters: "{}" } }] }), "invalid_type", "`tools[0].function.parameters`"],
+    ["a tool description as a number", valid({ tools: [{ type: "function", function: { name: "f", description: 1 } }] }), "invalid_type", "`tools[0].function.description`"],
+  ];
+  for (const [name, body, code, field] of cases) {
+    it(`rejects ${name} with ${code}, naming ${field}`, () => {
+      assert.throws(() => codec.parseRequest(deepFreeze(body)), (err) => {
+        const info = toErrorInfo(err);
+        assert.deepEqual([info.status, info.type, info.code], [400, "invalid_request_error", code]);
+        assert.ok(info.message.includes(field), `message "${info.message}" names ${field}`);
+        return true;
+      });
+    });
+  }
+});
+
+describe("chat-completions codec: valid requests", () => {
+  it("converts a minimal request", () => {
+    assert.deepEqual(canonical(valid()), {
+      style: "API_STYLE_CHAT_COMPLETIONS",
+      model: "chat-4o",
+      messages: [{ role: "user", blocks: [{ type: "BLOCK_TYPE_TEXT", text: "hi", style: "API_STYLE_CHAT_COMPLETIONS" }], contentIsString: true }],
+    });
+  });
+
+  it("converts content parts: text, image_url and others kept whole", () => {
+    const parts = [{ type: "text", text: "look" }, { type: "image_url", image_url: { url: "https://x/y.png" } }, { type: "file", file: { file_id: "f1" } }];
+    assert.deepEqual(canonical(valid({ messages: [{ role: "user", content: parts }] })).messages, [{
+      role: "user",
+      blocks: [
+        { type: "BLOCK_TYPE_TEXT", text: "look", style: "API_STYLE_CHAT_COMPLETIONS" },
+        { type: "BLOCK_TYPE_IMAGE", rawJson: JSON.stringify(parts[1]), style: "API_STYLE_CHAT_COMPLETIONS" },
+        { type: "BLOCK_TYPE_OTHER", rawJson: JSON.stringify(parts[2]), style: "API_STYLE_CHAT_COMPLETIONS" },
+      ],
+    }]);
+  });
+
+  it("converts assistant tool calls and tool results", () => {
+    const messages = [
+      { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "f", arguments: '{"a":1}' } }] },
+      { role: "tool", tool_call_id: "call_1", content: "done" },
+    ];
+    assert.deepEqual(canonical(valid({ messages })).messages, [
+      { role: "assistant", blocks: [{ type: "BLOCK_TYPE_TOOL_USE", toolCallId: "call_1", toolName: "f", toolInputJson: '{"a":1}', style: "API_STYLE_CHAT_COMPLETIONS" }] },
+      { role: "tool", blocks: [{ type: "BLOCK_TYPE_TOOL_RESULT", toolCallId: "call_1", text: "done", style: "API_STYLE_CHAT_COMPLETIONS" }], contentIsString: true },
+    ]);
+  });
+
+  it("keeps unknown message fields in the message's extra_json", () => {
+    const got = canonical(valid({ messages: [{ role: "user", content: "hi", name: "ann" }] }));
+    assert.equal((got.messages as { extraJson: string }[])[0]!.extraJson, '{"name":"ann"}');
+  });
+
+  it("takes temperature, max_tokens and stream into canonical fields", () => {
+    const got = canonical(valid({ temperature: 0, max_tokens: 64, stream: true }));
+    assert.deepEqual([got.temperature, got.maxTokens, got.stream, got.extraJson], [0, 64, true, undefined]);
+  });
+
+  it("takes max_completion_tokens as the limit and keeps it verbatim", () => {
+    const got = canonical(valid({ max_completion_tokens: 99 }));
+    assert.deepEqual([got.maxTokens, got.extraJson], [99, '{"max_completion_tokens":99}']);
+  });
+
+  it("keeps every other top-level field verbatim in extra_json", () => {
+    const extra = { top_p: 0.5, stop: "x", seed: 1, user: "u", n: 1, response_format: { type: "json_object" }, tool_choice: "auto", stream_options: { include_usage: true } };
+    assert.deepEqual(JSON.parse(canonical(valid({ ...extra, stream: true })).extraJson as string), extra);
+  });
+
+  it("converts tools, keeping function-level extras under `function`", () => {
+    const tools = [{ type: "function", function: { name: "get_weather", description: "Weather", parameters: { type: "object" }, strict: true } }];
+    assert.deepEqual(canonical(valid({ tools })).tools, [
+      { name: "get_weather", description: "Weather", inputSchemaJson: '{"type":"object"}', extraJson: '{"function":{"strict":true}}' },
+    ]);
+  });
+});
+
+// --- rendering ---------------------------------------------------------------------------------
+
+const completion = (init: Exclude<MessageInitShape<typeof CompletionSchema>, Completion>): Completion =>
+  create(CompletionSchema, {
+    id: "chatcmpl-abc",
+    model: "chat-4o",
+    created: 1750432000,
+    finishReason: FinishReason.END_TURN,
+    usage: { inputTokens: 10, outputTokens: 5, extraJson: '{"prompt_tokens_details":{"cached_tokens":0}}' },
+    upstreamStyle: ApiStyle.CHAT_COMPLETIONS,
+    ...init,
+  });
+
+const textAnswer = completion({
+  blocks: [{ type: BlockType.TEXT, text: "Hello!" }],
+  extraJson: '{"system_fingerprint":"fp_1","service_tier":"default"}',
+  messageExtraJson: '{"refusal":null,"annotations":[{"type":"url_citation"}]}',
+});
+const toolAnswer = completion({
+  finishReason: FinishReason.TOOL_USE,
+  blocks: [
+    { type: BlockType.TOOL_USE, toolCallId: "call_1", toolName: "f", toolInputJson: '{"a":1}' },
+    { type: BlockType.TOOL_USE, toolCallId: "call_2", toolName: "g", toolInputJson: "" },
+  ],
+});
+
+describe("chat-completions codec: rendering a completion", () => {
+  it("renders a same-style text answer with its extras back in place", () => {
+    assert.deepEqual(codec.renderCompletion(textAnswer), {
+      id: "chatcmpl-abc",
+      object: "chat.completion",
+      created: 1750432000,
+      model: "chat-4o",
+      choices: [{ index: 0, message: { role: "assistant", content: "Hello!", refusal: null, annotations: [{ type: "url_citation" }] }, logprobs: null, finish_reason: "stop" }],
+      usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15, prompt_tokens_details: { cached_tokens: 0 } },
+      system_fingerprint: "fp_1",
+      service_tier: "default",
+    });
+  });
+
+  it("renders tool calls with null content", () => {
+    const msg = (codec.renderCompletion(toolAnswer) as { choices: { message: object; finish_reason: string }[] }).choices[0]!;
+    assert.deepEqual(msg, {
+      index: 0,
+      message: {
+        role: "assistant",
+        content: null,
+        refusal: null,
+        annotations: [],
+        tool_calls: [
+          { id: "call_1", type: "function", function: { name: "f", arguments: '{"a":1}' } },
+          { id: "call_2", type: "function", function: { name: "g", arguments: "{}" } },
+        ],
+      },
+      logprobs: null,
+      finish_reason: "tool_calls",
+    });
+  });
+
+  it("leaves out the extras of an answer from the other style", () => {
+    const cross = completion({ upstreamStyle: ApiStyle.MESSAGES, blocks: [{ type: BlockType.TEXT, text: "x" }], extraJson: '{"container":null}', usage: { inputTokens: 1, outputTokens: 2, extraJson: '{"cache_read_input_tokens":0}' } });
+    const out = codec.renderCompletion(cross) as Record<string, unknown>;
+    assert.deepEqual([out.container, out.usage], [undefined, { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 }]);
+  });
+
+  for (const [reason, name] of [
+    [FinishReason.END_TURN, "stop"],
+    [FinishReason.STOP_SEQUENCE, "stop"],
+    [FinishReason.PAUSE_TURN, "stop"],
+    [FinishReason.MAX_TOKENS, "length"],
+    [FinishReason.TOOL_USE, "tool_calls"],
+    [FinishReason.CONTENT_FILTER, "content_filter"],
+  ] as const) {
+    it(`renders ${FinishReason[reason]} as ${name}`, () => {
+      const out = codec.renderCompletion(completion({ finishReason: reason })) as { choices: { finish_reason: string }[] };
+      assert.equal(out.choices[0]!.finish_reason, name);
+    });
+  }
+});
+
+// --- streams -----------------------------------------------------------------------------------
+
+const ev = (event: MessageInitShape<typeof StreamChatResponseSchema>["event"]): StreamChatResponse =>
+  create(StreamChatResponseSchema, { event });
+
+const textEvents = [
+  ev({ case: "messageStart", value: { id: "chatcmpl-s1", model: "chat-4o", created: 1750432000, upstreamStyle: ApiStyle.CHAT_COMPLETIONS, extraJson: '{"system_fingerprint":"fp_1"}' } }),
+  ev({ case: "blockStart", value: { index: 0, block: { type: BlockType.TEXT } } }),
+  ev({ case: "blockDelta", value: { index: 0, text: "Hel" } }),
+  ev({ case: "blockDelta", value: { index: 0, text: "lo" } }),
+  ev({ case: "blockStop", value: { index: 0 } }),
+  ev({ case: "blockStart", value: { index: 1, block: { type: BlockType.TOOL_USE, toolCallId: "call_1", toolName: "f" } } }),
+  ev({ case: "blockDelta", value: { index: 1, partialJson: '{"a":' } }),
+  ev({ case: "blockDelta", value: { index: 1, partialJson: "1}" } }),
+  ev({ case: "blockStop", value: { index: 1 } }),
+  ev({ case: "blockStart", value: { index: 2, block: { type: BlockType.TOOL_USE, toolCallId: "call_2", toolName: "g" } } }),
+  ev({ case: "blockDelta", value: { index: 2, partialJson: "{}" } }),
+  ev({ case: "blockStop", value: { index: 2 } }),
+  ev({ case: "messageEnd", value: { finishReason: FinishReason.TOOL_USE, usage: { inputTokens: 10, outputTokens: 5 } } }),
+];
+
+const renderAll = (events: StreamChatResponse[], extra: object = {}) => {
+  const r = codec.createStreamRenderer({ model: "chat-4o", stream: true, extraJson: JSON.stringify(extra) });
+  return events.map((e) => r.render(e)).join("");
+};
+
+/** The JSON data of each `data:` line ([DONE] kept as the string). */
+const dataLines = (sse: string) =>
+  sse.split("\n\n").filter(Boolean).map((block) => {
+    assert.ok(block.startsWith("data: "), `every event is a single data line: ${block}`);
+    const data = block.slice(6);
+    return data === "[DONE]" ? data : JSON.parse(data);
+  });
+
+/** The official SDK's own parsers, fed the SSE text through a fetch that never touches the network. */
+function sdkClient(sse: string, contentType = "text/event-stream"): OpenAI {
+  return new OpenAI({ apiKey: "k", baseURL: "http://gateway.invalid/v1", maxRetries: 0, fetch: async () => new Response(sse, { headers: { "content-type": contentType } }) });
+}
+
+describe("chat-completions codec: rendering a stream", () => {
+  it("writes OpenAI chunks: role, content, tool calls, finish, [DONE]", () => {
+    const head = { id: "chatcmpl-s1", object: "chat.completion.chunk", created: 1750432000, model: "chat-4o", system_fingerprint: "fp_1" };
+    const chunk = (delta: object, finish: string | null = null) => ({ ...head, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] });
+    assert.deepEqual(dataLines(renderAll(textEvents)), [
+      chunk({ role: "assistant", content: "" }),
+      chunk({ content: "Hel" }),
+      chunk({ content: "lo" }),
+      chunk({ tool_calls: [{ index: 0, id: "call_1", type: "function", function: { name: "f", arguments: "" } }] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: '{"a":' } }] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: "1}" } }] }),
+      chunk({ tool_calls: [{ index: 1, id: "call_2", type: "function", function: { name: "g", arguments: "" } }] }),
+      chunk({ tool_calls: [{ index: 1, function: { arguments: "{}" } }] }),
+      chunk({}, "tool_calls"),
+      "[DONE]",
+    ]);
+  });
+
+  it("adds the usage chunk with empty choices only when stream_options.include_usage is set", () => {
+    const lines = dataLines(renderAll(textEvents, { stream_options: { include_usage: true } }));
+    assert.deepEqual(lines.at(-2).choices, []);
+    assert.deepEqual(lines.at(-2).usage, { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 });
+  });
+
+  it("renders a whole completion served to a stream request as the full chunk sequence", () => {
+    const lines = dataLines(renderAll([ev({ case: "completion", value: textAnswer })]));
+    assert.deepEqual(lines.map((l) => (l === "[DONE]" ? l : [l.choices[0].delta, l.choices[0].finish_reason])), [
+      [{ role: "assistant", content: "" }, null],
+      [{ content: "Hello!" }, null],
+      [{}, "stop"],
+      "[DONE]",
+    ]);
+  });
+
+  it("writes an error as a data event with the error object and no [DONE]", () => {
+    const r = codec.createStreamRenderer({ model: "chat-4o" });
+    assert.equal(r.error({ status: 502, type: "api_error", code: "upstream_error", message: "Upstream failed." }),
+      'data: {"error":{"message":"Upstream failed.","type":"api_error","code":"upstream_error"}}\n\n');
+  });
+
+  it("is accepted by the openai SDK's stream helper, which rebuilds the whole answer", async () => {
+    const stream = sdkClient(renderAll(textEvents, { stream_options: { include_usage: true } })).chat.completions.stream({ model: "chat-4o", messages: [{ role: "user", content: "x" }] });
+    const final = await stream.finalChatCompletion();
+    assert.equal(final.choices[0]!.message.content, "Hello");
+    assert.deepEqual(final.choices[0]!.message.tool_calls?.map((c) => c.type === "function" && [c.id, c.function.name, c.function.arguments]), [["call_1", "f", '{"a":1}'], ["call_2", "g", "{}"]]);
+    assert.equal(final.choices[0]!.finish_reason, "tool_calls");
+    assert.equal(final.usage?.total_tokens, 15);
+  });
+
+  it("is accepted by the openai SDK when a completion is served to a stream", async () => {
+    const stream = sdkClient(renderAll([ev({ case: "completion", value: toolAnswer })])).chat.completions.stream({ model: "chat-4o", messages: [{ role: "user", content: "x" }] });
+    const final = await stream.finalChatCompletion();
+    assert.deepEqual(final.choices[0]!.message.tool_calls?.map((c) => c.type === "function" && c.function.arguments), ['{"a":1}', "{}"]);
+  });
+
+  it("makes the openai SDK raise an APIError for the error event", async () => {
+    const r = codec.createStreamRenderer({ model: "chat-4o" });
+    const sse = r.render(textEvents[0]!) + r.error({ status: 502, type: "api_error", code: "upstream_error", message: "Upstream failed." });
+    const stream = await sdkClient(sse).chat.completions.create({ model: "chat-4o", messages: [{ role: "user", content: "x" }], stream: true });
+    await assert.rejects(async () => {
+      for await (const _ of stream) { /* drain */ }
+    }, (err) => err instanceof OpenAI.APIError && err.message.includes("Upstream failed."));
+  });
+
+  it("renders a completion the openai SDK parses", async () => {
+    const res = await sdkClient(JSON.stringify(codec.renderCompletion(textAnswer)), "application/json").chat.completions.create({ model: "chat-4o", messages: [{ role: "user", content: "x" }] });
+    assert.equal(res.choices[0]!.message.content, "Hello!");
+  });
+});

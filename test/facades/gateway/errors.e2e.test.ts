@@ -1,0 +1,213 @@
+import assert from "node:assert/strict";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { freePort } from "../../support/redis.js";
+import { postJson, rawRequest, sseEvents } from "../../support/http.js";
+
+const chat = (content = "hi", extra: Record<string, unknown> = {}) => ({ model: "chat-4o", messages: [{ role: "user", content }], ...extra });
+const msgs = (content = "hi", extra: Record<string, unknown> = {}) => ({ model: "assistant-3-5-haiku-20241022", max_tokens: 64, messages: [{ role: "user", content }], ...extra });
+
+/** The spec's error object (section 2.6), exactly. */
+function assertErrorShape(body: any): void {
+  assert.deepEqual(Object.keys(body), ["error"]);
+  assert.deepEqual(Object.keys(body.error).sort(), ["code", "message", "type"]);
+  for (const k of ["message", "type", "code"]) assert.equal(typeof body.error[k], "string");
+  assert.ok(!/\bat .*\.ts:\d+/.test(body.error.message), "no stack trace");
+}
+
+describe("gateway errors: the spec's status and error object for every kind of bad input", () => {
+  let gw: TestGateway;
+  let key: string;
+  let chatUrl: string;
+  let msgUrl: string;
+
+  before(async () => {
+    gw = await startTestGateway({ SVC_MAX_REQUEST_BYTES: "20000" });
+    key = (await gw.project()).live;
+    chatUrl = `${gw.gatewayUrl}/v1/chat/completions`;
+    msgUrl = `${gw.gatewayUrl}/v1/messages`;
+  });
+  after(() => gw.close());
+
+  const cases: Array<[string, () => Promise<import("../../support/http.js").RawResponse>, number, string, string]> = [
+    ["no key", () => rawRequest(chatUrl, { headers: { "content-type": "application/json" }, body: JSON.stringify(chat()) }), 401, "authentication_error", "invalid_api_key"],
+    ["unknown key", () => postJson(chatUrl, `svc_sk_live_${"x".repeat(40)}`, chat()), 401, "authentication_error", "invalid_api_key"],
+    ["malformed key", () => postJson(chatUrl, "sk-123", chat()), 401, "authentication_error", "invalid_api_key"],
+    ["unknown key on /messages", () => postJson(msgUrl, "nope", msgs()), 401, "authentication_error", "invalid_api_key"],
+  ];
+  for (const [name, call, status, type, code] of cases) {
+    it(`${name} -> ${status} ${type}/${code}`, async () => {
+      const res = await call();
+      assert.equal(res.status, status);
+      assertErrorShape(res.json());
+      assert.equal(res.json().error.type, type);
+      assert.equal(res.json().error.code, code);
+      assert.ok(res.headers["x-svc-request-id"]);
+    });
+  }
+
+  const bad: Array<[string, "chat" | "messages", unknown, string, RegExp]> = [
+    ["body not an object", "chat", [1, 2], "invalid_body", /object/],
+    ["missing model", "chat", { messages: [{ role: "user", content: "x" }] }, "missing_required_field", /model/],
+    ["model not a string", "chat", chat("x", { model: 4 }), "invalid_type", /model/],
+    ["missing messages", "chat", { model: "chat-4o" }, "missing_required_field", /messages/],
+    ["messages not an array", "chat", chat("x", { messages: "hi" }), "invalid_type", /messages/],
+    ["empty messages", "chat", chat("x", { messages: [] }), "invalid_value", /messages/],
+    ["bad role", "chat", chat("x", { messages: [{ role: "wizard", content: "x" }] }), "invalid_value", /role/],
+    ["content a number", "chat", chat("x", { messages: [{ role: "user", content: 5 }] }), "invalid_type", /content/],
+    ["temperature above 2", "chat", chat("x", { temperature: 2.5 }), "invalid_value", /temperature/],
+    ["temperature a string", "chat", chat("x", { temperature: "hot" }), "invalid_type", /temperature/],
+    ["max_tokens not an integer", "chat", chat("x", { max_tokens: 1.5 }), "invalid_type", /max_tokens/],
+    ["max_tokens zero", "chat", chat("x", { max_tokens: 0 }), "invalid_value", /max_tokens/],
+    ["stream not a boolean", "chat", chat("x", { stream: "yes" }), "invalid_type", /stream/],
+    ["tools not an array", "chat", chat("x", { tools: {} }), "invalid_type", /tools/],
+    ["unknown model", "chat", chat("x", { model: "gpt-9" }), "model_not_found", /gpt-9/],
+    ["messages model on chat", "chat", chat("x", { model: "assistant-3-opus-20240229" }), "model_not_supported", /\/v1\/messages/],
+    ["missing max_tokens", "messages", { model: "assistant-3-opus-20240229", messages: [{ role: "user", content: "x" }] }, "missing_required_field", /max_tokens/],
+    ["temperature above 1", "messages", msgs("x", { temperature: 1.5 }), "invalid_value", /temperature/],
+    ["system role in messages", "messages", msgs("x", { messages: [{ role: "system", content: "x" }] }), "invalid_value", /role/],
+    ["chat model on messages", "messages", msgs("x", { model: "chat-4o" }), "model_not_supported", /\/v1\/chat\/completions/],
+    ["unknown model on messages", "messages", msgs("x", { model: "assistant-9" }), "model_not_found", /assistant-9/],
+  ];
+  for (const [name, surface, body, code, mentions] of bad) {
+    it(`${surface}: ${name} -> 400 invalid_request_error/${code}`, async () => {
+      const res = await postJson(surface === "chat" ? chatUrl : msgUrl, key, body);
+      assert.equal(res.status, 400, res.text);
+      assertErrorShape(res.json());
+      assert.equal(res.json().error.type, "invalid_request_error");
+      assert.equal(res.json().error.code, code);
+      assert.match(res.json().error.message, mentions);
+    });
+  }
+
+  it("non-JSON body -> 400 invalid_json", async () => {
+    const res = await rawRequest(chatUrl, { headers: { "content-type": "application/json", "x-svc-api-key": key }, body: "{not json" });
+    assert.equal(res.status, 400);
+    assert.equal(res.json().error.code, "invalid_json");
+  });
+
+  it("wrong content type -> 400 invalid_content_type", async () => {
+    const res = await rawRequest(chatUrl, { headers: { "content-type": "text/plain", "x-svc-api-key": key }, body: JSON.stringify(chat()) });
+    assert.equal(res.status, 400);
+    assert.equal(res.json().error.code, "invalid_content_type");
+  });
+
+  it("oversized body -> 400 request_too_large", async () => {
+    const res = await postJson(chatUrl, key, chat("x".repeat(30_000)));
+    assert.equal(res.status, 400);
+    assert.equal(res.json().error.code, "request_too_large");
+  });
+
+  it("X-Svc-Metadata that is not a JSON object -> 400 invalid_metadata", async () => {
+    for (const value of ["not json", "[1,2]", '"text"']) {
+      const res = await postJson(chatUrl, key, chat(), { "x-svc-metadata": value });
+      assert.equal(res.status, 400, value);
+      assert.equal(res.json().error.code, "invalid_metadata");
+    }
+    const ok = await postJson(chatUrl, key, chat(), { "x-svc-metadata": '{"team":"search","n":3}' });
+    assert.equal(ok.status, 200);
+  });
+
+  it("provider-version must be a real YYYY-MM-DD date", async () => {
+    for (const v of ["2023-6-1", "yesterday", "2024-02-30"]) {
+      const res = await postJson(msgUrl, key, msgs(), { "provider-version": v });
+      assert.equal(res.status, 400, v);
+      assert.equal(res.json().error.code, "invalid_provider_version");
+    }
+    assert.equal((await postJson(msgUrl, key, msgs(), { "provider-version": "2023-06-01" })).status, 200);
+    assert.equal((await postJson(msgUrl, key, msgs())).status, 200, "the header is optional");
+  });
+
+  it("wrong method -> 405, unknown path -> 404, both in the error shape", async () => {
+    const get = await rawRequest(chatUrl, { method: "GET" });
+    assert.equal(get.status, 405);
+    assertErrorShape(get.json());
+    const unknown = await rawRequest(`${gw.gatewayUrl}/v1/embeddings`, { headers: { "content-type": "application/json" }, body: "{}" });
+    assert.equal(unknown.status, 404);
+    assertErrorShape(unknown.json());
+    assert.equal(unknown.json().error.type, "not_found_error");
+  });
+
+  describe("upstream failures", () => {
+    it("an upstream 4xx reaches the client with its status", async () => {
+      for (const [surface, status] of [["chat", 400], ["chat", 404], ["messages", 400], ["messages", 404]] as const) {
+        const res = await postJson(surface === "chat" ? chatUrl : msgUrl, key, surface === "chat" ? chat(`[[fake:status=${status}]]`) : msgs(`[[fake:status=${status}]]`));
+        assert.equal(res.status, status, `${surface} ${status}`);
+        assertErrorShape(res.json());
+      }
+    });
+
+    it("an upstream 429 is a 429 rate_limit_error", async () => {
+      const res = await postJson(chatUrl, key, chat("[[fake:status=429]]"));
+      assert.equal(res.status, 429);
+      assert.equal(res.json().error.type, "rate_limit_error");
+    });
+
+    it("an upstream 5xx is a 502 without internals", async () => {
+      for (const [url, body] of [[chatUrl, chat("[[fake:status=500]]")], [msgUrl, msgs("[[fake:status=529]]")]] as const) {
+        const res = await postJson(url, key, body);
+        assert.equal(res.status, 502);
+        assertErrorShape(res.json());
+      }
+    });
+
+    it("an upstream that refuses the gateway's own key is a 502, not the client's 401", async () => {
+      const res = await postJson(chatUrl, key, chat("[[fake:status=401]]"));
+      assert.equal(res.status, 502);
+      assert.equal(res.json().error.code, "upstream_authentication_failed");
+    });
+
+    it("an upstream that ends a stream early gives the SSE error event", async () => {
+      const res = await postJson(chatUrl, key, chat("cut [[fake:drop]]", { stream: true }));
+      assert.equal(res.status, 200);
+      const last = sseEvents(res.text).at(-1)!;
+      assert.equal(JSON.parse(last.data).error.type, "api_error");
+      const m = await postJson(msgUrl, key, msgs("cut [[fake:drop]]", { stream: true }));
+      const lastM = sseEvents(m.text).at(-1)!;
+      assert.equal(lastM.event, "error");
+      assert.equal(JSON.parse(lastM.data).type, "error");
+    });
+  });
+});
+
+describe("gateway errors: unreachable and slow upstreams", () => {
+  it("an unreachable upstream is 502 upstream_unreachable", async () => {
+    const port = await freePort();
+    const gw = await startTestGateway({ SVC_OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`, SVC_OPENAI_API_KEY: "k" }, false);
+    try {
+      const key = (await gw.project()).live;
+      const res = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, key, chat());
+      assert.equal(res.status, 502);
+      assert.equal(res.json().error.code, "upstream_unreachable");
+    } finally {
+      await gw.close();
+    }
+  });
+
+  it("an upstream slower than the first-byte timeout is 504 upstream_timeout; an idle stream ends in an error event", async () => {
+    const gw = await startTestGateway({ SVC_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: "300", SVC_UPSTREAM_IDLE_TIMEOUT_MS: "300" });
+    try {
+      const key = (await gw.project()).live;
+      const url = `${gw.gatewayUrl}/v1/chat/completions`;
+      const slow = await postJson(url, key, chat("[[fake:delay=2000]]"));
+      assert.equal(slow.status, 504);
+      assert.equal(slow.json().error.code, "upstream_timeout");
+      const idle = await postJson(url, key, chat("[[fake:stall]]", { stream: true }));
+      const last = JSON.parse(sseEvents(idle.text).at(-1)!.data);
+      assert.equal(last.error.code, "upstream_timeout");
+    } finally {
+      await gw.close();
+    }
+  });
+
+  it("a provider with no configured key is 502 upstream_not_configured, not a call to the public API", async () => {
+    const gw = await startTestGateway({}, false);
+    try {
+      const key = (await gw.project()).live;
+      const res = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, key, chat());
+      assert.equal(res.status, 502);
+      assert.equal(res.json().error.code, "upstream_not_configured");
+    } finally {
+      await gw.close();
+    }
+  });
+});
