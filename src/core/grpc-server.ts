@@ -21,11 +21,30 @@ export function createCoreServer(routes: (router: ConnectRouter) => void, interc
   const h2 = http2.createServer({}, handler);
   const h1 = http.createServer(handler);
   const sessions = new Set<http2.ServerHttp2Session>();
+  // HTTP/1 sockets handed over by the sniffer are not tracked by `h1` (it never listens), so
+  // idle keep-alive connections are tracked here to close them at shutdown.
+  const h1Sockets = new Set<net.Socket>();
+  const busy = new Set<net.Socket>();
+  let closing = false;
+  h1.on("connection", (socket: net.Socket) => {
+    h1Sockets.add(socket);
+    socket.once("close", () => h1Sockets.delete(socket));
+  });
+  h1.on("request", (req, res) => {
+    busy.add(req.socket);
+    res.once("close", () => {
+      busy.delete(req.socket);
+      if (closing) req.socket.end();
+    });
+  });
   h2.on("session", (s) => {
     sessions.add(s);
     s.once("close", () => sessions.delete(s));
   });
+  const sockets = new Set<net.Socket>();
   const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
     socket.once("readable", function sniff() {
       const head: Buffer | null = socket.read(Math.min(PREFACE.length, socket.readableLength));
       if (head === null) {
@@ -41,9 +60,14 @@ export function createCoreServer(routes: (router: ConnectRouter) => void, interc
     server,
     close: () =>
       new Promise<void>((resolve) => {
-        for (const s of sessions) s.close();
-        h1.closeAllConnections();
+        closing = true;
         server.close(() => resolve());
+        for (const s of sessions) s.close();
+        for (const s of h1Sockets) if (!busy.has(s)) s.end();
+        // Calls still running after a grace period are cut.
+        setTimeout(() => {
+          for (const s of sockets) s.destroy();
+        }, 2_000).unref();
       }),
   };
 }
