@@ -48,7 +48,7 @@ export async function serveAnthropicFake(_req: IncomingMessage, res: ServerRespo
     text: reply.text,
     tool: tool ? { id: newId("toolu_01"), name: tool, input: { query: reply.text } } : undefined,
     stopReason: tool ? "tool_use" : reply.truncated ? "max_tokens" : "end_turn",
-    inputTokens: countTokens(systemText(body.system) + messages.map(messageText).join("")),
+    inputTokens: countTokens(textOf(body.system) + messages.map(messageText).join("")),
     outputTokens: countTokens(reply.text),
   };
   if (body.stream !== true) {
@@ -68,7 +68,7 @@ export async function serveAnthropicFake(_req: IncomingMessage, res: ServerRespo
     }
     res.write(first);
     // An idle upstream: the socket stays open until the client gives up.
-    await new Promise<void>((resolve) => res.once("close", resolve));
+    if (!res.closed) await new Promise<void>((resolve) => res.once("close", resolve));
     return;
   }
   res.end(events.join(""));
@@ -138,18 +138,16 @@ function lastUserText(messages: unknown[]): string {
 
 function messageText(m: unknown): string {
   if (!isObject(m)) return "";
-  if (typeof m.content === "string") return m.content;
-  if (!Array.isArray(m.content)) return "";
-  const texts = m.content.filter(isObject);
-  const plain = texts.filter((b) => b.type === "text").map((b) => String(b.text ?? ""));
-  if (plain.length) return plain.join("\n");
-  return texts.filter((b) => b.type === "tool_result").map((b) => (typeof b.content === "string" ? b.content : systemText(b.content))).join("\n");
+  const plain = textOf(m.content);
+  if (plain || !Array.isArray(m.content)) return plain;
+  return m.content.filter((b) => isObject(b) && b.type === "tool_result").map((b) => textOf((b as JsonObject).content)).join("\n");
 }
 
-function systemText(system: unknown): string {
-  if (typeof system === "string") return system;
-  if (!Array.isArray(system)) return "";
-  return system.filter(isObject).map((b) => (typeof b.text === "string" ? b.text : "")).join("\n");
+/** A string, or the joined text blocks of a block array (a system prompt, a content, a tool result's content). */
+function textOf(v: unknown): string {
+  if (typeof v === "string") return v;
+  if (!Array.isArray(v)) return "";
+  return v.filter((b) => isObject(b) && b.type === "text" && typeof b.text === "string").map((b) => (b as JsonObject).text).join("\n");
 }
 
 function firstToolName(tools: unknown): string | undefined {

@@ -48,6 +48,8 @@ export class MessagesStreamConverter implements StreamConverter {
     try {
       data = JSON.parse(sse.data);
     } catch {
+      // An error event is the upstream failing whatever its data says; anything else is garbage.
+      if (sse.event === "error") throw convertStreamError(undefined);
       throw invalidResponse(`a \`${sse.event ?? "data"}\` event is not JSON`);
     }
     if (!isObject(data)) throw invalidResponse(`a \`${sse.event ?? "data"}\` event is not a JSON object`);

@@ -195,6 +195,15 @@ describe("anthropic stream converter", () => {
     });
   });
 
+  it("treats an error event whose data is not JSON as an upstream failure", () => {
+    const conv = createAnthropicAdapter().createStreamConverter(req);
+    assert.throws(() => conv.push({ event: "error", data: "Internal Server Error" }), (e) => {
+      const info = toErrorInfo(e);
+      assert.deepEqual([info.status, info.type, info.code], [502, "api_error", "upstream_error"]);
+      return true;
+    });
+  });
+
   it("leaves a stream that ends without message_stop incomplete, owing nothing", () => {
     const conv = createAnthropicAdapter().createStreamConverter(req);
     const parser = new SseParser();

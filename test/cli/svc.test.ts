@@ -1,0 +1,139 @@
+import assert from "node:assert/strict";
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { postJson } from "../support/http.js";
+
+const bin = fileURLToPath(new URL("../../bin/svc.js", import.meta.url));
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+describe("the svc CLI against a running `svc serve --demo`", function () {
+  this.timeout(60_000);
+  let dataDir: string;
+  let server: ChildProcess;
+  let grpcUrl: string;
+  let gatewayUrl: string;
+  let env: NodeJS.ProcessEnv;
+
+  const svc = (...args: string[]): Promise<Run> =>
+    new Promise((resolve) => {
+      execFile(process.execPath, [bin, ...args], { env, cwd: dataDir }, (err, stdout, stderr) => {
+        resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, stdout, stderr });
+      });
+    });
+
+  before(async () => {
+    dataDir = mkdtempSync(join(tmpdir(), "svc-cli-"));
+    env = { PATH: process.env.PATH, SVC_DATA_DIR: join(dataDir, "data"), SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0" };
+    server = spawn(process.execPath, [bin, "serve", "--demo"], { env, cwd: dataDir, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`svc serve did not start: ${out}`)), 30_000);
+      server.stdout!.on("data", (d: Buffer) => {
+        out += d.toString();
+        const core = /core gRPC\s+(\S+)/.exec(out);
+        const gw = /gateway\s+(\S+)\/v1/.exec(out);
+        if (core && gw) {
+          clearTimeout(timer);
+          grpcUrl = core[1]!;
+          gatewayUrl = gw[1]!;
+          resolve();
+        }
+      });
+      server.once("exit", (code) => reject(new Error(`svc serve exited ${code}: ${out}`)));
+    });
+  });
+
+  after(() => {
+    if (server.exitCode === null) server.kill("SIGKILL");
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it("generates the admin token into the data dir, readable by its owner only", () => {
+    const mode = statSync(join(dataDir, "data", "admin-token")).mode & 0o777;
+    assert.equal(mode, 0o600);
+  });
+
+  it("creates a project, keys, lists and deletes them, with --json output", async () => {
+    const project = await svc("projects", "create", "--name", "shop", "--plan", "free", "--json", "--server", grpcUrl);
+    assert.equal(project.code, 0, project.stderr);
+    const p = JSON.parse(project.stdout);
+    assert.match(p.id, /^proj_/);
+    assert.equal(p.plan, "free");
+
+    const created = await svc("keys", "create", "--project", p.id, "--mode", "live", "--description", "backend", "--json", "--server", grpcUrl);
+    assert.equal(created.code, 0, created.stderr);
+    const k = JSON.parse(created.stdout);
+    assert.match(k.key, /^svc_sk_live_[0-9A-Za-z]{32,}$/);
+    assert.equal(k.description, "backend");
+
+    const listed = await svc("keys", "list", "--project", p.id, "--json", "--server", grpcUrl);
+    const keys = JSON.parse(listed.stdout);
+    assert.equal(keys.length, 1);
+    assert.equal(keys[0].id, k.id);
+    assert.ok(!listed.stdout.includes(k.key), "the key value is shown only at creation");
+
+    const ok = await postJson(`${gatewayUrl}/v1/chat/completions`, k.key, { model: "chat-4o", messages: [{ role: "user", content: "hi" }] });
+    assert.equal(ok.status, 200);
+
+    const deleted = await svc("keys", "delete", k.id, "--json", "--server", grpcUrl);
+    assert.equal(deleted.code, 0, deleted.stderr);
+    const after = await postJson(`${gatewayUrl}/v1/chat/completions`, k.key, { model: "chat-4o", messages: [{ role: "user", content: "hi" }] });
+    assert.equal(after.status, 401);
+
+    const show = await svc("projects", "show", p.id, "--json", "--server", grpcUrl);
+    assert.equal(JSON.parse(show.stdout).keys, 0);
+  });
+
+  it("refuses a key beyond the plan's limit with a clear message and exit code 1", async () => {
+    const p = JSON.parse((await svc("projects", "create", "--name", "small", "--plan", "free", "--json", "--server", grpcUrl)).stdout);
+    await svc("keys", "create", "--project", p.id, "--mode", "live", "--server", grpcUrl);
+    await svc("keys", "create", "--project", p.id, "--mode", "test", "--server", grpcUrl);
+    const third = await svc("keys", "create", "--project", p.id, "--mode", "live", "--server", grpcUrl);
+    assert.equal(third.code, 1);
+    assert.match(third.stderr, /free plan allows 2 keys/);
+  });
+
+  it("prints a human-readable key once, with a warning", async () => {
+    const p = JSON.parse((await svc("projects", "create", "--name", "human", "--plan", "pro", "--json", "--server", grpcUrl)).stdout);
+    const res = await svc("keys", "create", "--project", p.id, "--mode", "test", "--server", grpcUrl);
+    assert.match(res.stdout, /svc_sk_test_[0-9A-Za-z]{32,}/);
+    assert.match(res.stdout, /only time the key is shown/);
+  });
+
+  it("rejects bad arguments with usage and exit code 2", async () => {
+    const badPlan = await svc("projects", "create", "--name", "x", "--plan", "gold", "--server", grpcUrl);
+    assert.equal(badPlan.code, 2);
+    assert.match(badPlan.stderr, /--plan must be free, pro or enterprise/);
+    const missing = await svc("keys", "create", "--mode", "live", "--server", grpcUrl);
+    assert.equal(missing.code, 2);
+    assert.match(missing.stderr, /--project is required/);
+  });
+
+  it("refuses a wrong admin token", async () => {
+    const res = await svc("projects", "list", "--server", grpcUrl, "--admin-token", "wrong");
+    assert.equal(res.code, 1);
+    assert.match(res.stderr, /admin token/);
+  });
+
+  it("says when no server answers", async () => {
+    const res = await svc("projects", "list", "--server", "http://127.0.0.1:1");
+    assert.equal(res.code, 1);
+    assert.match(res.stderr, /svc serve/);
+  });
+
+  it("stops cleanly on SIGTERM", async () => {
+    const code = await new Promise<number | null>((resolve) => {
+      server.once("exit", (c) => resolve(c));
+      server.kill("SIGTERM");
+    });
+    assert.equal(code, 0);
+  });
+});
