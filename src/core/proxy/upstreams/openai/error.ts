@@ -18,19 +18,21 @@ const str = (v: unknown): string | undefined => (typeof v === "string" && v !== 
 const clip = (s: string): string => (s.length > 500 ? `${s.slice(0, 500)}...` : s);
 
 /**
- * Converts an OpenAI error response to the core error. Client errors (4xx) keep their status, type
- * and code so the caller can fix the request; 429 stays a rate limit; anything else is the gateway's
+ * Converts an OpenAI error response to the core error. Client errors (4xx) keep their status and
+ * type so the caller can fix the request; 429 stays a rate limit; anything else is the gateway's
  * 502, with only the upstream's own message (never a body dump or stack).
  */
 export function convertOpenAiError(status: number, bodyText: string): ConnectError {
   const err = errorObject(bodyText);
   const upstreamMessage = str(err?.message);
   if (status === 429) {
-    return apiError(429, "rate_limit_error", str(err?.code) ?? "rate_limit_exceeded",
+    return apiError(429, "rate_limit_error", "upstream_rate_limited",
       `Upstream rate limit: ${clip(upstreamMessage ?? "too many requests.")}`);
   }
   if (status >= 400 && status < 500) {
-    return apiError(status, str(err?.type) ?? "invalid_request_error", str(err?.code) ?? "upstream_error",
+    // The code follows one scheme for every upstream style: `upstream_` and the upstream's error type.
+    const type = str(err?.type) ?? "invalid_request_error";
+    return apiError(status, type, `upstream_${type}`,
       `Upstream error: ${clip(upstreamMessage ?? `the provider answered status ${status}.`)}`);
   }
   const detail = upstreamMessage ? `: ${clip(upstreamMessage)}` : ".";
