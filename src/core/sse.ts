@@ -15,22 +15,36 @@ export class SseParser {
   #data: string[] = [];
 
   push(chunk: string): SseEvent[] {
-    this.#buf += chunk;
+    const buf = this.#buf ? this.#buf + chunk : chunk;
     const out: SseEvent[] = [];
+    // Providers end lines with LF; the per-character scan that CR needs is only paid when one occurs.
+    const start = buf.indexOf("\r") === -1 ? this.#pushLf(buf, out) : this.#pushAny(buf, out);
+    this.#buf = start < buf.length ? buf.slice(start) : "";
+    return out;
+  }
+
+  #pushLf(buf: string, out: SseEvent[]): number {
     let start = 0;
+    for (let nl = buf.indexOf("\n"); nl !== -1; nl = buf.indexOf("\n", start)) {
+      this.#line(buf.slice(start, nl), out);
+      start = nl + 1;
+    }
+    return start;
+  }
+
+  #pushAny(buf: string, out: SseEvent[]): number {
+    let start = 0;
+    const n = buf.length;
     for (;;) {
       let i = start;
-      const n = this.#buf.length;
-      while (i < n && this.#buf.charCodeAt(i) !== 10 && this.#buf.charCodeAt(i) !== 13) i++;
+      while (i < n && buf.charCodeAt(i) !== 10 && buf.charCodeAt(i) !== 13) i++;
       if (i >= n) break;
       // A lone CR at the very end may be the first half of a CRLF: wait for more.
-      if (this.#buf.charCodeAt(i) === 13 && i + 1 >= n) break;
-      const line = this.#buf.slice(start, i);
-      start = this.#buf.charCodeAt(i) === 13 && this.#buf.charCodeAt(i + 1) === 10 ? i + 2 : i + 1;
-      this.#line(line, out);
+      if (buf.charCodeAt(i) === 13 && i + 1 >= n) break;
+      this.#line(buf.slice(start, i), out);
+      start = buf.charCodeAt(i) === 13 && buf.charCodeAt(i + 1) === 10 ? i + 2 : i + 1;
     }
-    this.#buf = this.#buf.slice(start);
-    return out;
+    return start;
   }
 
   /** Flushes an event the stream ended without its closing blank line. */

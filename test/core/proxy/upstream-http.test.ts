@@ -1,0 +1,53 @@
+import assert from "node:assert/strict";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { createUpstreamHttp } from "../../../src/core/proxy/upstream-http.js";
+import { toErrorInfo } from "../../../src/core/errors.js";
+
+const timeouts = { connectMs: 1000, firstByteMs: 1000, idleMs: 1000, totalMs: 300 };
+
+describe("upstream HTTP client", () => {
+  let server: http.Server;
+  let url: string;
+
+  before(async () => {
+    server = http.createServer((req, res) => {
+      if (req.url === "/split") {
+        // "é" is two bytes in UTF-8: send them in two writes, apart in time.
+        const bytes = Buffer.from('data: {"t":"café"}\n\n');
+        const cut = bytes.indexOf(0xa9); // second byte of é
+        res.write(bytes.subarray(0, cut));
+        setTimeout(() => res.end(bytes.subarray(cut)), 30);
+      } else {
+        res.write("data: 1\n\n"); // then nothing: only the total timeout can end it
+      }
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  after(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+
+  it("keeps a multi-byte character whole when it is split across two body chunks", async () => {
+    const client = createUpstreamHttp(timeouts);
+    const res = await client.send({ url: `${url}/split`, headers: {}, body: "{}" }, new AbortController().signal);
+    let text = "";
+    for await (const chunk of res.body) text += chunk;
+    assert.equal(text, 'data: {"t":"café"}\n\n');
+    await client.close();
+  });
+
+  it("ends an exchange that outlives the total timeout with 504 upstream_timeout", async () => {
+    const client = createUpstreamHttp(timeouts);
+    const res = await client.send({ url: `${url}/slow`, headers: {}, body: "{}" }, new AbortController().signal);
+    await assert.rejects(
+      (async () => {
+        for await (const _ of res.body);
+      })(),
+      (e: unknown) => toErrorInfo(e).status === 504 && toErrorInfo(e).code === "upstream_timeout",
+    );
+    await client.close();
+  });
+});
