@@ -37,11 +37,24 @@ export async function writeStream(
   }
   const renderer = codec.createStreamRenderer(req);
   let cost = "0";
+  // Events that arrive together (one upstream chunk) leave in one write: corked until the
+  // current tick's promise jobs have run, instead of a syscall per event.
+  let corked = false;
+  const uncork = () => {
+    corked = false;
+    res.uncork();
+  };
   const emit = (ev: StreamChatResponse) => {
     if (ev.event.case === "messageEnd") cost = ev.event.value.costUsd || "0";
     else if (ev.event.case === "completion") cost = ev.event.value.costUsd || "0";
     const text = renderer.render(ev);
-    if (text) res.write(text);
+    if (!text) return;
+    if (!corked) {
+      corked = true;
+      res.cork();
+      process.nextTick(uncork);
+    }
+    res.write(text);
   };
   try {
     emit(first);
