@@ -88,6 +88,7 @@ async function handle(ctx: Context, s: Surface, deps: GatewayDeps): Promise<void
   // Errors before the first event are still plain HTTP errors (the error middleware writes them).
   const first = await events.next();
   if (first.done) throw new Error("the proxy ended without an answer");
-  if (req.stream) await writeStream(ctx, s.codec, parsed, first.value, events);
-  else writeCompletion(ctx, s.codec, first.value);
+  if (req.stream) return writeStream(ctx, s.codec, parsed, first.value, events);
+  writeCompletion(ctx, s.codec, first.value);
+  await events.return?.(); // let the core's stream run its cleanup now, not at garbage collection
 }

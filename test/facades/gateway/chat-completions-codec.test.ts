@@ -13,17 +13,10 @@ import {
 } from "../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
 import { toErrorInfo } from "../../../src/core/errors.js";
 import { chatCompletionsCodec as codec } from "../../../src/facades/gateway/chat-completions-codec.js";
+import { deepFreeze } from "../../support/freeze.js";
 
 const user = [{ role: "user", content: "hi" }];
 const valid = (extra: object = {}) => ({ model: "chat-4o", messages: user, ...extra });
-
-function deepFreeze<T>(v: T): T {
-  if (typeof v === "object" && v !== null && !Object.isFrozen(v)) {
-    Object.freeze(v);
-    for (const k of Object.keys(v)) deepFreeze((v as Record<string, unknown>)[k]);
-  }
-  return v;
-}
 
 /** Parses a (frozen) body into the canonical request as JSON, for readable comparisons. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any

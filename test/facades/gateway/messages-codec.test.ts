@@ -13,6 +13,7 @@ import {
 import { toErrorInfo } from "../../../src/core/errors.js";
 import { createAnthropicAdapter } from "../../../src/core/proxy/upstreams/anthropic/adapter.js";
 import { messagesCodec as codec } from "../../../src/facades/gateway/messages-codec.js";
+import { deepFreeze } from "../../support/freeze.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
@@ -21,14 +22,6 @@ const C = ApiStyle.CHAT_COMPLETIONS;
 const MODEL = "assistant-3-5-sonnet-20241022";
 const user = [{ role: "user", content: "hi" }];
 const valid = (extra: object = {}) => ({ model: MODEL, max_tokens: 64, messages: user, ...extra });
-
-function deepFreeze<T>(v: T): T {
-  if (typeof v === "object" && v !== null && !Object.isFrozen(v)) {
-    Object.freeze(v);
-    for (const k of Object.keys(v)) deepFreeze((v as Record<string, unknown>)[k]);
-  }
-  return v;
-}
 
 const canonical = (body: unknown) => toJson(StreamChatRequestSchema, create(StreamChatRequestSchema, codec.parseRequest(deepFreeze(body)))) as Json;
 

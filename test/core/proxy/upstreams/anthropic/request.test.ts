@@ -8,6 +8,7 @@ import {
 } from "../../../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
 import type { UpstreamTarget } from "../../../../../src/core/proxy/upstreams/adapter.js";
 import { createAnthropicAdapter } from "../../../../../src/core/proxy/upstreams/anthropic/adapter.js";
+import { deepFreeze } from "../../../../support/freeze.js";
 
 const adapter = createAnthropicAdapter();
 const target: UpstreamTarget = {
@@ -21,14 +22,6 @@ const M = ApiStyle.MESSAGES;
 const C = ApiStyle.CHAT_COMPLETIONS;
 
 /** Freezes a request all the way down: a conversion that writes to its input throws. */
-function deepFreeze<T>(v: T): T {
-  if (typeof v === "object" && v !== null && !Object.isFrozen(v)) {
-    Object.freeze(v);
-    for (const k of Reflect.ownKeys(v)) deepFreeze((v as Record<PropertyKey, unknown>)[k]);
-  }
-  return v;
-}
-
 type Init = Exclude<MessageInitShape<typeof StreamChatRequestSchema>, StreamChatRequest>;
 
 const request = (init: Init): StreamChatRequest =>

@@ -4,17 +4,10 @@ import { ApiStyle, BlockType, StreamChatRequestSchema, type StreamChatRequest } 
 import { createOpenAiAdapter } from "../../../../../src/core/proxy/upstreams/openai/adapter.js";
 import type { UpstreamTarget } from "../../../../../src/core/proxy/upstreams/adapter.js";
 import { chatCompletionsCodec } from "../../../../../src/facades/gateway/chat-completions-codec.js";
+import { deepFreeze } from "../../../../support/freeze.js";
 
 const target: UpstreamTarget = { provider: "openai", style: ApiStyle.CHAT_COMPLETIONS, baseUrl: "https://api.openai.com/v1/", apiKey: "sk-test", upstreamModel: "gpt-4o" };
 const adapter = createOpenAiAdapter();
-
-function deepFreeze<T>(v: T): T {
-  if (typeof v === "object" && v !== null && !Object.isFrozen(v)) {
-    Object.freeze(v);
-    for (const k of Object.keys(v)) deepFreeze((v as Record<string, unknown>)[k]);
-  }
-  return v;
-}
 
 /** A canonical request, frozen so any mutation by the adapter throws. */
 const canonical = (init: MessageInitShape<typeof StreamChatRequestSchema>): StreamChatRequest =>
