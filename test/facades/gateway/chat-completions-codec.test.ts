@@ -11,9 +11,9 @@ import {
   type Completion,
   type StreamChatResponse,
 } from "../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
-import { toErrorInfo } from "../../../src/core/errors.js";
 import { chatCompletionsCodec as codec } from "../../../src/facades/gateway/chat-completions-codec.js";
 import { deepFreeze } from "../../support/freeze.js";
+import { itRejects, type InvalidCase } from "../../support/codec-cases.js";
 
 const user = [{ role: "user", content: "hi" }];
 const valid = (extra: object = {}) => ({ model: "chat-4o", messages: user, ...extra });
@@ -24,7 +24,7 @@ type Json = Record<string, any>;
 const canonical = (body: unknown) => toJson(StreamChatRequestSchema, create(StreamChatRequestSchema, codec.parseRequest(deepFreeze(body)))) as Json;
 
 describe("chat-completions codec: invalid requests", () => {
-  const cases: [string, unknown, string, string][] = [
+  const cases: InvalidCase[] = [
     ["a body that is not an object", [1], "invalid_body", "body"],
     ["no model", { messages: user }, "missing_required_field", "`model`"],
     ["an empty model", valid({ model: "" }), "invalid_value", "`model`"],
@@ -60,16 +60,7 @@ describe("chat-completions codec: invalid requests", () => {
     ["tool parameters as a string", valid({ tools: [{ type: "function", function: { name: "f", parameters: "{}" } }] }), "invalid_type", "`tools[0].function.parameters`"],
     ["a tool description as a number", valid({ tools: [{ type: "function", function: { name: "f", description: 1 } }] }), "invalid_type", "`tools[0].function.description`"],
   ];
-  for (const [name, body, code, field] of cases) {
-    it(`rejects ${name} with ${code}, naming ${field}`, () => {
-      assert.throws(() => codec.parseRequest(deepFreeze(body)), (err) => {
-        const info = toErrorInfo(err);
-        assert.deepEqual([info.status, info.type, info.code], [400, "invalid_request_error", code]);
-        assert.ok(info.message.includes(field), `message "${info.message}" names ${field}`);
-        return true;
-      });
-    });
-  }
+  itRejects(codec, cases);
 });
 
 describe("chat-completions codec: valid requests", () => {

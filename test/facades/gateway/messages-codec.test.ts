@@ -10,10 +10,10 @@ import {
   StreamChatResponseSchema,
   type StreamChatResponse,
 } from "../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
-import { toErrorInfo } from "../../../src/core/errors.js";
 import { createAnthropicAdapter } from "../../../src/core/proxy/upstreams/anthropic/adapter.js";
 import { messagesCodec as codec } from "../../../src/facades/gateway/messages-codec.js";
 import { deepFreeze } from "../../support/freeze.js";
+import { itRejects, type InvalidCase } from "../../support/codec-cases.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
@@ -30,7 +30,7 @@ const sdk = (body: string, contentType: string) =>
   new Anthropic({ apiKey: "svc_sk_test_x", baseURL: "http://gateway.test", maxRetries: 0, fetch: async () => new Response(body, { headers: { "content-type": contentType } }) });
 
 describe("messages codec: invalid requests", () => {
-  const cases: [string, unknown, string, string][] = [
+  const cases: InvalidCase[] = [
     ["a body that is not an object", "hi", "invalid_body", "body"],
     ["no model", { max_tokens: 5, messages: user }, "missing_required_field", "`model`"],
     ["an empty model", valid({ model: "" }), "invalid_value", "`model`"],
@@ -75,16 +75,7 @@ describe("messages codec: invalid requests", () => {
     ["metadata a string", valid({ metadata: "u" }), "invalid_type", "`metadata`"],
     ["tool_choice without type", valid({ tool_choice: {} }), "missing_required_field", "`tool_choice.type`"],
   ];
-  for (const [name, body, code, field] of cases) {
-    it(`${name} -> 400 ${code} naming ${field}`, () => {
-      assert.throws(() => codec.parseRequest(deepFreeze(body)), (e) => {
-        const info = toErrorInfo(e);
-        assert.deepEqual([info.status, info.type, info.code], [400, "invalid_request_error", code]);
-        assert.ok(info.message.includes(field), `message "${info.message}" names ${field}`);
-        return true;
-      });
-    });
-  }
+  itRejects(codec, cases);
 });
 
 describe("messages codec: valid requests", () => {
