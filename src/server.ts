@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, open, readFile, rm, writeFile } from "node:fs/promises";
-import type { Server } from "node:http";
+import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import type { ConnectRouter } from "@connectrpc/connect";
@@ -121,8 +121,7 @@ async function listen(server: import("node:net").Server, port: number, host: str
 }
 
 async function serveKoa(app: Koa, port: number, host: string): Promise<{ port: number; close: () => Promise<void> }> {
-  const server: Server = app.listen();
-  server.close();
+  const server = createServer(app.callback());
   server.keepAliveTimeout = 65_000; // longer than common load balancers' idle timeout
   const actual = await listen(server, port, host);
   return {

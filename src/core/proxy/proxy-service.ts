@@ -110,8 +110,7 @@ async function completion(route: Route, req: StreamChatRequest, res: UpstreamRes
   }
   const c = route.adapter.parseCompletion(json, req);
   c.model = req.model;
-  const outChars = c.blocks.reduce((n, b) => n + b.text.length + b.toolInputJson.length, 0);
-  c.usage = settleUsage(c.usage, req, outChars);
+  c.usage = settleUsage(c.usage, req, () => c.blocks.reduce((n, b) => n + b.text.length + b.toolInputJson.length, 0));
   c.costUsd = formatUsd(costPico(route.prices, c.usage.inputTokens, c.usage.outputTokens));
   return c;
 }
@@ -124,7 +123,7 @@ async function* stream(route: Route, req: StreamChatRequest, res: UpstreamRespon
     const e = ev.event;
     if (e.case === "blockDelta") outChars += e.value.text.length + e.value.partialJson.length;
     else if (e.case === "messageEnd") {
-      e.value.usage = settleUsage(e.value.usage, req, outChars);
+      e.value.usage = settleUsage(e.value.usage, req, () => outChars);
       e.value.costUsd = formatUsd(costPico(route.prices, e.value.usage.inputTokens, e.value.usage.outputTokens));
     }
     return ev;
@@ -144,11 +143,11 @@ async function* stream(route: Route, req: StreamChatRequest, res: UpstreamRespon
 }
 
 /** The upstream's usage when it gave one; otherwise counted locally (~4 characters a token). */
-function settleUsage(usage: Usage | undefined, req: StreamChatRequest, outChars: number): Usage {
+function settleUsage(usage: Usage | undefined, req: StreamChatRequest, outChars: () => number): Usage {
   if (usage && (usage.inputTokens > 0 || usage.outputTokens > 0)) return usage;
   let inChars = req.system.length;
   for (const m of req.messages) for (const b of m.blocks) inChars += b.text.length + b.toolInputJson.length;
-  return create(UsageSchema, { inputTokens: Math.ceil(inChars / 4), outputTokens: Math.ceil(outChars / 4), extraJson: usage?.extraJson ?? "" });
+  return create(UsageSchema, { inputTokens: Math.ceil(inChars / 4), outputTokens: Math.ceil(outChars() / 4), extraJson: usage?.extraJson ?? "" });
 }
 
 /** True when the error is the client going away, which is not the upstream's fault. */
