@@ -21,6 +21,8 @@ export interface LoadSpec {
   /** Connections (closed mode); the pool size in rate mode. */
   concurrency: number;
   seconds: number;
+  /** Replace "{{n}}" in the body with a number new to each request (every request a cache miss). */
+  unique?: boolean;
 }
 
 export interface LoadResult {
@@ -63,9 +65,10 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
 
   const one = async (): Promise<void> => {
     sent++;
+    const body = spec.unique ? spec.body.replace("{{n}}", `${process.pid}-${Date.now()}-${sent}`) : spec.body;
     const t0 = performance.now();
     try {
-      const res = await pool.request({ path: spec.path, method: "POST", headers: spec.headers, body: spec.body });
+      const res = await pool.request({ path: spec.path, method: "POST", headers: spec.headers, body });
       let first = NaN;
       const chunks: Buffer[] = [];
       for await (const c of res.body as AsyncIterable<Buffer>) {
@@ -73,10 +76,10 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
         chunks.push(c);
       }
       const t1 = performance.now();
-      const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-      if (res.statusCode !== 200) return fail(`HTTP ${res.statusCode}: ${body.toString("utf8", 0, 200)}`);
-      if (spec.stream ? body.lastIndexOf(DONE) === -1 || Number.isNaN(first) : body.indexOf(CHOICES) === -1) {
-        return fail(`incomplete body: ${body.toString("utf8", 0, 200)}`);
+      const got = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+      if (res.statusCode !== 200) return fail(`HTTP ${res.statusCode}: ${got.toString("utf8", 0, 200)}`);
+      if (spec.stream ? got.lastIndexOf(DONE) === -1 || Number.isNaN(first) : got.indexOf(CHOICES) === -1) {
+        return fail(`incomplete body: ${got.toString("utf8", 0, 200)}`);
       }
       lat.push(t1 - t0);
       if (spec.stream) ttfb.push(first - t0);

@@ -16,6 +16,7 @@
 import os from "node:os";
 import { cpuDelta, startChild, type Child } from "./proc.js";
 import type { LoadResult, LoadSpec } from "./load.js";
+import { benchChatRequest } from "./request.js";
 import { median } from "./stats.js";
 
 const env = process.env;
@@ -34,9 +35,6 @@ const CONCURRENCY = Math.round(num("BENCH_CONCURRENCY", 32));
 /** Warm-up per target and variant before its phases: longer in the first round (JIT, heap sizing). */
 const WARMUP_S = quick ? 0.3 : 0.5;
 const FIRST_WARMUP_S = quick ? 0.3 : 1.5;
-const STREAM_PIECES = 10;
-const MODEL = "chat-4o";
-const PROMPT = "Hello from the svc overhead benchmark, please echo this short prompt back.";
 
 type TargetName = "direct" | "floor" | "gateway";
 const TARGETS: TargetName[] = ["direct", "floor", "gateway"];
@@ -58,6 +56,8 @@ interface Sample {
   load: LoadResult;
   /** CPU µs per completed request of the target process (the fake itself for direct). */
   targetUsPerReq: number;
+  /** CPU µs per completed request of the target's child processes (the gateway's embedded telemetry engine). */
+  engineUsPerReq: number;
   /** CPU µs per completed request of the fake upstream process (same as target for direct). */
   upstreamUsPerReq: number;
   /** CPU utilisation over the phase, percent of one core: load generator, upstream, target. */
@@ -65,13 +65,6 @@ interface Sample {
   upstreamPct: number;
   targetPct: number;
 }
-
-const bodyOf = (stream: boolean) =>
-  JSON.stringify({
-    model: MODEL,
-    messages: [{ role: "user", content: stream ? `${PROMPT} [[fake:chunks=${STREAM_PIECES}]]` : PROMPT }],
-    ...(stream ? { stream: true } : {}),
-  });
 
 async function main(): Promise<void> {
   const started = performance.now();
@@ -93,14 +86,9 @@ async function main(): Promise<void> {
 
     const procOf: Record<TargetName, Child> = { direct: fake, floor, gateway };
     const key = gateway.info.key as string;
-    const specBase = (t: TargetName, stream: boolean) => ({
-      origin: procOf[t].info.url as string,
-      path: "/v1/chat/completions",
-      // The same request bytes to every target; only the gateway reads the key.
-      headers: { "content-type": "application/json", "x-svc-api-key": key },
-      body: bodyOf(stream),
-      stream,
-    });
+    // Every request new: the gateway's cache (on, as by default) looks up, misses and stores each
+    // one, so the pass-through path is what is measured, never a cached answer.
+    const specBase = (t: TargetName, stream: boolean) => benchChatRequest(procOf[t].info.url as string, key, stream);
 
     printHeader();
     const samples: Record<TargetName, Record<string, Sample[]>> = { direct: {}, floor: {}, gateway: {} };
@@ -129,6 +117,7 @@ async function main(): Promise<void> {
           const s: Sample = {
             load: res,
             targetUsPerReq: tg.us / n,
+            engineUsPerReq: tg.childrenUs / n,
             upstreamUsPerReq: up.us / n,
             loadPct: (res.cpuUs / 1000 / (res.elapsedS * 1000)) * 100,
             upstreamPct: (up.us / 1000 / up.wallMs) * 100,
@@ -159,7 +148,7 @@ function printHeader(): void {
     `${ROUNDS} round(s), each: direct -> floor -> gateway, ${PHASES.length} phases x ${SECONDS} s per target (after ${FIRST_WARMUP_S * 2} s warm-up in round 1, ${WARMUP_S * 2} s later); medians over rounds.` +
       (quick ? "  [BENCH_QUICK smoke run: too short to quote]" : ""),
   );
-  console.log(`Request: POST /v1/chat/completions model ${MODEL}; stream = "stream": true with ${STREAM_PIECES} pieces. Fake upstream, target and load generator run in separate processes.`);
+  console.log(`Request: POST /v1/chat/completions model chat-4o; stream = "stream": true with 10 pieces. Fake upstream, target and load generator run in separate processes.`);
   console.log("NOTE: figures are ratios measured side by side in one run on this machine; absolute numbers move with the machine and its load.\n");
 }
 
@@ -184,7 +173,7 @@ function report(samples: Record<TargetName, Record<string, Sample[]>>): void {
         ph.stream ? ms(med(t, ph.id, (s) => s.load.ttfbP50)) : "",
         ph.stream ? ms(med(t, ph.id, (s) => s.load.ttfbP99)) : "",
         e ? `${e} !` : "0",
-        med(t, ph.id, (s) => s.targetUsPerReq).toFixed(0) + (t === "direct" ? " (fake)" : ""),
+        med(t, ph.id, (s) => s.targetUsPerReq).toFixed(0) + (t === "direct" ? " (fake)" : t === "gateway" ? ` + ${med(t, ph.id, (s) => s.engineUsPerReq).toFixed(0)}` : ""),
         med(t, ph.id, (s) => s.upstreamUsPerReq).toFixed(0),
         [med(t, ph.id, (s) => s.loadPct), med(t, ph.id, (s) => s.upstreamPct), t === "direct" ? NaN : med(t, ph.id, (s) => s.targetPct)]
           .map((x) => (Number.isNaN(x) ? "-" : x.toFixed(0)))
@@ -218,6 +207,9 @@ function report(samples: Record<TargetName, Record<string, Sample[]>>): void {
   const cpuDiff = (ph: string) => perRound(ph, (i) => idx("gateway", ph, i).targetUsPerReq - idx("floor", ph, i).targetUsPerReq);
   for (const [ph, what] of [["rate-json", `non-stream, ${RATE}/s`], ["rate-sse", `stream, ${RATE}/s`], ["sat-json", "non-stream, saturated"], ["sat-sse", "stream, saturated"]] as const) {
     o.push([`CPU µs per request, target process (${what})`, cpu("floor", ph).toFixed(0), cpu("gateway", ph).toFixed(0), signed(cpuDiff(ph), 0)]);
+  }
+  for (const [ph, what] of [["rate-json", `non-stream, ${RATE}/s`], ["sat-json", "non-stream, saturated"]] as const) {
+    o.push([`CPU µs per request, telemetry engine process (${what})`, "", med("gateway", ph, (s) => s.engineUsPerReq).toFixed(0), ""]);
   }
   table(["metric", "floor", "gateway", "gateway - floor"], o, [0]);
 

@@ -1,4 +1,5 @@
 import { fork, type ChildProcess } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 /**
@@ -15,6 +16,35 @@ export interface CpuSample {
   at: number;
   /** process.hrtime in microseconds (the clock of --cpu-prof sample timestamps). */
   mono: number;
+  /**
+   * User + system microseconds of the child's own live child processes (the gateway's telemetry
+   * engine), from /proc; 0 where there is no /proc.
+   */
+  children: number;
+}
+
+/** CPU microseconds of this process's live descendants, from /proc (Linux; 0 elsewhere). */
+function descendantsCpuUs(): number {
+  let total = 0;
+  const visit = (pid: string) => {
+    let kids: string[] = [];
+    try {
+      for (const tid of readdirSync(`/proc/${pid}/task`)) kids.push(...readFileSync(`/proc/${pid}/task/${tid}/children`, "utf8").split(" ").filter(Boolean));
+    } catch {
+      return;
+    }
+    for (const kid of kids) {
+      try {
+        const f = readFileSync(`/proc/${kid}/stat`, "utf8").split(") ")[1]!.split(" ");
+        total += ((Number(f[11]) + Number(f[12])) * 1e6) / 100; // utime + stime, USER_HZ ticks
+      } catch {
+        continue;
+      }
+      visit(kid);
+    }
+  };
+  visit(String(process.pid));
+  return total;
 }
 
 type Handler = (args: any) => unknown;
@@ -38,7 +68,7 @@ export function serveParent(handlers: Record<string, Handler>, onStop: () => Pro
 } {
   if (!process.send) throw new Error("this script is a bench child; run `npm run bench`");
   const all: Record<string, Handler> = {
-    cpu: (): CpuSample => ({ ...process.cpuUsage(), at: performance.now(), mono: Number(process.hrtime.bigint() / 1000n) }),
+    cpu: (): CpuSample => ({ ...process.cpuUsage(), at: performance.now(), mono: Number(process.hrtime.bigint() / 1000n), children: descendantsCpuUs() }),
     /** Heap figures; with `{ gc: true }` under --expose-gc, after a full collection. */
     memory: (args?: { gc?: boolean }) => {
       const gc = (globalThis as { gc?: () => void }).gc;
@@ -78,11 +108,17 @@ export interface Child {
   proc: ChildProcess;
 }
 
-/** Forks `bench/<script>` under tsx and waits for its `ready` message. */
+/** True when the bench runs as built JavaScript (`npm run bench` builds first), false under tsx. */
+const compiled = import.meta.url.endsWith(".js");
+
+/**
+ * Forks `bench/<script>` and waits for its `ready` message: the built JavaScript next to this file
+ * when the bench runs built (what `svc serve` runs), else the TypeScript under tsx.
+ */
 export async function startChild(name: string, script: string, opts: { env?: Record<string, string>; execArgv?: string[] } = {}): Promise<Child> {
-  const path = fileURLToPath(new URL(script, import.meta.url));
+  const path = fileURLToPath(new URL(compiled ? script.replace(/\.ts$/, ".js") : script, import.meta.url));
   const proc = fork(path, [], {
-    execArgv: ["--import", "tsx", ...(opts.execArgv ?? [])],
+    execArgv: [...(compiled ? [] : ["--import", "tsx"]), ...(opts.execArgv ?? [])],
     env: { ...process.env, ...opts.env },
     stdio: ["ignore", "inherit", "inherit", "ipc"],
   });
@@ -135,4 +171,4 @@ export async function startChild(name: string, script: string, opts: { env?: Rec
 }
 
 /** CPU microseconds (user + system) and wall milliseconds between two samples. */
-export const cpuDelta = (a: CpuSample, b: CpuSample) => ({ us: b.user - a.user + (b.system - a.system), wallMs: b.at - a.at });
+export const cpuDelta = (a: CpuSample, b: CpuSample) => ({ us: b.user - a.user + (b.system - a.system), wallMs: b.at - a.at, childrenUs: b.children - a.children });

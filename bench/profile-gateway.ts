@@ -6,16 +6,21 @@
  *   node --import tsx bench/profile-gateway.ts        (BENCH_SECONDS per phase, default 5)
  *   BENCH_PROFILE_KEEP=1 keeps the .cpuprofile (path printed) to open in Chrome DevTools.
  *   BENCH_PROFILE_TARGET=floor profiles the bare pass-through proxy instead, for comparison.
+ *   BENCH_PROFILE_HITS=1 sends the same prompt every time: the gateway's cache-hit path.
+ *   BENCH_PROFILE_RATE=200 loads at that fixed rate (open loop) instead of saturating.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { LoadResult, LoadSpec } from "./load.js";
+import { benchChatRequest } from "./request.js";
 import { startChild, type CpuSample } from "./proc.js";
 
 const SECONDS = Number(process.env.BENCH_SECONDS || 5);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY || 32);
 const TOP = Number(process.env.BENCH_PROFILE_TOP || 25);
+const RATE = Number(process.env.BENCH_PROFILE_RATE || 0);
+const phase = RATE > 0 ? `${RATE}/s` : "saturated";
 
 interface CpuProfile {
   nodes: Array<{ id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }>;
@@ -32,18 +37,13 @@ const gateway = await startChild(which, which === "floor" ? "./floor-proxy.ts" :
 const load = await startChild("load generator", "./load.ts");
 
 const spec = (stream: boolean, seconds: number): LoadSpec => ({
-  origin: gateway.info.url,
-  path: "/v1/chat/completions",
-  headers: { "content-type": "application/json", "x-svc-api-key": String(gateway.info.key ?? "") },
-  body: JSON.stringify({
-    model: "chat-4o",
-    messages: [{ role: "user", content: `Hello from the svc overhead benchmark, please echo this short prompt back.${stream ? " [[fake:chunks=10]]" : ""}` }],
-    ...(stream ? { stream: true } : {}),
-  }),
-  stream,
-  mode: "closed",
+  ...benchChatRequest(gateway.info.url, String(gateway.info.key ?? ""), stream),
+  mode: RATE > 0 ? "rate" : "closed",
+  rate: RATE || undefined,
   concurrency: CONCURRENCY,
   seconds,
+  // Every request a cache miss (the pass-through path), unless BENCH_PROFILE_HITS=1 (the hit path).
+  unique: process.env.BENCH_PROFILE_HITS !== "1",
 });
 
 type Memory = NodeJS.MemoryUsage;
@@ -58,7 +58,7 @@ for (const stream of [false, true]) {
   // collections could not free (weakly held or long-lived objects are copied, then promoted).
   const m1 = await gateway.call<Memory>("memory");
   const m2 = await gateway.call<Memory>("memory", { gc: true });
-  windows.push({ name: stream ? "saturated stream" : "saturated non-stream", a, b, res, heap: [m0, m1, m2] });
+  windows.push({ name: `${phase} ${stream ? "stream" : "non-stream"}`, a, b, res, heap: [m0, m1, m2] });
 }
 await Promise.all([gateway.stop(), load.stop()]);
 await fake.stop();

@@ -1,9 +1,10 @@
 import { existsSync, readFileSync } from "node:fs";
-import { resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { ApiStyle } from "./gen/svc/proxy/v1/proxy_service_pb.js";
 import { defaultModels, type ModelRoute } from "./core/proxy/models.js";
 import { parsePrice } from "./core/proxy/cost.js";
 import { isObject, type JsonObject } from "./core/json.js";
+import { MAX_CACHE_TTL_SECONDS } from "./core/cache/cache-service.js";
 
 /** An upstream provider: its wire style, where it is and its key. */
 export interface ProviderConfig {
@@ -25,6 +26,42 @@ export interface Timeouts {
   totalMs: number;
 }
 
+/** The response cache. */
+export interface CacheConfig {
+  /** False with SVC_CACHE_DISABLED=1: no lookups, no stores, every answer a MISS. */
+  enabled: boolean;
+  /** How long an answer stays cached when its writer names no TTL, in seconds. */
+  ttlSeconds: number;
+  /** The byte budget of the embedded (in-memory) cache; in cluster mode Redis's maxmemory rules. */
+  maxBytes: number;
+  /** The largest answer cached, in bytes of its serialized form. */
+  maxEntryBytes: number;
+}
+
+/** Rate limits and spend caps (LimitsService). */
+export interface LimitsConfig {
+  /** Refuse live requests while the limits store is unreachable; by default they are admitted unchecked. */
+  failClosed: boolean;
+  /** How long the reserved cost of a request that never settles (its process died) counts, in ms. */
+  reservationTtlMs: number;
+}
+
+/** Request logs and analytics (TelemetryService). */
+export interface TelemetryConfig {
+  /** A ClickHouse server (cluster mode); unset: chDB embedded under `<dataDir>/telemetry`. */
+  clickhouseUrl: string | undefined;
+  /** How long request and response bodies are kept, in days; the rest of a log stays. */
+  bodyTtlDays: number;
+  /** Logs per insert. */
+  batchSize: number;
+  /** How often queued logs are written, in milliseconds. */
+  flushIntervalMs: number;
+  /** Where logs wait on disk while the store is unreachable. */
+  spoolDir: string;
+  /** The spool's byte budget; logs beyond it are dropped and counted. */
+  spoolMaxBytes: number;
+}
+
 /** Everything `svc serve` runs on. */
 export interface Config {
   host: string;
@@ -37,6 +74,9 @@ export interface Config {
   /** Largest accepted request body, in bytes. */
   maxRequestBytes: number;
   timeouts: Timeouts;
+  cache: CacheConfig;
+  limits: LimitsConfig;
+  telemetry: TelemetryConfig;
   providers: Map<string, ProviderConfig>;
   models: Map<string, ModelRoute>;
 }
@@ -156,6 +196,51 @@ function timeouts(env: NodeJS.ProcessEnv, file: JsonObject): Timeouts {
   };
 }
 
+function cache(env: NodeJS.ProcessEnv): CacheConfig {
+  const pick = (name: string, fallback: number) => (env[name] ? positiveInt(env[name], name) : fallback);
+  const ttlSeconds = pick("SVC_CACHE_TTL_SECONDS", 3600);
+  if (ttlSeconds > MAX_CACHE_TTL_SECONDS) {
+    throw new ConfigError(`SVC_CACHE_TTL_SECONDS must be at most ${MAX_CACHE_TTL_SECONDS} (30 days), got ${JSON.stringify(env.SVC_CACHE_TTL_SECONDS)}`);
+  }
+  return {
+    enabled: !flag(env, "SVC_CACHE_DISABLED"),
+    ttlSeconds,
+    maxBytes: pick("SVC_CACHE_MAX_BYTES", 256 * 1024 * 1024),
+    maxEntryBytes: pick("SVC_CACHE_MAX_ENTRY_BYTES", 4 * 1024 * 1024),
+  };
+}
+
+function flag(env: NodeJS.ProcessEnv, name: string): boolean {
+  const raw = (env[name] ?? "").trim().toLowerCase();
+  if (raw === "" || raw === "0" || raw === "false" || raw === "no") return false;
+  if (raw === "1" || raw === "true" || raw === "yes") return true;
+  throw new ConfigError(`${name} must be 1 or 0 (true or false), got ${JSON.stringify(env[name])}`);
+}
+
+function limits(env: NodeJS.ProcessEnv): LimitsConfig {
+  return {
+    failClosed: flag(env, "SVC_LIMITS_FAIL_CLOSED"),
+    reservationTtlMs: env.SVC_LIMITS_RESERVATION_TTL_MS ? positiveInt(env.SVC_LIMITS_RESERVATION_TTL_MS, "SVC_LIMITS_RESERVATION_TTL_MS") : 15 * 60_000,
+  };
+}
+
+function telemetry(env: NodeJS.ProcessEnv, dataDir: string): TelemetryConfig {
+  const pick = (name: string, fallback: number, max: number) => {
+    if (!env[name]) return fallback;
+    const n = positiveInt(env[name], name);
+    if (n > max) throw new ConfigError(`${name} must be at most ${max}, got ${JSON.stringify(env[name])}`);
+    return n;
+  };
+  return {
+    clickhouseUrl: env.SVC_CLICKHOUSE_URL ? url(env.SVC_CLICKHOUSE_URL, "SVC_CLICKHOUSE_URL") : undefined,
+    bodyTtlDays: pick("SVC_TELEMETRY_BODY_TTL_DAYS", 30, 3650),
+    batchSize: pick("SVC_TELEMETRY_BATCH_SIZE", 1000, 100_000),
+    flushIntervalMs: pick("SVC_TELEMETRY_FLUSH_INTERVAL_MS", 500, 60_000),
+    spoolDir: env.SVC_TELEMETRY_SPOOL_DIR ? resolve(env.SVC_TELEMETRY_SPOOL_DIR) : join(dataDir, "telemetry-spool"),
+    spoolMaxBytes: pick("SVC_TELEMETRY_SPOOL_MAX_BYTES", 1024 ** 3, Number.MAX_SAFE_INTEGER),
+  };
+}
+
 /**
  * Reads the configuration: environment variables for addresses, credentials and ports, and a JSON
  * file (`SVC_CONFIG`, else `./svc.config.json` when present) for models, prices, extra providers
@@ -165,18 +250,22 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const filePath = env.SVC_CONFIG || (existsSync("svc.config.json") ? "svc.config.json" : undefined);
   const file = readFileConfig(filePath);
   const known = providers(env, file);
+  const dataDir = resolve(env.SVC_DATA_DIR || "data");
   return {
     host: env.SVC_HOST || "127.0.0.1",
     gatewayPort: port(env, "SVC_GATEWAY_PORT", 8080),
     managementPort: port(env, "SVC_MANAGEMENT_PORT", 8081),
     grpcPort: port(env, "SVC_GRPC_PORT", 8090),
-    dataDir: resolve(env.SVC_DATA_DIR || "data"),
+    dataDir,
     redisUrl: env.SVC_REDIS_URL || undefined,
     adminToken: env.SVC_ADMIN_TOKEN || undefined,
     maxRequestBytes: env.SVC_MAX_REQUEST_BYTES
       ? positiveInt(env.SVC_MAX_REQUEST_BYTES, "SVC_MAX_REQUEST_BYTES")
       : file.maxRequestBytes === undefined ? 4 * 1024 * 1024 : positiveInt(file.maxRequestBytes, "config maxRequestBytes"),
     timeouts: timeouts(env, file),
+    cache: cache(env),
+    limits: limits(env),
+    telemetry: telemetry(env, dataDir),
     providers: known,
     models: models(file, known),
   };

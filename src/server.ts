@@ -1,24 +1,30 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, open, readFile, rm, writeFile } from "node:fs/promises";
-import { createServer } from "node:http";
+import { createServer, type RequestListener } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
-import type { ConnectRouter } from "@connectrpc/connect";
-import type Koa from "koa";
+import type { Client, ConnectRouter } from "@connectrpc/connect";
 import type { Config } from "./config.js";
 import { adminAuthInterceptor } from "./core/admin-auth.js";
 import { createAuthService } from "./core/auth/auth-service.js";
+import { createCacheBackend } from "./core/cache/cache-backend.js";
+import { createLimitsBackend } from "./core/limits/limits-backend.js";
+import { createTelemetryBackend } from "./core/telemetry/telemetry-backend.js";
 import { createDirectClient } from "./core/direct-client.js";
 import { createCoreServer } from "./core/grpc-server.js";
+import { createPricing } from "./core/proxy/pricing.js";
 import { createProxyService } from "./core/proxy/proxy-service.js";
 import { createUpstreamHttp } from "./core/proxy/upstream-http.js";
 import { createAnthropicAdapter } from "./core/proxy/upstreams/anthropic/adapter.js";
 import { createOpenAiAdapter } from "./core/proxy/upstreams/openai/adapter.js";
 import { startFakeProvider, type FakeProvider } from "./demo/fake-provider.js";
-import { createGatewayApp } from "./facades/gateway/gateway-app.js";
+import { createGatewayHandler } from "./facades/gateway/gateway-app.js";
 import { createManagementApp } from "./facades/management/management-app.js";
 import { AuthService } from "./gen/svc/auth/v1/auth_service_pb.js";
+import { CacheService } from "./gen/svc/cache/v1/cache_service_pb.js";
+import { LimitsService } from "./gen/svc/limits/v1/limits_service_pb.js";
 import { ApiStyle, ProxyService } from "./gen/svc/proxy/v1/proxy_service_pb.js";
+import { TelemetryService } from "./gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "./logger.js";
 import { createFileRegistryStore } from "./stores/file-registry-store.js";
 import { createRedisRegistryStore } from "./stores/redis-registry-store.js";
@@ -36,6 +42,16 @@ export interface RunningServer {
   /** Where the admin token was written, when it was generated rather than configured. */
   adminTokenPath: string | undefined;
   demo: FakeProvider | undefined;
+  /** The in-process CacheService client, the one the gateway facade uses for its cache. */
+  cache: Client<typeof CacheService>;
+  /** The in-process LimitsService client, for the gateway facade: Admit before the upstream call, Settle after. */
+  limits: Client<typeof LimitsService>;
+  /**
+   * The in-process TelemetryService client: RecordRequest after each gateway request (it only
+   * queues, never waits on ClickHouse); ListLogs, GetLog, GetAnalytics and the prompts for the
+   * management API. See docs/telemetry.md.
+   */
+  telemetry: Client<typeof TelemetryService>;
   close(): Promise<void>;
 }
 
@@ -78,19 +94,44 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     ]);
     const authImpl = createAuthService({ store });
     const proxyImpl = createProxyService({ models: config.models, providers: config.providers, adapters, http });
+    const cacheBackend = createCacheBackend(config.redisUrl, config.cache);
+    cleanups.push(() => cacheBackend.close());
+    const limitsBackend = await createLimitsBackend(config.redisUrl, config.limits, store);
+    cleanups.push(() => limitsBackend.close());
+    // Closed after the HTTP servers (cleanups run in reverse), so the logs of the last requests are
+    // flushed, or spooled, before exit.
+    const telemetryBackend = await createTelemetryBackend(config);
+    cleanups.push(() => telemetryBackend.close());
 
     const core = createCoreServer((router: ConnectRouter) => {
       router.service(AuthService, authImpl);
       router.service(ProxyService, proxyImpl);
+      router.service(CacheService, cacheBackend.impl);
+      router.service(LimitsService, limitsBackend.impl);
+      router.service(TelemetryService, telemetryBackend.impl);
     }, [adminAuthInterceptor(adminToken)]);
     const grpcPort = await listen(core.server, config.grpcPort, config.host);
     cleanups.push(() => core.close());
 
     const auth = createDirectClient(AuthService, authImpl);
     const proxy = createDirectClient(ProxyService, proxyImpl);
-    const gateway = await serveKoa(createGatewayApp({ auth, proxy, maxRequestBytes: config.maxRequestBytes }), config.gatewayPort, config.host);
+    const cache = createDirectClient(CacheService, cacheBackend.impl);
+    const limits = createDirectClient(LimitsService, limitsBackend.impl);
+    const telemetry = createDirectClient(TelemetryService, telemetryBackend.impl);
+    const pricing = createPricing(config.models);
+    const gateway = await serveHttp(createGatewayHandler({
+        auth,
+        proxy,
+        cache,
+        limits,
+        pricing,
+        cacheEnabled: config.cache.enabled,
+        maxRequestBytes: config.maxRequestBytes,
+        // The writer queues in memory and never waits on the store: a request never waits for its log.
+        record: (entry) => void telemetry.recordRequest({ log: entry }).catch((e) => log.warn("request log dropped", { err: String(e) })),
+      }), config.gatewayPort, config.host);
     cleanups.push(gateway.close);
-    const management = await serveKoa(createManagementApp({ auth }), config.managementPort, config.host);
+    const management = await serveHttp(createManagementApp({ auth, telemetry }).callback(), config.managementPort, config.host);
     cleanups.push(management.close);
 
     const host = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
@@ -101,6 +142,9 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
       adminToken,
       adminTokenPath,
       demo,
+      cache,
+      limits,
+      telemetry,
       close,
     };
   } catch (e) {
@@ -120,8 +164,8 @@ async function listen(server: import("node:net").Server, port: number, host: str
   return (server.address() as AddressInfo).port;
 }
 
-async function serveKoa(app: Koa, port: number, host: string): Promise<{ port: number; close: () => Promise<void> }> {
-  const server = createServer(app.callback());
+async function serveHttp(handler: RequestListener, port: number, host: string): Promise<{ port: number; close: () => Promise<void> }> {
+  const server = createServer(handler);
   server.keepAliveTimeout = 65_000; // longer than common load balancers' idle timeout
   const actual = await listen(server, port, host);
   return {

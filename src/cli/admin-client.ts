@@ -1,8 +1,11 @@
 import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { type Client, createClient, type Interceptor } from "@connectrpc/connect";
+import { type Client, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { bearerAuth } from "../client/svc-client.js";
 import { AuthService } from "../gen/svc/auth/v1/auth_service_pb.js";
+import { LimitsService } from "../gen/svc/limits/v1/limits_service_pb.js";
+import { TelemetryService } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
 
 export interface AdminTarget {
   server: string;
@@ -31,10 +34,19 @@ export function resolveAdminTarget(flags: { server?: string; adminToken?: string
 /** A bad command line; printed with usage and exit code 2. */
 export class UsageError extends Error {}
 
+const transportFor = (target: AdminTarget) =>
+  createConnectTransport({ baseUrl: target.server, httpVersion: "1.1", interceptors: [bearerAuth(target.token)] });
+
 export function createAdminClient(target: AdminTarget): Client<typeof AuthService> {
-  const auth: Interceptor = (next) => (req) => {
-    req.header.set("authorization", `Bearer ${target.token}`);
-    return next(req);
-  };
-  return createClient(AuthService, createConnectTransport({ baseUrl: target.server, httpVersion: "1.1", interceptors: [auth] }));
+  return createClient(AuthService, transportFor(target));
+}
+
+/** The TelemetryService of the running server, for prompts. */
+export function createTelemetryAdminClient(target: AdminTarget): Client<typeof TelemetryService> {
+  return createClient(TelemetryService, transportFor(target));
+}
+
+/** The LimitsService of the running server, for usage figures. */
+export function createLimitsAdminClient(target: AdminTarget): Client<typeof LimitsService> {
+  return createClient(LimitsService, transportFor(target));
 }

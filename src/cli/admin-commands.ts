@@ -3,14 +3,15 @@ import type { ApiKey, Project } from "../gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../gen/svc/common/v1/key_mode_pb.js";
 import { planName, planOf } from "../core/auth/plans.js";
 import type { PlanName } from "../stores/registry-store.js";
-import { createAdminClient, resolveAdminTarget, UsageError } from "./admin-client.js";
+import { createAdminClient, createLimitsAdminClient, resolveAdminTarget, UsageError } from "./admin-client.js";
+import { type LimitFlags, projectChangeFromFlags, projectDetailJson, projectDetailText } from "./project-view.js";
+import { table } from "./table.js";
 
-export interface Flags {
+export interface Flags extends LimitFlags {
   json?: boolean;
   server?: string;
   adminToken?: string;
   name?: string;
-  plan?: string;
   project?: string;
   mode?: string;
   description?: string;
@@ -34,22 +35,19 @@ const keyJson = (k: ApiKey) => ({
   created_at: k.createTime ? timestampDate(k.createTime).toISOString() : null,
 });
 
-const out = (flags: Flags, json: unknown, human: string) => {
+/** Prints `json` with --json, else the human-readable text. */
+export const out = (flags: Flags, json: unknown, human: string) => {
   process.stdout.write(flags.json ? `${JSON.stringify(json, null, 2)}\n` : `${human}\n`);
 };
 
-const need = (v: string | undefined, flag: string): string => {
+export const need = (v: string | undefined, flag: string): string => {
   if (!v) throw new UsageError(`${flag} is required`);
   return v;
 };
 
-const table = (rows: string[][]): string => {
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  return rows.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd()).join("\n");
-};
-
 export async function projectsCommand(sub: string | undefined, args: string[], flags: Flags): Promise<void> {
-  const client = createAdminClient(resolveAdminTarget(flags));
+  const target = resolveAdminTarget(flags);
+  const client = createAdminClient(target);
   switch (sub) {
     case "create": {
       const plan = need(flags.plan, "--plan");
@@ -66,8 +64,16 @@ export async function projectsCommand(sub: string | undefined, args: string[], f
       const id = need(args[0], "PROJECT_ID");
       const { project } = await client.getProject({ projectId: id });
       const { keys } = await client.listKeys({ projectId: id });
-      const p = projectJson(project!);
-      return out(flags, { ...p, keys: keys.length }, `${p.id}  ${p.name}\nplan:    ${p.plan}\ncreated: ${p.created_at}\nkeys:    ${keys.length}`);
+      // Usage is a nicety: a server without limits (or with its store down) still shows the project.
+      const usage = await createLimitsAdminClient(target).getUsage({ projectId: id }).catch(() => undefined);
+      const j = projectDetailJson(project!, { keys: keys.length, usage });
+      return out(flags, j, projectDetailText(j));
+    }
+    case "update": {
+      const id = need(args[0], "PROJECT_ID");
+      const { project } = await client.updateProject(projectChangeFromFlags(id, flags));
+      const j = projectDetailJson(project!);
+      return out(flags, j, `Updated project ${j.id}.\n\n${projectDetailText(j)}`);
     }
     default:
       throw new UsageError(`unknown command 'projects ${sub ?? ""}'`);

@@ -4,6 +4,7 @@ import { ConfigError, loadConfig } from "../config.js";
 import { startServer } from "../server.js";
 import { UsageError } from "./admin-client.js";
 import { keysCommand, projectsCommand, type Flags } from "./admin-commands.js";
+import { promptsCommand } from "./prompt-commands.js";
 
 const USAGE = `svc: the svc gateway
 
@@ -12,10 +13,15 @@ Usage:
   svc demo                                same as: svc serve --demo (built-in offline provider)
   svc projects create --name N --plan free|pro|enterprise
   svc projects list
-  svc projects show PROJECT_ID
+  svc projects show PROJECT_ID            plan, limits and this month's usage
+  svc projects update PROJECT_ID [--plan P] [--rpm N] [--rpd N] [--user-rpm N] [--spend-cap-usd X] [--log-bodies on|off]
+                                          a value of "default" returns a limit to the plan's default
   svc keys create --project ID --mode live|test [--description D]
   svc keys list --project ID
   svc keys delete KEY_ID
+  svc prompts put NAME --project ID --file F [--description D]   store a new version (--file - reads stdin)
+  svc prompts list --project ID
+  svc prompts show NAME --project ID [--version N]
 
 Admin commands talk to a running server: --server URL (default SVC_SERVER_URL or
 http://127.0.0.1:$SVC_GRPC_PORT, 8090), --admin-token T (default SVC_ADMIN_TOKEN or
@@ -62,10 +68,17 @@ async function main(argv: string[]): Promise<void> {
       project: { type: "string" },
       mode: { type: "string" },
       description: { type: "string" },
+      rpm: { type: "string" },
+      rpd: { type: "string" },
+      "user-rpm": { type: "string" },
+      "spend-cap-usd": { type: "string" },
+      "log-bodies": { type: "string" },
+      file: { type: "string" },
+      version: { type: "string" },
     },
   });
   const [cmd, sub, ...rest] = positionals;
-  const flags: Flags = { ...values, adminToken: values["admin-token"] };
+  const flags: Flags = { ...values, adminToken: values["admin-token"], userRpm: values["user-rpm"], spendCapUsd: values["spend-cap-usd"], logBodies: values["log-bodies"] };
   if (values.help || !cmd || cmd === "help") {
     process.stdout.write(USAGE);
     return;
@@ -74,11 +87,13 @@ async function main(argv: string[]): Promise<void> {
   if (cmd === "demo") return serve(true);
   if (cmd === "projects") return projectsCommand(sub, rest, flags);
   if (cmd === "keys") return keysCommand(sub, rest, flags);
+  if (cmd === "prompts") return promptsCommand(sub, rest, flags);
   throw new UsageError(`unknown command '${cmd}'`);
 }
 
 main(process.argv.slice(2)).catch((e: unknown) => {
-  if (e instanceof UsageError || (e as NodeJS.ErrnoException)?.code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") {
+  const parseError = ["ERR_PARSE_ARGS_UNKNOWN_OPTION", "ERR_PARSE_ARGS_INVALID_OPTION_VALUE"].includes((e as NodeJS.ErrnoException)?.code ?? "");
+  if (e instanceof UsageError || parseError) {
     process.stderr.write(`error: ${(e as Error).message}\n\n${USAGE}`);
     process.exit(2);
   }

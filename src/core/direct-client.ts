@@ -60,31 +60,54 @@ function contextFor(service: DescService, method: DescMethod, opts: CallOptions 
       contextValues: opts.contextValues,
     });
   }
-  let requestHeader: Headers | undefined;
-  let responseHeader: Headers | undefined;
-  let responseTrailer: Headers | undefined;
-  let values: ContextValues | undefined = opts?.contextValues;
-  return {
-    service,
-    method,
-    protocolName: "in-process",
-    requestMethod: "POST",
-    url: `in-process:/${service.typeName}/${method.name}`,
-    signal: opts?.signal ?? never,
-    timeoutMs: () => undefined,
-    get requestHeader() {
-      return (requestHeader ??= new Headers(opts?.headers));
-    },
-    get responseHeader() {
-      return (responseHeader ??= new Headers());
-    },
-    get responseTrailer() {
-      return (responseTrailer ??= new Headers());
-    },
-    get values() {
-      return (values ??= createContextValues());
-    },
-  };
+  return new InProcessContext(service, method, opts);
+}
+
+/**
+ * A class rather than an object literal with getters: a literal makes new accessor closures on
+ * every call, and this is made on every in-process call.
+ */
+class InProcessContext implements HandlerContext {
+  readonly protocolName = "in-process";
+  readonly requestMethod = "POST";
+  readonly signal: AbortSignal;
+  #requestHeader: Headers | undefined;
+  #responseHeader: Headers | undefined;
+  #responseTrailer: Headers | undefined;
+  #values: ContextValues | undefined;
+
+  constructor(
+    readonly service: DescService,
+    readonly method: DescMethod,
+    readonly opts: CallOptions | undefined,
+  ) {
+    this.signal = opts?.signal ?? never;
+    this.#values = opts?.contextValues;
+  }
+
+  get url(): string {
+    return `in-process:/${this.service.typeName}/${this.method.name}`;
+  }
+
+  timeoutMs(): number | undefined {
+    return undefined;
+  }
+
+  get requestHeader(): Headers {
+    return (this.#requestHeader ??= new Headers(this.opts?.headers));
+  }
+
+  get responseHeader(): Headers {
+    return (this.#responseHeader ??= new Headers());
+  }
+
+  get responseTrailer(): Headers {
+    return (this.#responseTrailer ??= new Headers());
+  }
+
+  get values(): ContextValues {
+    return (this.#values ??= createContextValues());
+  }
 }
 
 /** Passes messages through untouched; builds one from an init object otherwise. */

@@ -1,5 +1,6 @@
-import { mkdir, open, readFile, rename } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
+import { createJsonFileWriter, readJsonFile } from "./json-file.js";
 import type { KeyRecord, ProjectRecord, RegistryStore } from "./registry-store.js";
 
 interface FileShape {
@@ -20,14 +21,8 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
   const keys = new Map<string, KeyRecord>();
   const byHash = new Map<string, KeyRecord>();
 
-  let text: string | undefined;
-  try {
-    text = await readFile(path, "utf8");
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
-  }
-  if (text !== undefined) {
-    const data = JSON.parse(text) as FileShape;
+  const data = await readJsonFile<FileShape>(path);
+  if (data !== undefined) {
     for (const p of data.projects) projects.set(p.id, p);
     for (const k of data.keys) {
       keys.set(k.id, k);
@@ -35,22 +30,8 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
     }
   }
 
-  let chain: Promise<void> = Promise.resolve();
-  const persist = (): Promise<void> => {
-    const snapshot: FileShape = { version: 1, projects: [...projects.values()], keys: [...keys.values()] };
-    chain = chain.then(async () => {
-      const tmp = `${path}.${process.pid}.tmp`;
-      const fh = await open(tmp, "w", 0o600);
-      try {
-        await fh.writeFile(JSON.stringify(snapshot, null, 2));
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
-      await rename(tmp, path);
-    });
-    return chain;
-  };
+  const file = createJsonFileWriter(path, 2);
+  const persist = (): Promise<void> => file.write({ version: 1, projects: [...projects.values()], keys: [...keys.values()] } satisfies FileShape);
 
   const byCreation = <T extends { createdAt: number }>(a: T, b: T) => a.createdAt - b.createdAt;
 
@@ -61,6 +42,14 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
     },
     async getProject(id) {
       return projects.get(id);
+    },
+    async updateProject(id, change) {
+      const p = projects.get(id);
+      if (!p) return undefined;
+      const next = change(p);
+      projects.set(id, next);
+      await persist();
+      return next;
     },
     async listProjects() {
       return [...projects.values()].sort(byCreation);
@@ -89,7 +78,7 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
       return byHash.get(hash);
     },
     async close() {
-      await chain;
+      await file.idle();
     },
   };
 }

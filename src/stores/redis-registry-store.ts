@@ -1,4 +1,5 @@
 import { Redis } from "ioredis";
+import { log } from "../logger.js";
 import type { KeyRecord, ProjectRecord, RegistryStore } from "./registry-store.js";
 
 /**
@@ -36,16 +37,64 @@ redis.call('ZREM', ARGV[1] .. k.projectId, k.id)
 redis.call('DEL', ARGV[2] .. k.hash)
 return v`;
 
+// KEYS: project. ARGV: the JSON read, the JSON to write. Writes only if nobody changed it since the
+// read: 1 written, 0 changed meanwhile, -1 gone.
+const replaceProjectScript = `
+local v = redis.call('GET', KEYS[1])
+if not v then return -1 end
+if v ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1`;
+
 type ScriptedRedis = Redis & {
+  svcReplaceProject(k1: string, before: string, after: string): Promise<number>;
   svcCreateKey(k1: string, k2: string, k3: string, max: number, at: number, id: string, json: string): Promise<number>;
   svcDeleteKey(k1: string, setPrefix: string, hashPrefix: string): Promise<string | null>;
 };
 
+/** How many verified keys (and their projects) are remembered for an outage; the oldest go first. */
+const KNOWN_GOOD_MAX = 10_000;
+
 export function createRedisRegistryStore(url: string): RegistryStore {
   const redis = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 2 }) as ScriptedRedis;
+  // Requests must keep flowing while Redis is unreachable (cache and limits step aside too): the
+  // keys and projects this replica verified last are served from memory until Redis is back. A key
+  // cannot be deleted during the outage either, so this only ever serves what was valid when Redis
+  // was last reachable. Logged once per outage.
+  const knownKeys = new Map<string, KeyRecord>();
+  const knownProjects = new Map<string, ProjectRecord>();
+  const remember = <V>(m: Map<string, V>, k: string, v: V | undefined) => {
+    m.delete(k);
+    if (v === undefined) return;
+    if (m.size >= KNOWN_GOOD_MAX) m.delete(m.keys().next().value!);
+    m.set(k, v);
+  };
+  let outage = false;
+  redis.on("error", (e: Error) => {
+    if (outage) return;
+    outage = true;
+    log.warn("redis unreachable (registry): serving keys verified before the outage until it is back", { err: e.message });
+  });
+  redis.on("ready", () => {
+    if (outage) log.info("redis is back (registry)");
+    outage = false;
+  });
+  /** Reads through Redis when it is up; from the known-good copy when it is not. */
+  async function read<V>(m: Map<string, V>, k: string, load: () => Promise<V | undefined>): Promise<V | undefined> {
+    if (redis.status !== "ready" && m.has(k)) return m.get(k);
+    try {
+      const v = await load();
+      remember(m, k, v);
+      return v;
+    } catch (e) {
+      if (m.has(k)) return m.get(k);
+      throw e;
+    }
+  }
   // defineCommand sends EVALSHA and falls back to EVAL on NOSCRIPT (a restarted Redis).
   redis.defineCommand("svcCreateKey", { numberOfKeys: 3, lua: createKeyScript });
   redis.defineCommand("svcDeleteKey", { numberOfKeys: 1, lua: deleteKeyScript });
+  redis.defineCommand("svcReplaceProject", { numberOfKeys: 1, lua: replaceProjectScript });
 
   const parse = <T>(v: string | null): T | undefined => (v === null ? undefined : (JSON.parse(v) as T));
 
@@ -54,7 +103,22 @@ export function createRedisRegistryStore(url: string): RegistryStore {
       await redis.multi().set(kProject(p.id), JSON.stringify(p)).zadd(kProjects, p.createdAt, p.id).exec();
     },
     async getProject(id) {
-      return parse<ProjectRecord>(await redis.get(kProject(id)));
+      return read(knownProjects, id, async () => parse<ProjectRecord>(await redis.get(kProject(id))));
+    },
+    async updateProject(id, change) {
+      // Optimistic: read, change, write if unchanged; a concurrent update makes it try again.
+      for (let attempt = 0; attempt < 20; attempt++) {
+        const before = await redis.get(kProject(id));
+        if (before === null) return undefined;
+        const next = change(JSON.parse(before) as ProjectRecord);
+        const done = await redis.svcReplaceProject(kProject(id), before, JSON.stringify(next));
+        if (done === 1) {
+          if (knownProjects.has(id)) remember(knownProjects, id, next);
+          return next;
+        }
+        if (done === -1) return undefined;
+      }
+      throw new Error(`project ${id} kept changing; update not applied`);
     },
     async listProjects() {
       const ids = await redis.zrange(kProjects, "0", "-1");
@@ -73,13 +137,19 @@ export function createRedisRegistryStore(url: string): RegistryStore {
       return values.map((v) => parse<KeyRecord>(v)).filter((k): k is KeyRecord => k !== undefined);
     },
     async deleteKey(id) {
-      return parse<KeyRecord>(await redis.svcDeleteKey(kKey(id), `${T}:keys:`, `${T}:hash:`));
+      const k = parse<KeyRecord>(await redis.svcDeleteKey(kKey(id), `${T}:keys:`, `${T}:hash:`));
+      if (k) knownKeys.delete(k.hash);
+      return k;
     },
     async findKeyByHash(hash) {
-      const id = await redis.get(kHash(hash));
-      return id === null ? undefined : parse<KeyRecord>(await redis.get(kKey(id)));
+      return read(knownKeys, hash, async () => {
+        const id = await redis.get(kHash(hash));
+        return id === null ? undefined : parse<KeyRecord>(await redis.get(kKey(id)));
+      });
     },
     async close() {
+      // QUIT would wait in the offline queue for a Redis that is gone.
+      if (redis.status !== "ready") return redis.disconnect();
       await redis.quit().catch(() => redis.disconnect());
     },
   };

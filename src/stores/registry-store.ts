@@ -4,6 +4,21 @@ export interface ProjectRecord {
   name: string;
   plan: PlanName;
   createdAt: number;
+  /** The project's own limits; absent (as in records older than limits) means the plan's defaults. */
+  limits?: LimitOverrides;
+  /** False when the project turned body logging off; absent means on. */
+  logBodies?: boolean;
+}
+
+/**
+ * Limit overrides as stored; a missing field follows the plan's default. The spend cap is kept as
+ * the canonical decimal USD string it was validated into, so it stays exact.
+ */
+export interface LimitOverrides {
+  requestsPerMinute?: number;
+  requestsPerDay?: number;
+  userRequestsPerMinute?: number;
+  monthlySpendCapUsd?: string;
 }
 
 export type PlanName = "free" | "pro" | "enterprise";
@@ -28,6 +43,12 @@ export interface RegistryStore {
   createProject(p: ProjectRecord): Promise<void>;
   getProject(id: string): Promise<ProjectRecord | undefined>;
   listProjects(): Promise<ProjectRecord[]>;
+  /**
+   * Replaces a project with `change(current)`, atomically with respect to other updates (a replica
+   * that changed it meanwhile makes `change` run again on the newer record). Returns the new record,
+   * or undefined when there is no such project.
+   */
+  updateProject(id: string, change: (p: ProjectRecord) => ProjectRecord): Promise<ProjectRecord | undefined>;
   /** Adds a key unless the project already has `maxKeys` keys; returns false when it has. */
   createKey(k: KeyRecord, maxKeys: number): Promise<boolean>;
   listKeys(projectId: string): Promise<KeyRecord[]>;

@@ -6,6 +6,7 @@ import { startServer, type RunningServer } from "../../src/server.js";
 import { createAdminClient } from "../../src/cli/admin-client.js";
 import { Plan } from "../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../../src/gen/svc/common/v1/key_mode_pb.js";
+import { startRedis, type TestRedis } from "./redis.js";
 
 export interface TestGateway extends RunningServer {
   /** Creates a project and returns it with a live and a test key value. */
@@ -41,6 +42,34 @@ export async function startTestGateway(env: Record<string, string> = {}, demo = 
     async close() {
       await running.close();
       rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * Two gateway replicas in cluster mode on one private Redis, started before the enclosing
+ * `describe`'s tests and stopped after them. Call it inside a `describe`; read `a` and `b` in tests.
+ */
+export function replicasOnOneRedis(): { readonly a: TestGateway; readonly b: TestGateway } {
+  let redis: TestRedis;
+  let a: TestGateway;
+  let b: TestGateway;
+  before(async () => {
+    redis = await startRedis();
+    a = await startTestGateway({ SVC_REDIS_URL: redis.url });
+    b = await startTestGateway({ SVC_REDIS_URL: redis.url });
+  });
+  after(async () => {
+    await a.close();
+    await b.close();
+    await redis.stop();
+  });
+  return {
+    get a() {
+      return a;
+    },
+    get b() {
+      return b;
     },
   };
 }

@@ -45,7 +45,7 @@ export async function startRedis(port?: number): Promise<TestRedis> {
     port: p,
     stop: () =>
       new Promise<void>((resolve) => {
-        if (child.exitCode !== null) return resolve();
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
         child.once("exit", () => {
           rmSync(dir, { recursive: true, force: true });
           resolve();

@@ -12,8 +12,9 @@ import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
 import type { KeyRecord, ProjectRecord, RegistryStore } from "../../stores/registry-store.js";
 import { apiError, invalidApiKey, invalidRequest, notFound } from "../errors.js";
 import { randomBase62 } from "../ids.js";
-import { displayPrefix, hashSecret, modeOfSecret, newSecret } from "./keys.js";
+import { displayPrefix, hashSecret, hashSecretForLookup, modeOfSecret, newSecret } from "./keys.js";
 import { planLimits, planName, planOf } from "./plans.js";
+import { applyProjectChange, effectiveLimits, overridesMessage, parseProjectChange } from "./project-limits.js";
 
 export interface AuthDeps {
   store: RegistryStore;
@@ -21,10 +22,37 @@ export interface AuthDeps {
   now?: () => number;
 }
 
-const toProject = (p: ProjectRecord): Project =>
-  create(ProjectSchema, { id: p.id, name: p.name, plan: planOf(p.plan), createTime: timestampFromMs(p.createdAt) });
+/**
+ * Builds each stored record's message once: a file-store record is the same object until it
+ * changes, so VerifyKey, on every request, does not rebuild its key's and project's messages.
+ */
+function perRecord<R extends object, M>(build: (r: R) => M): (r: R) => M {
+  const built = new WeakMap<R, M>();
+  return (r) => {
+    let m = built.get(r);
+    if (m === undefined) {
+      m = build(r);
+      built.set(r, m);
+    }
+    return m;
+  };
+}
 
-const toKey = (k: KeyRecord): ApiKey =>
+/** The message of a stored project, with its effective limits. */
+const toProject = perRecord((p: ProjectRecord): Project =>
+  create(ProjectSchema, {
+    id: p.id,
+    name: p.name,
+    plan: planOf(p.plan),
+    createTime: timestampFromMs(p.createdAt),
+    limitOverrides: overridesMessage(p.limits),
+    effectiveLimits: effectiveLimits(p.plan, p.limits),
+    logBodies: p.logBodies !== false,
+  }),
+);
+
+/** The message of a stored key. */
+const toKey = perRecord((k: KeyRecord): ApiKey =>
   create(ApiKeySchema, {
     id: k.id,
     projectId: k.projectId,
@@ -32,7 +60,8 @@ const toKey = (k: KeyRecord): ApiKey =>
     description: k.description,
     displayPrefix: k.displayPrefix,
     createTime: timestampFromMs(k.createdAt),
-  });
+  }),
+);
 
 /** Creates the AuthService implementation over a registry store. */
 export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceImpl<typeof AuthService> {
@@ -56,6 +85,14 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
 
     async getProject(req) {
       return { project: toProject(await project(req.projectId)) };
+    },
+
+    async updateProject(req) {
+      if (!req.projectId) throw invalidRequest("missing_required_field", "`project_id` is required.");
+      const change = parseProjectChange(req);
+      const p = await store.updateProject(req.projectId, (current) => applyProjectChange(current, change));
+      if (!p) throw notFound("project_not_found", `No project with id '${req.projectId}'.`);
+      return { project: toProject(p) };
     },
 
     async listProjects() {
@@ -97,7 +134,7 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
     async verifyKey(req) {
       const mode = modeOfSecret(req.secret);
       if (mode === undefined) throw invalidApiKey(req.secret ? "Invalid API key." : "Missing API key: send it in the X-Svc-Api-Key header.");
-      const k = await store.findKeyByHash(hashSecret(req.secret));
+      const k = await store.findKeyByHash(hashSecretForLookup(req.secret));
       if (!k) throw invalidApiKey();
       const p = await store.getProject(k.projectId);
       if (!p) throw invalidApiKey();

@@ -1,3 +1,4 @@
+import { StringDecoder } from "node:string_decoder";
 import { Agent, errors as undiciErrors, type Dispatcher } from "undici";
 import { ConnectError, Code } from "@connectrpc/connect";
 import type { Timeouts } from "../../config.js";
@@ -21,10 +22,16 @@ export interface UpstreamHttp {
 }
 
 const MAX_ERROR_BODY = 64 * 1024;
+/** Decoded chunks a stream may hold unread before the upstream socket is paused (backpressure). */
+const HIGH_WATER_CHUNKS = 64;
 
 /**
  * One undici Agent (a keep-alive pool per origin) for all upstreams. `headersTimeout` is the
- * first-byte timeout, `bodyTimeout` the idle-stream timeout; the total timeout is a signal.
+ * first-byte timeout, `bodyTimeout` the idle-stream timeout; the total timeout is a timer.
+ *
+ * Requests go through undici's dispatch handler API rather than `request()`: no Readable body
+ * stream, no async iterator over it and no AbortController of our own per request. On this hot
+ * path those cost more than the rest of the exchange (bench/profile-gateway.ts).
  */
 export function createUpstreamHttp(timeouts: Timeouts): UpstreamHttp {
   const agent = new Agent({
@@ -37,75 +44,199 @@ export function createUpstreamHttp(timeouts: Timeouts): UpstreamHttp {
   });
 
   return {
-    async send(req, clientSignal) {
-      // One controller and one timer per request: AbortSignal.timeout + AbortSignal.any cost several
-      // times more on this hot path and keep their signals alive until a full GC.
-      const controller = new AbortController();
-      const total = { aborted: false };
-      const timer = setTimeout(() => {
-        total.aborted = true;
-        controller.abort();
-      }, timeouts.totalMs);
-      const onClientAbort = () => controller.abort();
-      if (clientSignal.aborted) controller.abort();
-      else clientSignal.addEventListener("abort", onClientAbort, { once: true });
-      const release = () => {
-        clearTimeout(timer);
-        clientSignal.removeEventListener("abort", onClientAbort);
-      };
-      let res: Dispatcher.ResponseData;
-      try {
-        const url = new URL(req.url);
-        res = await agent.request({ origin: url.origin, path: url.pathname + url.search, method: "POST", headers: req.headers, body: req.body, signal: controller.signal });
-      } catch (e) {
-        release();
-        throw upstreamFailure(e, total, clientSignal);
-      }
-      const body = res.body;
-      body.once("close", release);
-      // Decoded as a stream so a multi-byte character split across two chunks stays whole.
-      const decoder = new TextDecoder();
-      const decode = (chunk: Buffer | string): string => (typeof chunk === "string" ? chunk : decoder.decode(chunk, { stream: true }));
-      return {
-        status: res.statusCode,
-        body: (async function* () {
-          try {
-            for await (const chunk of body) yield decode(chunk);
-          } catch (e) {
-            throw upstreamFailure(e, total, clientSignal);
-          }
-        })(),
-        async text(limit = MAX_ERROR_BODY) {
-          let out = "";
-          try {
-            for await (const chunk of body) {
-              out += decode(chunk);
-              if (out.length > limit) {
-                body.destroy();
-                break;
-              }
-            }
-          } catch (e) {
-            throw upstreamFailure(e, total, clientSignal);
-          }
-          return out;
-        },
-        dispose() {
-          if (!body.destroyed) body.destroy();
-        },
-      };
+    send(req, clientSignal) {
+      return new Promise<UpstreamResponse>((resolve, reject) => {
+        const target = targetOf(req.url);
+        const exchange = new Exchange(resolve, reject, clientSignal, timeouts.totalMs);
+        try {
+          agent.dispatch({ origin: target.origin, path: target.path, method: "POST", headers: req.headers, body: req.body }, exchange);
+        } catch (e) {
+          exchange.onResponseError(undefined, e as Error);
+        }
+      });
     },
     close: () => agent.close(),
   };
 }
 
-/** Maps a transport failure to the core's error: timeouts 504, unreachable 502, client gone Canceled. */
-function upstreamFailure(e: unknown, total: { aborted: boolean }, client: AbortSignal): ConnectError {
-  if (e instanceof ConnectError) return e;
-  if (client.aborted) return new ConnectError("client closed the request", Code.Canceled);
-  if (total.aborted) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not finish within the total timeout.");
-  if (e instanceof undiciErrors.ConnectTimeoutError) return apiError(504, "api_error", "upstream_timeout", "Timed out connecting to the upstream provider.");
-  if (e instanceof undiciErrors.HeadersTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not start answering in time.");
-  if (e instanceof undiciErrors.BodyTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider stopped sending data (idle timeout).");
-  return apiError(502, "api_error", "upstream_unreachable", "The upstream provider could not be reached or closed the connection.");
+/** Origins and paths of the few upstream URLs there are, parsed once. */
+const targets = new Map<string, { origin: string; path: string }>();
+function targetOf(url: string): { origin: string; path: string } {
+  let t = targets.get(url);
+  if (!t) {
+    const u = new URL(url);
+    t = { origin: u.origin, path: u.pathname + u.search };
+    if (targets.size < 1024) targets.set(url, t);
+  }
+  return t;
+}
+
+class TotalTimeout extends Error {}
+class ClientGone extends Error {}
+
+/**
+ * One upstream exchange: undici's handler and the response it resolves to. Body chunks are decoded
+ * as a UTF-8 stream (a character split across two chunks stays whole) and either queued for the
+ * async iterator or, once `text()` is called, gathered into one string.
+ */
+class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
+  status = 0;
+  #resolve: ((r: UpstreamResponse) => void) | undefined;
+  #reject: ((e: unknown) => void) | undefined;
+  #signal: AbortSignal;
+  #controller: Dispatcher.DispatchController | undefined;
+  #timer: NodeJS.Timeout;
+  #timedOut = false;
+  #decoder: StringDecoder | undefined;
+  #queue: string[] = [];
+  #ended = false;
+  #error: ConnectError | undefined;
+  /** The reader waiting for the next chunk, if any. */
+  #wake: (() => void) | undefined;
+  /** While `text()` gathers the body: what it has so far and its limit. */
+  #text: { out: string; limit: number; done: (s: string) => void; fail: (e: unknown) => void } | undefined;
+
+  constructor(resolve: (r: UpstreamResponse) => void, reject: (e: unknown) => void, signal: AbortSignal, totalMs: number) {
+    this.#resolve = resolve;
+    this.#reject = reject;
+    this.#signal = signal;
+    this.#timer = setTimeout(() => {
+      this.#timedOut = true;
+      this.#controller?.abort(new TotalTimeout("total timeout"));
+    }, totalMs);
+    // The listener is never removed: the signal belongs to this one call and is dropped with it.
+    if (!signal.aborted) signal.addEventListener("abort", () => this.#controller?.abort(new ClientGone("client closed the request")), { once: true });
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    if (this.#signal.aborted) controller.abort(new ClientGone("client closed the request"));
+  }
+
+  onResponseStart(_c: Dispatcher.DispatchController, statusCode: number): void {
+    if (statusCode < 200) return; // 1xx informational: the real answer follows
+    this.status = statusCode;
+    const resolve = this.#resolve!;
+    this.#resolve = this.#reject = undefined;
+    resolve(this);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    const s = (this.#decoder ??= new StringDecoder("utf8")).write(chunk);
+    if (s === "") return;
+    const t = this.#text;
+    if (t) {
+      t.out += s;
+      if (t.out.length > t.limit) {
+        this.#text = undefined;
+        this.dispose();
+        t.done(t.out);
+      }
+      return;
+    }
+    this.#queue.push(s);
+    if (this.#queue.length >= HIGH_WATER_CHUNKS && !controller.paused) controller.pause();
+    this.#wakeReader();
+  }
+
+  onResponseEnd(): void {
+    const rest = this.#decoder?.end() ?? "";
+    this.#ended = true;
+    clearTimeout(this.#timer);
+    const t = this.#text;
+    if (t) {
+      this.#text = undefined;
+      t.done(t.out + rest);
+      return;
+    }
+    if (rest) this.#queue.push(rest);
+    this.#wakeReader();
+  }
+
+  onResponseError(_c: Dispatcher.DispatchController | undefined, err: Error): void {
+    clearTimeout(this.#timer);
+    const e = this.#failure(err);
+    if (this.#reject) {
+      const reject = this.#reject;
+      this.#resolve = this.#reject = undefined;
+      reject(e);
+      return;
+    }
+    this.#ended = true;
+    this.#error = e;
+    const t = this.#text;
+    if (t) {
+      this.#text = undefined;
+      t.fail(e);
+    }
+    this.#wakeReader();
+  }
+
+  get body(): AsyncIterable<string> {
+    return this;
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<string> {
+    return {
+      next: () => this.#next(),
+      return: async () => {
+        this.dispose();
+        return { done: true, value: undefined };
+      },
+    };
+  }
+
+  async #next(): Promise<IteratorResult<string>> {
+    for (;;) {
+      if (this.#queue.length) {
+        const value = this.#queue.shift()!;
+        if (this.#controller?.paused && this.#queue.length < HIGH_WATER_CHUNKS / 2) this.#controller.resume();
+        return { done: false, value };
+      }
+      if (this.#error) throw this.#error;
+      if (this.#ended) return { done: true, value: undefined };
+      await new Promise<void>((r) => (this.#wake = r));
+    }
+  }
+
+  #wakeReader(): void {
+    const w = this.#wake;
+    if (w) {
+      this.#wake = undefined;
+      w();
+    }
+  }
+
+  text(limit = MAX_ERROR_BODY): Promise<string> {
+    const queued = this.#queue.join("");
+    this.#queue = [];
+    if (this.#error) return Promise.reject(this.#error);
+    if (queued.length > limit) {
+      this.dispose();
+      return Promise.resolve(queued);
+    }
+    if (this.#ended) return Promise.resolve(queued);
+    if (this.#controller?.paused) this.#controller.resume();
+    return new Promise((done, fail) => {
+      this.#text = { out: queued, limit, done, fail };
+    });
+  }
+
+  dispose(): void {
+    clearTimeout(this.#timer);
+    if (this.#ended) return;
+    this.#ended = true;
+    if (this.#controller && !this.#controller.aborted) this.#controller.abort(new ClientGone("response disposed"));
+  }
+
+  /** Maps a transport failure to the core's error: timeouts 504, unreachable 502, client gone Canceled. */
+  #failure(e: unknown): ConnectError {
+    if (e instanceof ConnectError) return e;
+    if (e instanceof ClientGone || this.#signal.aborted) return new ConnectError("client closed the request", Code.Canceled);
+    if (e instanceof TotalTimeout || this.#timedOut) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not finish within the total timeout.");
+    if (e instanceof undiciErrors.ConnectTimeoutError) return apiError(504, "api_error", "upstream_timeout", "Timed out connecting to the upstream provider.");
+    if (e instanceof undiciErrors.HeadersTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not start answering in time.");
+    if (e instanceof undiciErrors.BodyTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider stopped sending data (idle timeout).");
+    return apiError(502, "api_error", "upstream_unreachable", "The upstream provider could not be reached or closed the connection.");
+  }
 }

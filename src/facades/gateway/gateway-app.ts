@@ -1,39 +1,42 @@
-import { create } from "@bufbuild/protobuf";
-import type { Client } from "@connectrpc/connect";
+import type { RequestListener } from "node:http";
 import Router from "@koa/router";
-import Koa, { type Context } from "koa";
-import type { AuthService } from "../../gen/svc/auth/v1/auth_service_pb.js";
-import { ApiStyle, type ProxyService, StreamChatRequestSchema } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import Koa from "koa";
+import { ApiStyle } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { newRequestId } from "../../core/ids.js";
 import { errorMiddleware, methodNotAllowed } from "../http-errors.js";
 import { chatCompletionsCodec } from "./chat-completions-codec.js";
-import type { ClientCodec } from "./codec.js";
 import { messagesCodec } from "./messages-codec.js";
-import { apiKeyOf, checkProviderVersion, metadataOf, readJsonBody, userIdOf } from "./request-input.js";
-import { writeCompletion, writeStream } from "./respond.js";
+import { type Flights, type GatewayDeps, serveChat, type Surface } from "./serve-chat.js";
 
-export interface GatewayDeps {
-  auth: Client<typeof AuthService>;
-  proxy: Client<typeof ProxyService>;
-  maxRequestBytes: number;
-}
-
-interface Surface {
-  path: string;
-  style: ApiStyle;
-  codec: ClientCodec;
-}
+export type { GatewayDeps } from "./serve-chat.js";
 
 const surfaces: Surface[] = [
   { path: "/v1/chat/completions", style: ApiStyle.CHAT_COMPLETIONS, codec: chatCompletionsCodec },
   { path: "/v1/messages", style: ApiStyle.MESSAGES, codec: messagesCodec },
 ];
+const byPath = new Map(surfaces.map((s) => [s.path, s]));
 
 /**
  * The gateway facade: provider-style HTTP in, core calls, provider-style JSON or SSE out. It owns
  * wire compatibility only; every decision is the core's.
+ *
+ * `POST /v1/chat/completions` and `POST /v1/messages` at their exact paths are served straight from
+ * node:http: they are the hot path, and a Koa context, router and middleware chain cost more per
+ * request than the rest of the facade (README, "Why two HTTP layers"). Everything else (health,
+ * unknown paths, wrong methods, path spellings the router also accepts) goes to the Koa app.
  */
-export function createGatewayApp(deps: GatewayDeps): Koa {
+export function createGatewayHandler(deps: GatewayDeps): RequestListener {
+  const flights: Flights = new Map();
+  const koa = createGatewayApp(deps, flights).callback();
+  return (req, res) => {
+    const s = req.method === "POST" ? byPath.get(req.url!) : undefined;
+    if (s) void serveChat(req, res, s, deps, flights, newRequestId());
+    else void koa(req, res);
+  };
+}
+
+/** The Koa app for every gateway request that is not on the hot path. */
+export function createGatewayApp(deps: GatewayDeps, flights: Flights = new Map()): Koa {
   const app = new Koa();
   const router = new Router();
 
@@ -52,7 +55,10 @@ export function createGatewayApp(deps: GatewayDeps): Koa {
     ctx.body = { status: "ok" };
   });
   for (const s of surfaces) {
-    router.post(s.path, (ctx) => handle(ctx, s, deps));
+    router.post(s.path, async (ctx) => {
+      ctx.respond = false;
+      await serveChat(ctx.req, ctx.res, s, deps, flights, ctx.state.requestId as string);
+    });
     router.all(s.path, (ctx) => {
       ctx.set("Allow", "POST");
       throw methodNotAllowed(ctx.method, s.path, "POST");
@@ -62,33 +68,3 @@ export function createGatewayApp(deps: GatewayDeps): Koa {
   return app;
 }
 
-async function handle(ctx: Context, s: Surface, deps: GatewayDeps): Promise<void> {
-  const { key, project } = await deps.auth.verifyKey({ secret: apiKeyOf(ctx.req) });
-  const body = await readJsonBody(ctx.req, deps.maxRequestBytes);
-  const metadata = metadataOf(ctx.req);
-  const userId = userIdOf(ctx.req);
-  if (s.style === ApiStyle.MESSAGES) checkProviderVersion(ctx.req);
-  const parsed = s.codec.parseRequest(body);
-  const req = create(StreamChatRequestSchema, {
-    ...parsed,
-    requestId: ctx.state.requestId as string,
-    projectId: project!.id,
-    keyId: key!.id,
-    keyMode: key!.mode,
-    userId,
-    metadata,
-  });
-
-  // A client that goes away aborts the upstream call.
-  const abort = new AbortController();
-  ctx.res.once("close", () => {
-    if (!ctx.res.writableFinished) abort.abort();
-  });
-  const events = deps.proxy.streamChat(req, { signal: abort.signal })[Symbol.asyncIterator]();
-  // Errors before the first event are still plain HTTP errors (the error middleware writes them).
-  const first = await events.next();
-  if (first.done) throw new Error("the proxy ended without an answer");
-  if (req.stream) return writeStream(ctx, s.codec, parsed, first.value, events);
-  writeCompletion(ctx, s.codec, first.value);
-  await events.return?.(); // let the core's stream run its cleanup now, not at garbage collection
-}

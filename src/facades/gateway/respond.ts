@@ -1,42 +1,81 @@
-import type { Context } from "koa";
+import type { ServerResponse } from "node:http";
 import type { StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
-import { toErrorInfo } from "../../core/errors.js";
+import { toErrorBody, toErrorInfo, type ErrorInfo } from "../../core/errors.js";
 import { isCanceled } from "../../core/proxy/proxy-service.js";
 import { log } from "../../logger.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 
-/** Writes a whole answer as JSON, with its cost in `X-Svc-Cost`. */
-export function writeCompletion(ctx: Context, codec: ClientCodec, ev: StreamChatResponse): void {
+/**
+ * Writing gateway answers on the plain node:http response: one `writeHead` with every header
+ * (each `setHeader` validates and stores on its own, which this hot path would pay per header).
+ */
+
+/** The headers every gateway response carries (spec 4.1): request id, cache status and cost. */
+export interface SvcHeaders {
+  "X-Svc-Request-Id": string;
+  "X-Svc-Cache": "HIT" | "MISS";
+  "X-Svc-Cost": string;
+}
+
+/** Writes a whole answer as JSON, with its cost in `X-Svc-Cost`; returns the body written. */
+export function writeCompletion(res: ServerResponse, svc: SvcHeaders, extra: Record<string, string> | undefined, codec: ClientCodec, ev: StreamChatResponse): string {
   if (ev.event.case !== "completion") throw new Error(`expected a completion, got ${ev.event.case}`);
-  ctx.set("X-Svc-Cost", ev.event.value.costUsd || "0");
-  ctx.type = "application/json";
-  ctx.body = JSON.stringify(codec.renderCompletion(ev.event.value));
+  svc["X-Svc-Cost"] = ev.event.value.costUsd || "0";
+  const body = JSON.stringify(codec.renderCompletion(ev.event.value));
+  writeJson(res, 200, extra ? { ...svc, ...extra } : svc, body);
+  return body;
+}
+
+/** Writes a JSON body with the given status and headers. */
+export function writeJson(res: ServerResponse, status: number, headers: object, body: string): void {
+  res.writeHead(status, { ...headers, "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(body) });
+  res.end(body);
+}
+
+/**
+ * Writes an error in the spec's shape (section 2.6). Internal errors are logged with the request id
+ * and reach the client only as a generic 500.
+ */
+export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, extraHeaders?: Record<string, string>): { info: ErrorInfo; body: string } {
+  const info = toErrorInfo(err);
+  if (info.status >= 500 && info.code === "internal_error") {
+    log.error("request failed", { requestId: svc["X-Svc-Request-Id"], err: String((err as Error)?.stack ?? err) });
+  }
+  const body = JSON.stringify(toErrorBody(info));
+  if (res.headersSent || res.destroyed) return { info, body: "" };
+  svc["X-Svc-Cost"] = "0";
+  // 499 (the client went away) has no reader; should one still be there, it gets a plain 400.
+  writeJson(res, info.status === 499 ? 400 : info.status, { ...svc, ...extraHeaders }, body);
+  return { info, body };
 }
 
 /**
  * Writes a streamed answer as SSE. The cost is only known at the end, so it is sent as the HTTP
  * trailer `X-Svc-Cost`, declared up front in `Trailer:` (DESIGN.md). An error after the stream has
- * begun is written as the style's SSE error event.
+ * begun is written as the style's SSE error event, and returned. `onEvent` sees every event written.
  */
 export async function writeStream(
-  ctx: Context,
+  res: ServerResponse,
+  svc: SvcHeaders,
+  extra: Record<string, string> | undefined,
   codec: ClientCodec,
   req: ParsedChatRequest,
   first: StreamChatResponse,
   rest: AsyncIterator<StreamChatResponse>,
-): Promise<void> {
-  const res = ctx.res;
-  ctx.respond = false;
-  res.statusCode = 200;
-  res.setHeader("Content-Type", "text/event-stream; charset=utf-8");
-  res.setHeader("Cache-Control", "no-cache");
-  res.setHeader("X-Accel-Buffering", "no");
-  res.setHeader("Trailer", "X-Svc-Cost");
-  for (const [k, v] of Object.entries(ctx.response.headers)) {
-    if (k.startsWith("x-svc-") && typeof v === "string") res.setHeader(k, v);
-  }
+  onEvent?: (ev: StreamChatResponse) => void,
+): Promise<ErrorInfo | undefined> {
+  res.writeHead(200, {
+    ...extra,
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+    Trailer: "X-Svc-Cost",
+    "X-Svc-Request-Id": svc["X-Svc-Request-Id"],
+    "X-Svc-Cache": svc["X-Svc-Cache"],
+  });
   const renderer = codec.createStreamRenderer(req);
   let cost = "0";
+  let failure: ErrorInfo | undefined;
   // Events that arrive together (one upstream chunk) leave in one write: corked until the
   // current tick's promise jobs have run, instead of a syscall per event.
   let corked = false;
@@ -45,6 +84,7 @@ export async function writeStream(
     res.uncork();
   };
   const emit = (ev: StreamChatResponse) => {
+    onEvent?.(ev);
     if (ev.event.case === "messageEnd") cost = ev.event.value.costUsd || "0";
     else if (ev.event.case === "completion") cost = ev.event.value.costUsd || "0";
     const text = renderer.render(ev);
@@ -63,16 +103,18 @@ export async function writeStream(
       emit(r.value);
     }
   } catch (err) {
-    if (res.destroyed || isCanceled(err)) return;
-    const info = toErrorInfo(err);
-    if (info.code === "internal_error") log.error("stream failed", { requestId: ctx.state.requestId, err: String((err as Error)?.stack ?? err) });
-    res.write(renderer.error(info));
+    if (res.destroyed || isCanceled(err)) return undefined;
+    failure = toErrorInfo(err);
+    if (failure.code === "internal_error") log.error("stream failed", { requestId: svc["X-Svc-Request-Id"], err: String((err as Error)?.stack ?? err) });
+    res.write(renderer.error(failure));
   } finally {
     // Ends the core's stream early when the client left, so it releases the upstream connection.
     await rest.return?.();
   }
   if (!res.destroyed) {
+    svc["X-Svc-Cost"] = cost;
     res.addTrailers({ "X-Svc-Cost": cost });
     res.end();
   }
+  return failure;
 }

@@ -1,19 +1,45 @@
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { Client } from "@connectrpc/connect";
 import Router from "@koa/router";
-import Koa from "koa";
-import type { AuthService } from "../../gen/svc/auth/v1/auth_service_pb.js";
-import { invalidApiKey } from "../../core/errors.js";
+import Koa, { type Context } from "koa";
+import type { ApiKey, AuthService, Project } from "../../gen/svc/auth/v1/auth_service_pb.js";
+import { AnalyticsGranularity, AnalyticsGroupBy, type TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
+import { apiError, invalidApiKey, invalidRequest } from "../../core/errors.js";
 import { errorMiddleware } from "../http-errors.js";
+import { Query } from "./query.js";
+import { analyticsJson, logJson, promptJson } from "./render.js";
 
 export interface ManagementDeps {
   auth: Client<typeof AuthService>;
+  telemetry: Client<typeof TelemetryService>;
+}
+
+const granularities = { minute: AnalyticsGranularity.MINUTE, hour: AnalyticsGranularity.HOUR, day: AnalyticsGranularity.DAY } as const;
+const groupBys = { model: AnalyticsGroupBy.MODEL, user: AnalyticsGroupBy.USER, key: AnalyticsGroupBy.KEY, status: AnalyticsGroupBy.STATUS } as const;
+const endpoints = { "chat.completions": "/v1/chat/completions", messages: "/v1/messages" } as const;
+const DAY_MS = 24 * 3600_000;
+
+interface Caller {
+  key: ApiKey;
+  project: Project;
+}
+
+const caller = (ctx: Context): Caller => ctx.state.caller as Caller;
+const scope = (ctx: Context) => ({ projectId: caller(ctx).project.id, keyMode: caller(ctx).key.mode });
+
+/** A time range from `start` / `end` (default: the `defaultSpanMs` before now). */
+function range(q: Query, defaultSpanMs: number): { start: number; end: number } {
+  const end = q.time("end") ?? Date.now();
+  const start = q.time("start") ?? end - defaultSpanMs;
+  if (start >= end) throw invalidRequest("invalid_parameter", "Query parameter 'start' must be before 'end'.");
+  return { start, end };
 }
 
 /**
- * The management facade (spec 4.2). Every /v1 request is authenticated with a service key as
- * `Authorization: Bearer <key>` (spec 5.3); the key's project scopes what it reads. The read
- * endpoints (/v1/logs, /v1/analytics, /v1/prompts) arrive with the telemetry issue; until then an
- * authenticated request to them gets the spec's 404 error object.
+ * The management facade (spec 4.2): read access to the key's project's request logs, analytics
+ * and prompts. Every /v1 request is authenticated with a service key as `Authorization: Bearer
+ * <key>` (spec 5.3); the key's project and mode (live or test) scope everything it reads. The
+ * formats are in docs/management-api.md.
  */
 export function createManagementApp(deps: ManagementDeps): Koa {
   const app = new Koa();
@@ -26,10 +52,101 @@ export function createManagementApp(deps: ManagementDeps): Koa {
     const m = /^Bearer\s+(\S+)\s*$/i.exec(ctx.get("authorization"));
     if (!m) throw invalidApiKey("Missing API key: send it as Authorization: Bearer <API_KEY>.");
     const { key, project } = await deps.auth.verifyKey({ secret: m[1]! });
-    ctx.state.key = key;
-    ctx.state.project = project;
+    ctx.state.caller = { key: key!, project: project! } satisfies Caller;
     await next();
   });
+
+  router.get("/v1/logs", async (ctx) => {
+    const q = new Query(ctx.querystring);
+    const limit = q.int("limit", 1, 1000) ?? 50;
+    const cursor = q.string("cursor") ?? "";
+    const start = q.time("start");
+    const end = q.time("end");
+    const status = q.string("status");
+    let statusCode = 0;
+    let statusClass = "";
+    if (status !== undefined) {
+      if (/^[1-5]xx$/i.test(status)) statusClass = status.toLowerCase();
+      else if (/^[1-5]\d\d$/.test(status)) statusCode = Number(status);
+      else throw invalidRequest("invalid_parameter", `Query parameter 'status' must be an HTTP status (429) or class (4xx), got '${status}'.`);
+    }
+    const endpoint = q.oneOf("endpoint", Object.keys(endpoints) as Array<keyof typeof endpoints>);
+    const cache = q.oneOf("cache", ["hit", "miss"] as const);
+    const filters = {
+      model: q.string("model") ?? "",
+      userId: q.string("user_id") ?? "",
+      metadata: q.prefixed("metadata"),
+    };
+    q.done();
+    const res = await deps.telemetry.listLogs({
+      ...scope(ctx),
+      pageSize: limit,
+      pageToken: cursor,
+      startTime: start === undefined ? undefined : timestampFromMs(start),
+      endTime: end === undefined ? undefined : timestampFromMs(end),
+      status: statusCode,
+      statusClass,
+      endpoint: endpoint ? endpoints[endpoint] : "",
+      cache: cache ? cache.toUpperCase() : "",
+      ...filters,
+    });
+    ctx.body = { object: "list", data: res.logs.map((l) => logJson(l, false)), has_more: res.nextPageToken !== "", next_cursor: res.nextPageToken || null };
+  });
+
+  router.get("/v1/logs/:id", async (ctx) => {
+    new Query(ctx.querystring).done();
+    // An unknown id (or another project's) is the service's 404 log_not_found.
+    const res = await deps.telemetry.getLog({ ...scope(ctx), requestId: ctx.params.id! });
+    ctx.body = logJson(res.log!, true);
+  });
+
+  router.get("/v1/analytics", async (ctx) => {
+    const q = new Query(ctx.querystring);
+    const { start, end } = range(q, DAY_MS);
+    const granularity = q.oneOf("granularity", Object.keys(granularities) as Array<keyof typeof granularities>) ?? "hour";
+    const group = q.string("group_by");
+    let groupBy = AnalyticsGroupBy.UNSPECIFIED;
+    let metadataKey = "";
+    if (group !== undefined) {
+      if (group.startsWith("metadata.") && group.length > 9) {
+        groupBy = AnalyticsGroupBy.METADATA;
+        metadataKey = group.slice(9);
+      } else if (group in groupBys) groupBy = groupBys[group as keyof typeof groupBys];
+      else throw invalidRequest("invalid_parameter", `Query parameter 'group_by' must be model, user, key, status or metadata.<key>, got '${group}'.`);
+    }
+    q.done();
+    const res = await deps.telemetry.getAnalytics({
+      ...scope(ctx),
+      startTime: timestampFromMs(start),
+      endTime: timestampFromMs(end),
+      granularity: granularities[granularity],
+      groupBy,
+      metadataKey,
+    });
+    ctx.body = analyticsJson(res, group ?? null);
+  });
+
+  router.get("/v1/prompts", async (ctx) => {
+    const q = new Query(ctx.querystring);
+    const limit = q.int("limit", 1, 1000) ?? 100;
+    const cursor = q.string("cursor") ?? "";
+    q.done();
+    const res = await deps.telemetry.listPrompts({ projectId: caller(ctx).project.id, pageSize: limit, pageToken: cursor });
+    ctx.body = { object: "list", data: res.prompts.map((p) => promptJson(p, false)), has_more: res.nextPageToken !== "", next_cursor: res.nextPageToken || null };
+  });
+
+  router.get("/v1/prompts/:name", async (ctx) => {
+    const q = new Query(ctx.querystring);
+    const version = q.int("version", 1, 2_147_483_647) ?? 0;
+    q.done();
+    // An unknown name or version is the service's 404 prompt_not_found.
+    const res = await deps.telemetry.getPrompt({ projectId: caller(ctx).project.id, name: ctx.params.name!, version });
+    ctx.body = promptJson(res.prompt!, true);
+  });
+
   app.use(router.routes());
+  app.use(router.allowedMethods({ throw: true, methodNotAllowed: () => methodNotAllowed() }));
   return app;
 }
+
+const methodNotAllowed = () => apiError(405, "invalid_request_error", "method_not_allowed", "The management API is read-only: use GET.");

@@ -8,13 +8,15 @@ import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { KeyMode } from "../../common/v1/key_mode_pb.js";
 import { file_svc_common_v1_key_mode } from "../../common/v1/key_mode_pb.js";
+import type { ProjectLimits } from "../../common/v1/project_limits_pb.js";
+import { file_svc_common_v1_project_limits } from "../../common/v1/project_limits_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file svc/auth/v1/auth_service.proto.
  */
 export const file_svc_auth_v1_auth_service: GenFile = /*@__PURE__*/
-  fileDesc("Ch5zdmMvYXV0aC92MS9hdXRoX3NlcnZpY2UucHJvdG8SC3N2Yy5hdXRoLnYxInUKB1Byb2plY3QSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIfCgRwbGFuGAMgASgOMhEuc3ZjLmF1dGgudjEuUGxhbhIvCgtjcmVhdGVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAirAEKBkFwaUtleRIKCgJpZBgBIAEoCRISCgpwcm9qZWN0X2lkGAIgASgJEiQKBG1vZGUYAyABKA4yFi5zdmMuY29tbW9uLnYxLktleU1vZGUSEwoLZGVzY3JpcHRpb24YBCABKAkSFgoOZGlzcGxheV9wcmVmaXgYBSABKAkSLwoLY3JlYXRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkUKFENyZWF0ZVByb2plY3RSZXF1ZXN0EgwKBG5hbWUYASABKAkSHwoEcGxhbhgCIAEoDjIRLnN2Yy5hdXRoLnYxLlBsYW4iPgoVQ3JlYXRlUHJvamVjdFJlc3BvbnNlEiUKB3Byb2plY3QYASABKAsyFC5zdmMuYXV0aC52MS5Qcm9qZWN0IicKEUdldFByb2plY3RSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkiOwoSR2V0UHJvamVjdFJlc3BvbnNlEiUKB3Byb2plY3QYASABKAsyFC5zdmMuYXV0aC52MS5Qcm9qZWN0IhUKE0xpc3RQcm9qZWN0c1JlcXVlc3QiPgoUTGlzdFByb2plY3RzUmVzcG9uc2USJgoIcHJvamVjdHMYASADKAsyFC5zdmMuYXV0aC52MS5Qcm9qZWN0ImEKEENyZWF0ZUtleVJlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIkCgRtb2RlGAIgASgOMhYuc3ZjLmNvbW1vbi52MS5LZXlNb2RlEhMKC2Rlc2NyaXB0aW9uGAMgASgJIkUKEUNyZWF0ZUtleVJlc3BvbnNlEiAKA2tleRgBIAEoCzITLnN2Yy5hdXRoLnYxLkFwaUtleRIOCgZzZWNyZXQYAiABKAkiJQoPTGlzdEtleXNSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkiNQoQTGlzdEtleXNSZXNwb25zZRIhCgRrZXlzGAEgAygLMhMuc3ZjLmF1dGgudjEuQXBpS2V5IiIKEERlbGV0ZUtleVJlcXVlc3QSDgoGa2V5X2lkGAEgASgJIhMKEURlbGV0ZUtleVJlc3BvbnNlIiIKEFZlcmlmeUtleVJlcXVlc3QSDgoGc2VjcmV0GAEgASgJIlwKEVZlcmlmeUtleVJlc3BvbnNlEiAKA2tleRgBIAEoCzITLnN2Yy5hdXRoLnYxLkFwaUtleRIlCgdwcm9qZWN0GAIgASgLMhQuc3ZjLmF1dGgudjEuUHJvamVjdCpOCgRQbGFuEhQKEFBMQU5fVU5TUEVDSUZJRUQQABINCglQTEFOX0ZSRUUQARIMCghQTEFOX1BSTxACEhMKD1BMQU5fRU5URVJQUklTRRADMs8ECgtBdXRoU2VydmljZRJWCg1DcmVhdGVQcm9qZWN0EiEuc3ZjLmF1dGgudjEuQ3JlYXRlUHJvamVjdFJlcXVlc3QaIi5zdmMuYXV0aC52MS5DcmVhdGVQcm9qZWN0UmVzcG9uc2USUgoKR2V0UHJvamVjdBIeLnN2Yy5hdXRoLnYxLkdldFByb2plY3RSZXF1ZXN0Gh8uc3ZjLmF1dGgudjEuR2V0UHJvamVjdFJlc3BvbnNlIgOQAgESWAoMTGlzdFByb2plY3RzEiAuc3ZjLmF1dGgudjEuTGlzdFByb2plY3RzUmVxdWVzdBohLnN2Yy5hdXRoLnYxLkxpc3RQcm9qZWN0c1Jlc3BvbnNlIgOQAgESSgoJQ3JlYXRlS2V5Eh0uc3ZjLmF1dGgudjEuQ3JlYXRlS2V5UmVxdWVzdBoeLnN2Yy5hdXRoLnYxLkNyZWF0ZUtleVJlc3BvbnNlEkwKCExpc3RLZXlzEhwuc3ZjLmF1dGgudjEuTGlzdEtleXNSZXF1ZXN0Gh0uc3ZjLmF1dGgudjEuTGlzdEtleXNSZXNwb25zZSIDkAIBEk8KCURlbGV0ZUtleRIdLnN2Yy5hdXRoLnYxLkRlbGV0ZUtleVJlcXVlc3QaHi5zdmMuYXV0aC52MS5EZWxldGVLZXlSZXNwb25zZSIDkAICEk8KCVZlcmlmeUtleRIdLnN2Yy5hdXRoLnYxLlZlcmlmeUtleVJlcXVlc3QaHi5zdmMuYXV0aC52MS5WZXJpZnlLZXlSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_google_protobuf_timestamp, file_svc_common_v1_key_mode]);
+  fileDesc("Ch5zdmMvYXV0aC92MS9hdXRoX3NlcnZpY2UucHJvdG8SC3N2Yy5hdXRoLnYxIvgBCgdQcm9qZWN0EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSHwoEcGxhbhgDIAEoDjIRLnN2Yy5hdXRoLnYxLlBsYW4SLwoLY3JlYXRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKD2xpbWl0X292ZXJyaWRlcxgFIAEoCzIcLnN2Yy5jb21tb24udjEuUHJvamVjdExpbWl0cxI2ChBlZmZlY3RpdmVfbGltaXRzGAYgASgLMhwuc3ZjLmNvbW1vbi52MS5Qcm9qZWN0TGltaXRzEhIKCmxvZ19ib2RpZXMYByABKAgirAEKBkFwaUtleRIKCgJpZBgBIAEoCRISCgpwcm9qZWN0X2lkGAIgASgJEiQKBG1vZGUYAyABKA4yFi5zdmMuY29tbW9uLnYxLktleU1vZGUSEwoLZGVzY3JpcHRpb24YBCABKAkSFgoOZGlzcGxheV9wcmVmaXgYBSABKAkSLwoLY3JlYXRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkUKFENyZWF0ZVByb2plY3RSZXF1ZXN0EgwKBG5hbWUYASABKAkSHwoEcGxhbhgCIAEoDjIRLnN2Yy5hdXRoLnYxLlBsYW4iPgoVQ3JlYXRlUHJvamVjdFJlc3BvbnNlEiUKB3Byb2plY3QYASABKAsyFC5zdmMuYXV0aC52MS5Qcm9qZWN0IicKEUdldFByb2plY3RSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkiOwoSR2V0UHJvamVjdFJlc3BvbnNlEiUKB3Byb2plY3QYASABKAsyFC5zdmMuYXV0aC52MS5Qcm9qZWN0ItsBChRVcGRhdGVQcm9qZWN0UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEh8KBHBsYW4YAiABKA4yES5zdmMuYXV0aC52MS5QbGFuEjUKD2xpbWl0X292ZXJyaWRlcxgDIAEoCzIcLnN2Yy5jb21tb24udjEuUHJvamVjdExpbWl0cxIvCg5jbGVhcmVkX2xpbWl0cxgEIAMoDjIXLnN2Yy5hdXRoLnYxLkxpbWl0RmllbGQSFwoKbG9nX2JvZGllcxgFIAEoCEgAiAEBQg0KC19sb2dfYm9kaWVzIj4KFVVwZGF0ZVByb2plY3RSZXNwb25zZRIlCgdwcm9qZWN0GAEgASgLMhQuc3ZjLmF1dGgudjEuUHJvamVjdCIVChNMaXN0UHJvamVjdHNSZXF1ZXN0Ij4KFExpc3RQcm9qZWN0c1Jlc3BvbnNlEiYKCHByb2plY3RzGAEgAygLMhQuc3ZjLmF1dGgudjEuUHJvamVjdCJhChBDcmVhdGVLZXlSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSJAoEbW9kZRgCIAEoDjIWLnN2Yy5jb21tb24udjEuS2V5TW9kZRITCgtkZXNjcmlwdGlvbhgDIAEoCSJFChFDcmVhdGVLZXlSZXNwb25zZRIgCgNrZXkYASABKAsyEy5zdmMuYXV0aC52MS5BcGlLZXkSDgoGc2VjcmV0GAIgASgJIiUKD0xpc3RLZXlzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJIjUKEExpc3RLZXlzUmVzcG9uc2USIQoEa2V5cxgBIAMoCzITLnN2Yy5hdXRoLnYxLkFwaUtleSIiChBEZWxldGVLZXlSZXF1ZXN0Eg4KBmtleV9pZBgBIAEoCSITChFEZWxldGVLZXlSZXNwb25zZSIiChBWZXJpZnlLZXlSZXF1ZXN0Eg4KBnNlY3JldBgBIAEoCSJcChFWZXJpZnlLZXlSZXNwb25zZRIgCgNrZXkYASABKAsyEy5zdmMuYXV0aC52MS5BcGlLZXkSJQoHcHJvamVjdBgCIAEoCzIULnN2Yy5hdXRoLnYxLlByb2plY3QqTgoEUGxhbhIUChBQTEFOX1VOU1BFQ0lGSUVEEAASDQoJUExBTl9GUkVFEAESDAoIUExBTl9QUk8QAhITCg9QTEFOX0VOVEVSUFJJU0UQAyrBAQoKTGltaXRGaWVsZBIbChdMSU1JVF9GSUVMRF9VTlNQRUNJRklFRBAAEiMKH0xJTUlUX0ZJRUxEX1JFUVVFU1RTX1BFUl9NSU5VVEUQARIgChxMSU1JVF9GSUVMRF9SRVFVRVNUU19QRVJfREFZEAISKAokTElNSVRfRklFTERfVVNFUl9SRVFVRVNUU19QRVJfTUlOVVRFEAMSJQohTElNSVRfRklFTERfTU9OVEhMWV9TUEVORF9DQVBfVVNEEAQypwUKC0F1dGhTZXJ2aWNlElYKDUNyZWF0ZVByb2plY3QSIS5zdmMuYXV0aC52MS5DcmVhdGVQcm9qZWN0UmVxdWVzdBoiLnN2Yy5hdXRoLnYxLkNyZWF0ZVByb2plY3RSZXNwb25zZRJSCgpHZXRQcm9qZWN0Eh4uc3ZjLmF1dGgudjEuR2V0UHJvamVjdFJlcXVlc3QaHy5zdmMuYXV0aC52MS5HZXRQcm9qZWN0UmVzcG9uc2UiA5ACARJWCg1VcGRhdGVQcm9qZWN0EiEuc3ZjLmF1dGgudjEuVXBkYXRlUHJvamVjdFJlcXVlc3QaIi5zdmMuYXV0aC52MS5VcGRhdGVQcm9qZWN0UmVzcG9uc2USWAoMTGlzdFByb2plY3RzEiAuc3ZjLmF1dGgudjEuTGlzdFByb2plY3RzUmVxdWVzdBohLnN2Yy5hdXRoLnYxLkxpc3RQcm9qZWN0c1Jlc3BvbnNlIgOQAgESSgoJQ3JlYXRlS2V5Eh0uc3ZjLmF1dGgudjEuQ3JlYXRlS2V5UmVxdWVzdBoeLnN2Yy5hdXRoLnYxLkNyZWF0ZUtleVJlc3BvbnNlEkwKCExpc3RLZXlzEhwuc3ZjLmF1dGgudjEuTGlzdEtleXNSZXF1ZXN0Gh0uc3ZjLmF1dGgudjEuTGlzdEtleXNSZXNwb25zZSIDkAIBEk8KCURlbGV0ZUtleRIdLnN2Yy5hdXRoLnYxLkRlbGV0ZUtleVJlcXVlc3QaHi5zdmMuYXV0aC52MS5EZWxldGVLZXlSZXNwb25zZSIDkAICEk8KCVZlcmlmeUtleRIdLnN2Yy5hdXRoLnYxLlZlcmlmeUtleVJlcXVlc3QaHi5zdmMuYXV0aC52MS5WZXJpZnlLZXlSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_google_protobuf_timestamp, file_svc_common_v1_key_mode, file_svc_common_v1_project_limits]);
 
 /**
  * Project is the tenant that owns keys, cache entries, logs and prompts.
@@ -49,6 +51,29 @@ export type Project = Message<"svc.auth.v1.Project"> & {
    * @generated from field: google.protobuf.Timestamp create_time = 4;
    */
   createTime?: Timestamp | undefined;
+
+  /**
+   * The project's own limit settings. A field that is unset follows the plan's default.
+   *
+   * @generated from field: svc.common.v1.ProjectLimits limit_overrides = 5;
+   */
+  limitOverrides?: ProjectLimits | undefined;
+
+  /**
+   * The limits that apply to the project's live traffic: each override, else the plan's default.
+   * A field that is unset here means no limit. Pass it unchanged as svc.limits.v1.AdmitRequest.limits.
+   *
+   * @generated from field: svc.common.v1.ProjectLimits effective_limits = 6;
+   */
+  effectiveLimits?: ProjectLimits | undefined;
+
+  /**
+   * Whether request and response bodies are kept in the project's request logs (true unless the
+   * project turned body logging off; the other fields of each log are always kept).
+   *
+   * @generated from field: bool log_bodies = 7;
+   */
+  logBodies: boolean;
 };
 
 /**
@@ -206,6 +231,80 @@ export const GetProjectResponseSchema: GenMessage<GetProjectResponse> = /*@__PUR
   messageDesc(file_svc_auth_v1_auth_service, 5);
 
 /**
+ * UpdateProjectRequest names a project and what to change; what it does not mention is kept.
+ *
+ * @generated from message svc.auth.v1.UpdateProjectRequest
+ */
+export type UpdateProjectRequest = Message<"svc.auth.v1.UpdateProjectRequest"> & {
+  /**
+   * The project's id.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * The new plan; PLAN_UNSPECIFIED keeps the current one.
+   *
+   * @generated from field: svc.auth.v1.Plan plan = 2;
+   */
+  plan: Plan;
+
+  /**
+   * Overrides to set: each field set here replaces that override, and fields left unset keep
+   * theirs. Requests per minute and per day are 1 to 1,000,000,000 (per minute at most
+   * 100,000,000); the spend cap is a decimal USD amount from 0 to 5,000,000 with at most 9
+   * decimal places ("0" stops all live traffic that costs anything).
+   *
+   * @generated from field: svc.common.v1.ProjectLimits limit_overrides = 3;
+   */
+  limitOverrides?: ProjectLimits | undefined;
+
+  /**
+   * Overrides to remove, so that the plan's default applies again (for enterprise: no limit). A
+   * field may not be both set and cleared in one request.
+   *
+   * @generated from field: repeated svc.auth.v1.LimitField cleared_limits = 4;
+   */
+  clearedLimits: LimitField[];
+
+  /**
+   * Turns body logging on or off; unset keeps the current setting.
+   *
+   * @generated from field: optional bool log_bodies = 5;
+   */
+  logBodies?: boolean | undefined;
+};
+
+/**
+ * Describes the message svc.auth.v1.UpdateProjectRequest.
+ * Use `create(UpdateProjectRequestSchema)` to create a new message.
+ */
+export const UpdateProjectRequestSchema: GenMessage<UpdateProjectRequest> = /*@__PURE__*/
+  messageDesc(file_svc_auth_v1_auth_service, 6);
+
+/**
+ * UpdateProjectResponse holds the project as it is after the change.
+ *
+ * @generated from message svc.auth.v1.UpdateProjectResponse
+ */
+export type UpdateProjectResponse = Message<"svc.auth.v1.UpdateProjectResponse"> & {
+  /**
+   * The updated project, with its new effective limits.
+   *
+   * @generated from field: svc.auth.v1.Project project = 1;
+   */
+  project?: Project | undefined;
+};
+
+/**
+ * Describes the message svc.auth.v1.UpdateProjectResponse.
+ * Use `create(UpdateProjectResponseSchema)` to create a new message.
+ */
+export const UpdateProjectResponseSchema: GenMessage<UpdateProjectResponse> = /*@__PURE__*/
+  messageDesc(file_svc_auth_v1_auth_service, 7);
+
+/**
  * ListProjectsRequest has no fields.
  *
  * @generated from message svc.auth.v1.ListProjectsRequest
@@ -218,7 +317,7 @@ export type ListProjectsRequest = Message<"svc.auth.v1.ListProjectsRequest"> & {
  * Use `create(ListProjectsRequestSchema)` to create a new message.
  */
 export const ListProjectsRequestSchema: GenMessage<ListProjectsRequest> = /*@__PURE__*/
-  messageDesc(file_svc_auth_v1_auth_service, 6);
+  messageDesc(file_svc_auth_v1_auth_service, 8);
 
 /**
  * ListProjectsResponse holds every project.
@@ -239,7 +338,7 @@ export type ListProjectsResponse = Message<"svc.auth.v1.ListProjectsResponse"> &
  * Use `create(ListProjectsResponseSchema)` to create a new message.
  */
 export const ListProjectsResponseSchema: GenMessage<ListProjectsResponse> = /*@__PURE__*/
-  messageDesc(file_svc_auth_v1_auth_service, 7);
+  messageDesc(file_svc_auth_v1_auth_service, 9);
 
 /**
  * CreateKeyRequest says which project the key is for and its mode.
@@ -274,7 +373,7 @@ export type CreateKeyRequest = Message<"svc.auth.v1.CreateKeyRequest"> & {
  * Use `create(CreateKeyRequestSchema)` to create a new message.
  */
 export const CreateKeyRequestSchema: GenMessage<CreateKeyRequest> = /*@__PURE__*/
-  messageDesc(file_svc_auth_v1_auth_service, 8);
+  messageDesc(file_svc_auth_v1_auth_service, 10);
 
 /**
  * CreateKeyResponse holds the new key and, this once, its full value.
@@ -302,7 +401,7 @@ export type CreateKeyResponse = Message<"svc.auth.v1.CreateKeyResponse"> & {
  * Use `create(CreateKeyResponseSchema)` to create a new message.
  */
 export const CreateKeyResponseSchema: GenMessage<CreateKeyResponse> = /*@__PURE__*/
-  messageDesc(file_svc_auth_v1_auth_service, 9);
+  messageDesc(file_svc_auth_v1_auth_service, 11);
 
 /**
  * ListKeysRequest names a project.
@@ -323,7 +422,7 @@ export type ListKeysRequest = Message<"svc.auth.v1.ListKeysRequest"> & {
  * Use `create(ListKeysRequestSchema)` to create a new message.
  */
 export const ListKeysRequestSchema: GenMessage<ListKeysRequest> = /*@__PURE__*/
-  messageDesc(file_svc_auth_v1_auth_service, 10);
+  messageDesc(file_svc_auth_v1_auth_service, 12);
 
 /**
  * ListKeysResponse holds a project's keys.
@@ -344,7 +443,7 @@ export type ListKeysResponse = Message<"svc.auth.v1.ListKeysResponse"> & {
  * Use `create(ListKeysResponseSchema)` to create a new message.
  */
 export const ListKeysResponseSchema: GenMessage<ListKeysResponse> = /*@__PURE__*/
-  messageDesc(file_svc_auth_v1_auth_service, 11);
+  messageDesc(file_svc_auth_v1_auth_service, 13);
 
 /**
  * DeleteKeyRequest names a key.
@@ -365,7 +464,7 @@ export type DeleteKeyRequest = Message<"svc.auth.v1.DeleteKeyRequest"> & {
  * Use `create(DeleteKeyRequestSchema)` to create a new message.
  */
 export const DeleteKeyRequestSchema: GenMessage<DeleteKeyRequest> = /*@__PURE__*/
-  messageDesc(file_svc_auth_v1_auth_service, 12);
+  messageDesc(file_svc_auth_v1_auth_service, 14);
 
 /**
  * DeleteKeyResponse is empty: the key is gone.
@@ -380,7 +479,7 @@ export type DeleteKeyResponse = Message<"svc.auth.v1.DeleteKeyResponse"> & {
  * Use `create(DeleteKeyResponseSchema)` to create a new message.
  */
 export const DeleteKeyResponseSchema: GenMessage<DeleteKeyResponse> = /*@__PURE__*/
-  messageDesc(file_svc_auth_v1_auth_service, 13);
+  messageDesc(file_svc_auth_v1_auth_service, 15);
 
 /**
  * VerifyKeyRequest carries a full key value as a client sent it.
@@ -401,7 +500,7 @@ export type VerifyKeyRequest = Message<"svc.auth.v1.VerifyKeyRequest"> & {
  * Use `create(VerifyKeyRequestSchema)` to create a new message.
  */
 export const VerifyKeyRequestSchema: GenMessage<VerifyKeyRequest> = /*@__PURE__*/
-  messageDesc(file_svc_auth_v1_auth_service, 14);
+  messageDesc(file_svc_auth_v1_auth_service, 16);
 
 /**
  * VerifyKeyResponse resolves a key to its description and project.
@@ -429,10 +528,11 @@ export type VerifyKeyResponse = Message<"svc.auth.v1.VerifyKeyResponse"> & {
  * Use `create(VerifyKeyResponseSchema)` to create a new message.
  */
 export const VerifyKeyResponseSchema: GenMessage<VerifyKeyResponse> = /*@__PURE__*/
-  messageDesc(file_svc_auth_v1_auth_service, 15);
+  messageDesc(file_svc_auth_v1_auth_service, 17);
 
 /**
  * Plan is a project's service plan; it sets the keys-per-project limit and the default rate limits.
+ * No plan has a per-user limit or a spend cap by default; a project sets them as overrides.
  *
  * @generated from enum svc.auth.v1.Plan
  */
@@ -459,7 +559,7 @@ export enum Plan {
   PRO = 2,
 
   /**
-   * Enterprise: limits set per project, unlimited keys.
+   * Enterprise: limits set per project (unlimited while unset), unlimited keys.
    *
    * @generated from enum value: PLAN_ENTERPRISE = 3;
    */
@@ -471,6 +571,54 @@ export enum Plan {
  */
 export const PlanSchema: GenEnum<Plan> = /*@__PURE__*/
   enumDesc(file_svc_auth_v1_auth_service, 0);
+
+/**
+ * LimitField names one limit override, to clear it back to the plan's default.
+ *
+ * @generated from enum svc.auth.v1.LimitField
+ */
+export enum LimitField {
+  /**
+   * Not set; refused.
+   *
+   * @generated from enum value: LIMIT_FIELD_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The project's requests per minute.
+   *
+   * @generated from enum value: LIMIT_FIELD_REQUESTS_PER_MINUTE = 1;
+   */
+  REQUESTS_PER_MINUTE = 1,
+
+  /**
+   * The project's requests per day.
+   *
+   * @generated from enum value: LIMIT_FIELD_REQUESTS_PER_DAY = 2;
+   */
+  REQUESTS_PER_DAY = 2,
+
+  /**
+   * The per-user requests per minute.
+   *
+   * @generated from enum value: LIMIT_FIELD_USER_REQUESTS_PER_MINUTE = 3;
+   */
+  USER_REQUESTS_PER_MINUTE = 3,
+
+  /**
+   * The monthly spend cap.
+   *
+   * @generated from enum value: LIMIT_FIELD_MONTHLY_SPEND_CAP_USD = 4;
+   */
+  MONTHLY_SPEND_CAP_USD = 4,
+}
+
+/**
+ * Describes the enum svc.auth.v1.LimitField.
+ */
+export const LimitFieldSchema: GenEnum<LimitField> = /*@__PURE__*/
+  enumDesc(file_svc_auth_v1_auth_service, 1);
 
 /**
  * AuthService owns projects and their API keys. Only a hash of a key is stored; the full key is
@@ -498,6 +646,16 @@ export const AuthService: GenService<{
     methodKind: "unary";
     input: typeof GetProjectRequestSchema;
     output: typeof GetProjectResponseSchema;
+  },
+  /**
+   * Changes a project's plan and limit overrides; the new limits apply from the next request.
+   *
+   * @generated from rpc svc.auth.v1.AuthService.UpdateProject
+   */
+  updateProject: {
+    methodKind: "unary";
+    input: typeof UpdateProjectRequestSchema;
+    output: typeof UpdateProjectResponseSchema;
   },
   /**
    * Lists every project, oldest first.
@@ -540,8 +698,9 @@ export const AuthService: GenService<{
     output: typeof DeleteKeyResponseSchema;
   },
   /**
-   * Resolves a full key value to its key and project; fails with UNAUTHENTICATED when the key is
-   * unknown, malformed or deleted.
+   * Resolves a full key value to its key and project (with the project's effective limits, ready
+   * for LimitsService.Admit); fails with UNAUTHENTICATED when the key is unknown, malformed or
+   * deleted.
    *
    * @generated from rpc svc.auth.v1.AuthService.VerifyKey
    */

@@ -4,13 +4,15 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { ProjectLimits } from "../../common/v1/project_limits_pb.js";
+import { file_svc_common_v1_project_limits } from "../../common/v1/project_limits_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file svc/limits/v1/limits_service.proto.
  */
 export const file_svc_limits_v1_limits_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJzdmMvbGltaXRzL3YxL2xpbWl0c19zZXJ2aWNlLnByb3RvEg1zdmMubGltaXRzLnYxIkkKDEFkbWl0UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSFAoMbWF4X2Nvc3RfdXNkGAMgASgJIqgBCg1BZG1pdFJlc3BvbnNlEikKCGRlY2lzaW9uGAEgASgOMhcuc3ZjLmxpbWl0cy52MS5EZWNpc2lvbhINCgVsaW1pdBgCIAEoBRIRCglyZW1haW5pbmcYAyABKAUSFQoNcmVzZXRfc2Vjb25kcxgEIAEoBRIbChNyZXRyeV9hZnRlcl9zZWNvbmRzGAUgASgFEhYKDnJlc2VydmF0aW9uX2lkGAYgASgJIk0KDVNldHRsZVJlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIWCg5yZXNlcnZhdGlvbl9pZBgCIAEoCRIQCghjb3N0X3VzZBgDIAEoCSIQCg5TZXR0bGVSZXNwb25zZSqLAQoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABIUChBERUNJU0lPTl9BTExPV0VEEAESGQoVREVDSVNJT05fUExBTl9MSU1JVEVEEAISGQoVREVDSVNJT05fVVNFUl9MSU1JVEVEEAMSGQoVREVDSVNJT05fU1BFTkRfQ0FQUEVEEAQymgEKDUxpbWl0c1NlcnZpY2USQgoFQWRtaXQSGy5zdmMubGltaXRzLnYxLkFkbWl0UmVxdWVzdBocLnN2Yy5saW1pdHMudjEuQWRtaXRSZXNwb25zZRJFCgZTZXR0bGUSHC5zdmMubGltaXRzLnYxLlNldHRsZVJlcXVlc3QaHS5zdmMubGltaXRzLnYxLlNldHRsZVJlc3BvbnNlYgZwcm90bzM");
+  fileDesc("CiJzdmMvbGltaXRzL3YxL2xpbWl0c19zZXJ2aWNlLnByb3RvEg1zdmMubGltaXRzLnYxIncKDEFkbWl0UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSFAoMbWF4X2Nvc3RfdXNkGAMgASgJEiwKBmxpbWl0cxgEIAEoCzIcLnN2Yy5jb21tb24udjEuUHJvamVjdExpbWl0cyKaAgoNQWRtaXRSZXNwb25zZRIpCghkZWNpc2lvbhgBIAEoDjIXLnN2Yy5saW1pdHMudjEuRGVjaXNpb24SDQoFbGltaXQYAiABKAUSEQoJcmVtYWluaW5nGAMgASgFEhUKDXJlc2V0X3NlY29uZHMYBCABKAUSGwoTcmV0cnlfYWZ0ZXJfc2Vjb25kcxgFIAEoBRIWCg5yZXNlcnZhdGlvbl9pZBgGIAEoCRIqCgZ3aW5kb3cYByABKA4yGi5zdmMubGltaXRzLnYxLkxpbWl0V2luZG93EhAKCGRlZ3JhZGVkGAggASgIEhUKDXNwZW5kX2NhcF91c2QYCSABKAkSGwoTc3BlbmRfcmVtYWluaW5nX3VzZBgKIAEoCSJNCg1TZXR0bGVSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSFgoOcmVzZXJ2YXRpb25faWQYAiABKAkSEAoIY29zdF91c2QYAyABKAkiIgoOU2V0dGxlUmVzcG9uc2USEAoIcmVjb3JkZWQYASABKAgiJQoPR2V0VXNhZ2VSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkigwEKEEdldFVzYWdlUmVzcG9uc2USDQoFbW9udGgYASABKAkSEQoJc3BlbnRfdXNkGAIgASgJEhQKDHJlc2VydmVkX3VzZBgDIAEoCRIcChRyZXF1ZXN0c19sYXN0X21pbnV0ZRgEIAEoBRIZChFyZXF1ZXN0c19sYXN0X2RheRgFIAEoBSqlAQoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABIUChBERUNJU0lPTl9BTExPV0VEEAESGQoVREVDSVNJT05fUExBTl9MSU1JVEVEEAISGQoVREVDSVNJT05fVVNFUl9MSU1JVEVEEAMSGQoVREVDSVNJT05fU1BFTkRfQ0FQUEVEEAQSGAoUREVDSVNJT05fVU5BVkFJTEFCTEUQBSqQAQoLTGltaXRXaW5kb3cSHAoYTElNSVRfV0lORE9XX1VOU1BFQ0lGSUVEEAASFwoTTElNSVRfV0lORE9XX01JTlVURRABEhQKEExJTUlUX1dJTkRPV19EQVkQAhIcChhMSU1JVF9XSU5ET1dfVVNFUl9NSU5VVEUQAxIWChJMSU1JVF9XSU5ET1dfTU9OVEgQBDLsAQoNTGltaXRzU2VydmljZRJCCgVBZG1pdBIbLnN2Yy5saW1pdHMudjEuQWRtaXRSZXF1ZXN0Ghwuc3ZjLmxpbWl0cy52MS5BZG1pdFJlc3BvbnNlEkUKBlNldHRsZRIcLnN2Yy5saW1pdHMudjEuU2V0dGxlUmVxdWVzdBodLnN2Yy5saW1pdHMudjEuU2V0dGxlUmVzcG9uc2USUAoIR2V0VXNhZ2USHi5zdmMubGltaXRzLnYxLkdldFVzYWdlUmVxdWVzdBofLnN2Yy5saW1pdHMudjEuR2V0VXNhZ2VSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_svc_common_v1_project_limits]);
 
 /**
  * AdmitRequest describes the request to admit.
@@ -26,18 +28,30 @@ export type AdmitRequest = Message<"svc.limits.v1.AdmitRequest"> & {
   projectId: string;
 
   /**
-   * The end user, from `X-Svc-User-Id`, if any.
+   * The end user, from `X-Svc-User-Id` on chat completions, at most 256 characters; empty skips
+   * the per-user limit.
    *
    * @generated from field: string user_id = 2;
    */
   userId: string;
 
   /**
-   * The worst-case cost of the request in USD, reserved against the spend cap.
+   * The worst-case cost of the request in USD (a plain decimal), reserved against the spend cap
+   * until Settle; empty reserves nothing. It is only checked against the cap when one is set.
    *
    * @generated from field: string max_cost_usd = 3;
    */
   maxCostUsd: string;
+
+  /**
+   * The project's effective limits, as AuthService.VerifyKey returned them
+   * (svc.auth.v1.Project.effective_limits); an unset field means no such limit. Passing them saves
+   * a registry read on every request. When the message is absent altogether the service reads
+   * the project's limits from the registry itself.
+   *
+   * @generated from field: svc.common.v1.ProjectLimits limits = 4;
+   */
+  limits?: ProjectLimits | undefined;
 };
 
 /**
@@ -48,7 +62,9 @@ export const AdmitRequestSchema: GenMessage<AdmitRequest> = /*@__PURE__*/
   messageDesc(file_svc_limits_v1_limits_service, 0);
 
 /**
- * AdmitResponse is the decision with what a client needs to retry.
+ * AdmitResponse is the decision with what a client needs to pace itself or retry. For an admitted
+ * request the counters describe the tightest rate window (the one with the fewest requests left);
+ * for a rejected one, the limit that rejected it (when several did, the one that frees last).
  *
  * @generated from message svc.limits.v1.AdmitResponse
  */
@@ -61,39 +77,69 @@ export type AdmitResponse = Message<"svc.limits.v1.AdmitResponse"> & {
   decision: Decision;
 
   /**
-   * The limit that applied.
+   * The request limit of `window`; 0 when no rate limit applies or `window` is the spend cap.
    *
    * @generated from field: int32 limit = 2;
    */
   limit: number;
 
   /**
-   * Requests left in the window.
+   * Requests left in `window` after this one.
    *
    * @generated from field: int32 remaining = 3;
    */
   remaining: number;
 
   /**
-   * Seconds until the window resets.
+   * Seconds until `window` holds no counted request (its full limit is available again).
    *
    * @generated from field: int32 reset_seconds = 4;
    */
   resetSeconds: number;
 
   /**
-   * Seconds a rejected client should wait before retrying.
+   * Seconds a rejected client should wait before the request would be admitted; 0 when admitted.
    *
    * @generated from field: int32 retry_after_seconds = 5;
    */
   retryAfterSeconds: number;
 
   /**
-   * The reservation to settle, when admitted.
+   * The reservation to settle, when admitted; it names the month the request is charged to.
    *
    * @generated from field: string reservation_id = 6;
    */
   reservationId: string;
+
+  /**
+   * Which limit the counters and the decision are about.
+   *
+   * @generated from field: svc.limits.v1.LimitWindow window = 7;
+   */
+  window: LimitWindow;
+
+  /**
+   * True when the limits store was unreachable, so nothing was checked: the request is admitted
+   * (limits fail open, the default) or refused with DECISION_UNAVAILABLE (fail closed). A degraded
+   * admission has no reservation; Settle it with an empty reservation_id.
+   *
+   * @generated from field: bool degraded = 8;
+   */
+  degraded: boolean;
+
+  /**
+   * The project's monthly spend cap in USD, when one is set.
+   *
+   * @generated from field: string spend_cap_usd = 9;
+   */
+  spendCapUsd: string;
+
+  /**
+   * What is left of the spend cap in USD after this request's reservation, when a cap is set.
+   *
+   * @generated from field: string spend_remaining_usd = 10;
+   */
+  spendRemainingUsd: string;
 };
 
 /**
@@ -104,7 +150,7 @@ export const AdmitResponseSchema: GenMessage<AdmitResponse> = /*@__PURE__*/
   messageDesc(file_svc_limits_v1_limits_service, 1);
 
 /**
- * SettleRequest closes a reservation.
+ * SettleRequest closes a reservation. Call it once for each admitted request.
  *
  * @generated from message svc.limits.v1.SettleRequest
  */
@@ -117,14 +163,15 @@ export type SettleRequest = Message<"svc.limits.v1.SettleRequest"> & {
   projectId: string;
 
   /**
-   * The reservation from AdmitResponse.
+   * The reservation from AdmitResponse; empty (a degraded admission) charges the current month.
    *
    * @generated from field: string reservation_id = 2;
    */
   reservationId: string;
 
   /**
-   * The real cost in USD; "0" releases the reservation.
+   * The real cost in USD, a plain decimal; "0" or empty just releases the reservation. A cost is
+   * charged even when the reservation had already expired.
    *
    * @generated from field: string cost_usd = 3;
    */
@@ -139,11 +186,17 @@ export const SettleRequestSchema: GenMessage<SettleRequest> = /*@__PURE__*/
   messageDesc(file_svc_limits_v1_limits_service, 2);
 
 /**
- * SettleResponse is empty.
+ * SettleResponse says whether the cost was recorded.
  *
  * @generated from message svc.limits.v1.SettleResponse
  */
 export type SettleResponse = Message<"svc.limits.v1.SettleResponse"> & {
+  /**
+   * False when the limits store was unreachable and the cost could not be recorded.
+   *
+   * @generated from field: bool recorded = 1;
+   */
+  recorded: boolean;
 };
 
 /**
@@ -152,6 +205,76 @@ export type SettleResponse = Message<"svc.limits.v1.SettleResponse"> & {
  */
 export const SettleResponseSchema: GenMessage<SettleResponse> = /*@__PURE__*/
   messageDesc(file_svc_limits_v1_limits_service, 3);
+
+/**
+ * GetUsageRequest names a project.
+ *
+ * @generated from message svc.limits.v1.GetUsageRequest
+ */
+export type GetUsageRequest = Message<"svc.limits.v1.GetUsageRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+};
+
+/**
+ * Describes the message svc.limits.v1.GetUsageRequest.
+ * Use `create(GetUsageRequestSchema)` to create a new message.
+ */
+export const GetUsageRequestSchema: GenMessage<GetUsageRequest> = /*@__PURE__*/
+  messageDesc(file_svc_limits_v1_limits_service, 4);
+
+/**
+ * GetUsageResponse is a project's usage now.
+ *
+ * @generated from message svc.limits.v1.GetUsageResponse
+ */
+export type GetUsageResponse = Message<"svc.limits.v1.GetUsageResponse"> & {
+  /**
+   * The current UTC month, `YYYY-MM`.
+   *
+   * @generated from field: string month = 1;
+   */
+  month: string;
+
+  /**
+   * What the project's live traffic has cost this month, in USD.
+   *
+   * @generated from field: string spent_usd = 2;
+   */
+  spentUsd: string;
+
+  /**
+   * The worst-case costs reserved by requests still running, in USD.
+   *
+   * @generated from field: string reserved_usd = 3;
+   */
+  reservedUsd: string;
+
+  /**
+   * Admitted requests in the sliding minute window (only counted while a minute limit is set).
+   *
+   * @generated from field: int32 requests_last_minute = 4;
+   */
+  requestsLastMinute: number;
+
+  /**
+   * Admitted requests in the sliding day window (only counted while a day limit is set).
+   *
+   * @generated from field: int32 requests_last_day = 5;
+   */
+  requestsLastDay: number;
+};
+
+/**
+ * Describes the message svc.limits.v1.GetUsageResponse.
+ * Use `create(GetUsageResponseSchema)` to create a new message.
+ */
+export const GetUsageResponseSchema: GenMessage<GetUsageResponse> = /*@__PURE__*/
+  messageDesc(file_svc_limits_v1_limits_service, 5);
 
 /**
  * Decision is the outcome of an admission.
@@ -174,25 +297,34 @@ export enum Decision {
   ALLOWED = 1,
 
   /**
-   * The project's requests-per-minute or requests-per-day limit is spent.
+   * The project's requests-per-minute or requests-per-day limit is spent; `window` says which. A
+   * gateway answers 429.
    *
    * @generated from enum value: DECISION_PLAN_LIMITED = 2;
    */
   PLAN_LIMITED = 2,
 
   /**
-   * The end user's requests-per-minute limit is spent.
+   * The end user's requests-per-minute limit is spent. A gateway answers 429.
    *
    * @generated from enum value: DECISION_USER_LIMITED = 3;
    */
   USER_LIMITED = 3,
 
   /**
-   * The month's spend cap would be exceeded.
+   * The month's spend cap would be exceeded by the request's worst-case cost. A gateway answers 429.
    *
    * @generated from enum value: DECISION_SPEND_CAPPED = 4;
    */
   SPEND_CAPPED = 4,
+
+  /**
+   * The limits store is unreachable and the service is configured to fail closed
+   * (SVC_LIMITS_FAIL_CLOSED=1). A gateway answers 503 with Retry-After.
+   *
+   * @generated from enum value: DECISION_UNAVAILABLE = 5;
+   */
+  UNAVAILABLE = 5,
 }
 
 /**
@@ -202,16 +334,69 @@ export const DecisionSchema: GenEnum<Decision> = /*@__PURE__*/
   enumDesc(file_svc_limits_v1_limits_service, 0);
 
 /**
- * LimitsService decides whether a live request may run: plan rate limits, per-user limits and the
- * monthly spend cap, reserving the worst-case cost up front and settling it afterwards. Its
- * implementation lands with the rate-limit issue; the contract is here so the other services can be
- * written against it.
+ * LimitWindow names the limit a decision is about.
+ *
+ * @generated from enum svc.limits.v1.LimitWindow
+ */
+export enum LimitWindow {
+  /**
+   * No limit applies (every limit of the project is unset), or the store was unreachable.
+   *
+   * @generated from enum value: LIMIT_WINDOW_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The project's requests per minute.
+   *
+   * @generated from enum value: LIMIT_WINDOW_MINUTE = 1;
+   */
+  MINUTE = 1,
+
+  /**
+   * The project's requests per day.
+   *
+   * @generated from enum value: LIMIT_WINDOW_DAY = 2;
+   */
+  DAY = 2,
+
+  /**
+   * The end user's requests per minute.
+   *
+   * @generated from enum value: LIMIT_WINDOW_USER_MINUTE = 3;
+   */
+  USER_MINUTE = 3,
+
+  /**
+   * The project's monthly spend cap.
+   *
+   * @generated from enum value: LIMIT_WINDOW_MONTH = 4;
+   */
+  MONTH = 4,
+}
+
+/**
+ * Describes the enum svc.limits.v1.LimitWindow.
+ */
+export const LimitWindowSchema: GenEnum<LimitWindow> = /*@__PURE__*/
+  enumDesc(file_svc_limits_v1_limits_service, 1);
+
+/**
+ * LimitsService decides whether a live request may run: the project's requests per minute and per
+ * day, the per-user requests per minute and the monthly spend cap. Admit reserves the request's
+ * worst-case cost before the upstream call; Settle replaces the reservation with the real cost
+ * after it. Test keys are never limited: callers do not call Admit for them.
+ *
+ * Rate windows slide: a minute is counted in one-second buckets and a day in one-minute buckets. A
+ * decision counts the current bucket and the 60 (1,440) whole buckets before it, so the span
+ * counted is never shorter than the window and no 60 seconds (24 hours) ever hold more admitted
+ * requests than the limit. Rejected requests use no quota. Money is counted in whole nano-dollars (1e-9 USD), rounding costs and reservations up.
  *
  * @generated from service svc.limits.v1.LimitsService
  */
 export const LimitsService: GenService<{
   /**
-   * Admits or rejects a request, reserving its worst-case cost when admitted.
+   * Admits or rejects a request, and reserves its worst-case cost when admitted.
    *
    * @generated from rpc svc.limits.v1.LimitsService.Admit
    */
@@ -221,7 +406,7 @@ export const LimitsService: GenService<{
     output: typeof AdmitResponseSchema;
   },
   /**
-   * Settles an admitted request's reservation to its real cost (zero when it failed).
+   * Settles an admitted request's reservation to its real cost ("0" when it cost nothing).
    *
    * @generated from rpc svc.limits.v1.LimitsService.Settle
    */
@@ -229,6 +414,16 @@ export const LimitsService: GenService<{
     methodKind: "unary";
     input: typeof SettleRequestSchema;
     output: typeof SettleResponseSchema;
+  },
+  /**
+   * Reads a project's current usage: requests in the sliding windows and the month's spend.
+   *
+   * @generated from rpc svc.limits.v1.LimitsService.GetUsage
+   */
+  getUsage: {
+    methodKind: "unary";
+    input: typeof GetUsageRequestSchema;
+    output: typeof GetUsageResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_svc_limits_v1_limits_service, 0);

@@ -2,8 +2,8 @@
 // @generated from file svc/telemetry/v1/telemetry_service.proto (package svc.telemetry.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { KeyMode } from "../../common/v1/key_mode_pb.js";
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file svc/telemetry/v1/telemetry_service.proto.
  */
 export const file_svc_telemetry_v1_telemetry_service: GenFile = /*@__PURE__*/
-  fileDesc("CihzdmMvdGVsZW1ldHJ5L3YxL3RlbGVtZXRyeV9zZXJ2aWNlLnByb3RvEhBzdmMudGVsZW1ldHJ5LnYxIu0ECgpSZXF1ZXN0TG9nEhIKCnJlcXVlc3RfaWQYASABKAkSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcHJvamVjdF9pZBgDIAEoCRIOCgZrZXlfaWQYBCABKAkSKAoIa2V5X21vZGUYBSABKA4yFi5zdmMuY29tbW9uLnYxLktleU1vZGUSEAoIZW5kcG9pbnQYBiABKAkSDQoFbW9kZWwYByABKAkSEAoIcHJvdmlkZXIYCCABKAkSDgoGc3RyZWFtGAkgASgIEg4KBnN0YXR1cxgKIAEoBRISCgplcnJvcl90eXBlGAsgASgJEhIKCmVycm9yX2NvZGUYDCABKAkSDQoFY2FjaGUYDSABKAkSDwoHdXNlcl9pZBgOIAEoCRI8CghtZXRhZGF0YRgPIAMoCzIqLnN2Yy50ZWxlbWV0cnkudjEuUmVxdWVzdExvZy5NZXRhZGF0YUVudHJ5EhUKDXByb21wdF90b2tlbnMYECABKAUSGQoRY29tcGxldGlvbl90b2tlbnMYESABKAUSEAoIY29zdF91c2QYEiABKAkSFgoOY29zdF9zYXZlZF91c2QYEyABKAkSEgoKbGF0ZW5jeV9tcxgUIAEoARIPCgd0dGZiX21zGBUgASgBEhsKE3Vwc3RyZWFtX2xhdGVuY3lfbXMYFiABKAESFAoMcmVxdWVzdF9ib2R5GBcgASgJEhUKDXJlc3BvbnNlX2JvZHkYGCABKAkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKFFJlY29yZFJlcXVlc3RSZXF1ZXN0EikKA2xvZxgBIAEoCzIcLnN2Yy50ZWxlbWV0cnkudjEuUmVxdWVzdExvZyIXChVSZWNvcmRSZXF1ZXN0UmVzcG9uc2UidgoPTGlzdExvZ3NSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSKAoIa2V5X21vZGUYAiABKA4yFi5zdmMuY29tbW9uLnYxLktleU1vZGUSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiVwoQTGlzdExvZ3NSZXNwb25zZRIqCgRsb2dzGAEgAygLMhwuc3ZjLnRlbGVtZXRyeS52MS5SZXF1ZXN0TG9nEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJhCg1HZXRMb2dSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSKAoIa2V5X21vZGUYAiABKA4yFi5zdmMuY29tbW9uLnYxLktleU1vZGUSEgoKcmVxdWVzdF9pZBgDIAEoCSI7Cg5HZXRMb2dSZXNwb25zZRIpCgNsb2cYASABKAsyHC5zdmMudGVsZW1ldHJ5LnYxLlJlcXVlc3RMb2cyngIKEFRlbGVtZXRyeVNlcnZpY2USYAoNUmVjb3JkUmVxdWVzdBImLnN2Yy50ZWxlbWV0cnkudjEuUmVjb3JkUmVxdWVzdFJlcXVlc3QaJy5zdmMudGVsZW1ldHJ5LnYxLlJlY29yZFJlcXVlc3RSZXNwb25zZRJWCghMaXN0TG9ncxIhLnN2Yy50ZWxlbWV0cnkudjEuTGlzdExvZ3NSZXF1ZXN0GiIuc3ZjLnRlbGVtZXRyeS52MS5MaXN0TG9nc1Jlc3BvbnNlIgOQAgESUAoGR2V0TG9nEh8uc3ZjLnRlbGVtZXRyeS52MS5HZXRMb2dSZXF1ZXN0GiAuc3ZjLnRlbGVtZXRyeS52MS5HZXRMb2dSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_google_protobuf_timestamp, file_svc_common_v1_key_mode]);
+  fileDesc("CihzdmMvdGVsZW1ldHJ5L3YxL3RlbGVtZXRyeV9zZXJ2aWNlLnByb3RvEhBzdmMudGVsZW1ldHJ5LnYxIu0ECgpSZXF1ZXN0TG9nEhIKCnJlcXVlc3RfaWQYASABKAkSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcHJvamVjdF9pZBgDIAEoCRIOCgZrZXlfaWQYBCABKAkSKAoIa2V5X21vZGUYBSABKA4yFi5zdmMuY29tbW9uLnYxLktleU1vZGUSEAoIZW5kcG9pbnQYBiABKAkSDQoFbW9kZWwYByABKAkSEAoIcHJvdmlkZXIYCCABKAkSDgoGc3RyZWFtGAkgASgIEg4KBnN0YXR1cxgKIAEoBRISCgplcnJvcl90eXBlGAsgASgJEhIKCmVycm9yX2NvZGUYDCABKAkSDQoFY2FjaGUYDSABKAkSDwoHdXNlcl9pZBgOIAEoCRI8CghtZXRhZGF0YRgPIAMoCzIqLnN2Yy50ZWxlbWV0cnkudjEuUmVxdWVzdExvZy5NZXRhZGF0YUVudHJ5EhUKDXByb21wdF90b2tlbnMYECABKAUSGQoRY29tcGxldGlvbl90b2tlbnMYESABKAUSEAoIY29zdF91c2QYEiABKAkSFgoOY29zdF9zYXZlZF91c2QYEyABKAkSEgoKbGF0ZW5jeV9tcxgUIAEoARIPCgd0dGZiX21zGBUgASgBEhsKE3Vwc3RyZWFtX2xhdGVuY3lfbXMYFiABKAESFAoMcmVxdWVzdF9ib2R5GBcgASgJEhUKDXJlc3BvbnNlX2JvZHkYGCABKAkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKFFJlY29yZFJlcXVlc3RSZXF1ZXN0EikKA2xvZxgBIAEoCzIcLnN2Yy50ZWxlbWV0cnkudjEuUmVxdWVzdExvZyIXChVSZWNvcmRSZXF1ZXN0UmVzcG9uc2UirwMKD0xpc3RMb2dzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEigKCGtleV9tb2RlGAIgASgOMhYuc3ZjLmNvbW1vbi52MS5LZXlNb2RlEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJEi4KCnN0YXJ0X3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVtb2RlbBgHIAEoCRIOCgZzdGF0dXMYCCABKAUSFAoMc3RhdHVzX2NsYXNzGAkgASgJEhAKCGVuZHBvaW50GAogASgJEg0KBWNhY2hlGAsgASgJEg8KB3VzZXJfaWQYDCABKAkSQQoIbWV0YWRhdGEYDSADKAsyLy5zdmMudGVsZW1ldHJ5LnYxLkxpc3RMb2dzUmVxdWVzdC5NZXRhZGF0YUVudHJ5Gi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJXChBMaXN0TG9nc1Jlc3BvbnNlEioKBGxvZ3MYASADKAsyHC5zdmMudGVsZW1ldHJ5LnYxLlJlcXVlc3RMb2cSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImEKDUdldExvZ1JlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIoCghrZXlfbW9kZRgCIAEoDjIWLnN2Yy5jb21tb24udjEuS2V5TW9kZRISCgpyZXF1ZXN0X2lkGAMgASgJIjsKDkdldExvZ1Jlc3BvbnNlEikKA2xvZxgBIAEoCzIcLnN2Yy50ZWxlbWV0cnkudjEuUmVxdWVzdExvZyLPAgoTR2V0QW5hbHl0aWNzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEigKCGtleV9tb2RlGAIgASgOMhYuc3ZjLmNvbW1vbi52MS5LZXlNb2RlEi4KCnN0YXJ0X3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI7CgtncmFudWxhcml0eRgFIAEoDjImLnN2Yy50ZWxlbWV0cnkudjEuQW5hbHl0aWNzR3JhbnVsYXJpdHkSNAoIZ3JvdXBfYnkYBiABKA4yIi5zdmMudGVsZW1ldHJ5LnYxLkFuYWx5dGljc0dyb3VwQnkSFAoMbWV0YWRhdGFfa2V5GAcgASgJEhMKC2dyb3VwX2xpbWl0GAggASgFIuoBChBBbmFseXRpY3NNZXRyaWNzEhAKCHJlcXVlc3RzGAEgASgDEg4KBmVycm9ycxgCIAEoAxISCgpjYWNoZV9oaXRzGAMgASgDEhUKDXByb21wdF90b2tlbnMYBCABKAMSGQoRY29tcGxldGlvbl90b2tlbnMYBSABKAMSFAoMdG90YWxfdG9rZW5zGAYgASgDEhAKCGNvc3RfdXNkGAcgASgJEhYKDmxhdGVuY3lfcDUwX21zGAggASgBEhYKDmxhdGVuY3lfcDk1X21zGAkgASgBEhYKDmxhdGVuY3lfcDk5X21zGAogASgBIlIKDkFuYWx5dGljc0dyb3VwEgsKA2tleRgBIAEoCRIzCgdtZXRyaWNzGAIgASgLMiIuc3ZjLnRlbGVtZXRyeS52MS5BbmFseXRpY3NNZXRyaWNzIn8KD0FuYWx5dGljc0J1Y2tldBIoCgR0aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVncm91cBgCIAEoCRIzCgdtZXRyaWNzGAMgASgLMiIuc3ZjLnRlbGVtZXRyeS52MS5BbmFseXRpY3NNZXRyaWNzIuUCChRHZXRBbmFseXRpY3NSZXNwb25zZRIuCgpzdGFydF90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASOwoLZ3JhbnVsYXJpdHkYAyABKA4yJi5zdmMudGVsZW1ldHJ5LnYxLkFuYWx5dGljc0dyYW51bGFyaXR5EjIKBnRvdGFscxgEIAEoCzIiLnN2Yy50ZWxlbWV0cnkudjEuQW5hbHl0aWNzTWV0cmljcxIwCgZncm91cHMYBSADKAsyIC5zdmMudGVsZW1ldHJ5LnYxLkFuYWx5dGljc0dyb3VwEhgKEGdyb3Vwc190cnVuY2F0ZWQYBiABKAgSMgoHYnVja2V0cxgHIAMoCzIhLnN2Yy50ZWxlbWV0cnkudjEuQW5hbHl0aWNzQnVja2V0In4KBlByb21wdBIMCgRuYW1lGAEgASgJEg8KB3ZlcnNpb24YAiABKAUSDwoHY29udGVudBgDIAEoCRITCgtkZXNjcmlwdGlvbhgEIAEoCRIvCgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiWgoQUHV0UHJvbXB0UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHY29udGVudBgDIAEoCRITCgtkZXNjcmlwdGlvbhgEIAEoCSI9ChFQdXRQcm9tcHRSZXNwb25zZRIoCgZwcm9tcHQYASABKAsyGC5zdmMudGVsZW1ldHJ5LnYxLlByb21wdCJFChBHZXRQcm9tcHRSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIPCgd2ZXJzaW9uGAMgASgFIj0KEUdldFByb21wdFJlc3BvbnNlEigKBnByb21wdBgBIAEoCzIYLnN2Yy50ZWxlbWV0cnkudjEuUHJvbXB0Ik8KEkxpc3RQcm9tcHRzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIlkKE0xpc3RQcm9tcHRzUmVzcG9uc2USKQoHcHJvbXB0cxgBIAMoCzIYLnN2Yy50ZWxlbWV0cnkudjEuUHJvbXB0EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSqeAQoUQW5hbHl0aWNzR3JhbnVsYXJpdHkSJQohQU5BTFlUSUNTX0dSQU5VTEFSSVRZX1VOU1BFQ0lGSUVEEAASIAocQU5BTFlUSUNTX0dSQU5VTEFSSVRZX01JTlVURRABEh4KGkFOQUxZVElDU19HUkFOVUxBUklUWV9IT1VSEAISHQoZQU5BTFlUSUNTX0dSQU5VTEFSSVRZX0RBWRADKs0BChBBbmFseXRpY3NHcm91cEJ5EiIKHkFOQUxZVElDU19HUk9VUF9CWV9VTlNQRUNJRklFRBAAEhwKGEFOQUxZVElDU19HUk9VUF9CWV9NT0RFTBABEhsKF0FOQUxZVElDU19HUk9VUF9CWV9VU0VSEAISGgoWQU5BTFlUSUNTX0dST1VQX0JZX0tFWRADEh0KGUFOQUxZVElDU19HUk9VUF9CWV9TVEFUVVMQBBIfChtBTkFMWVRJQ1NfR1JPVVBfQllfTUVUQURBVEEQBTKUBQoQVGVsZW1ldHJ5U2VydmljZRJgCg1SZWNvcmRSZXF1ZXN0EiYuc3ZjLnRlbGVtZXRyeS52MS5SZWNvcmRSZXF1ZXN0UmVxdWVzdBonLnN2Yy50ZWxlbWV0cnkudjEuUmVjb3JkUmVxdWVzdFJlc3BvbnNlElYKCExpc3RMb2dzEiEuc3ZjLnRlbGVtZXRyeS52MS5MaXN0TG9nc1JlcXVlc3QaIi5zdmMudGVsZW1ldHJ5LnYxLkxpc3RMb2dzUmVzcG9uc2UiA5ACARJQCgZHZXRMb2cSHy5zdmMudGVsZW1ldHJ5LnYxLkdldExvZ1JlcXVlc3QaIC5zdmMudGVsZW1ldHJ5LnYxLkdldExvZ1Jlc3BvbnNlIgOQAgESYgoMR2V0QW5hbHl0aWNzEiUuc3ZjLnRlbGVtZXRyeS52MS5HZXRBbmFseXRpY3NSZXF1ZXN0GiYuc3ZjLnRlbGVtZXRyeS52MS5HZXRBbmFseXRpY3NSZXNwb25zZSIDkAIBElQKCVB1dFByb21wdBIiLnN2Yy50ZWxlbWV0cnkudjEuUHV0UHJvbXB0UmVxdWVzdBojLnN2Yy50ZWxlbWV0cnkudjEuUHV0UHJvbXB0UmVzcG9uc2USWQoJR2V0UHJvbXB0EiIuc3ZjLnRlbGVtZXRyeS52MS5HZXRQcm9tcHRSZXF1ZXN0GiMuc3ZjLnRlbGVtZXRyeS52MS5HZXRQcm9tcHRSZXNwb25zZSIDkAIBEl8KC0xpc3RQcm9tcHRzEiQuc3ZjLnRlbGVtZXRyeS52MS5MaXN0UHJvbXB0c1JlcXVlc3QaJS5zdmMudGVsZW1ldHJ5LnYxLkxpc3RQcm9tcHRzUmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_google_protobuf_timestamp, file_svc_common_v1_key_mode]);
 
 /**
  * RequestLog is the record of one gateway request.
@@ -23,14 +23,15 @@ export const file_svc_telemetry_v1_telemetry_service: GenFile = /*@__PURE__*/
  */
 export type RequestLog = Message<"svc.telemetry.v1.RequestLog"> & {
   /**
-   * The request id, as sent in `X-Svc-Request-Id`.
+   * The request id, as sent in `X-Svc-Request-Id`; it is the log's identity, so recording the same
+   * id twice stores and counts it once.
    *
    * @generated from field: string request_id = 1;
    */
   requestId: string;
 
   /**
-   * When the request arrived.
+   * When the request arrived; kept to the millisecond.
    *
    * @generated from field: google.protobuf.Timestamp time = 2;
    */
@@ -121,7 +122,7 @@ export type RequestLog = Message<"svc.telemetry.v1.RequestLog"> & {
   userId: string;
 
   /**
-   * Custom metadata.
+   * Custom metadata, from `X-Svc-Metadata`.
    *
    * @generated from field: map<string, string> metadata = 15;
    */
@@ -142,7 +143,7 @@ export type RequestLog = Message<"svc.telemetry.v1.RequestLog"> & {
   completionTokens: number;
 
   /**
-   * Cost in USD.
+   * Cost in USD, a plain decimal such as `0.000125`.
    *
    * @generated from field: string cost_usd = 18;
    */
@@ -177,14 +178,14 @@ export type RequestLog = Message<"svc.telemetry.v1.RequestLog"> & {
   upstreamLatencyMs: number;
 
   /**
-   * The request body, unless body logging is off.
+   * The request body, unless body logging is off; empty in ListLogs answers.
    *
    * @generated from field: string request_body = 23;
    */
   requestBody: string;
 
   /**
-   * The response body, unless body logging is off.
+   * The response body, unless body logging is off; empty in ListLogs answers.
    *
    * @generated from field: string response_body = 24;
    */
@@ -255,18 +256,81 @@ export type ListLogsRequest = Message<"svc.telemetry.v1.ListLogsRequest"> & {
   keyMode: KeyMode;
 
   /**
-   * The page size.
+   * The page size: 1 to 1000; 0 means 50.
    *
    * @generated from field: int32 page_size = 3;
    */
   pageSize: number;
 
   /**
-   * The cursor from a previous page.
+   * The cursor from a previous page, given with the same filters.
    *
    * @generated from field: string page_token = 4;
    */
   pageToken: string;
+
+  /**
+   * Only logs at or after this time.
+   *
+   * @generated from field: google.protobuf.Timestamp start_time = 5;
+   */
+  startTime?: Timestamp | undefined;
+
+  /**
+   * Only logs before this time.
+   *
+   * @generated from field: google.protobuf.Timestamp end_time = 6;
+   */
+  endTime?: Timestamp | undefined;
+
+  /**
+   * Only logs of this public model id.
+   *
+   * @generated from field: string model = 7;
+   */
+  model: string;
+
+  /**
+   * Only logs with this HTTP status; 0 means any.
+   *
+   * @generated from field: int32 status = 8;
+   */
+  status: number;
+
+  /**
+   * Only logs whose status is in this class: `2xx`, `3xx`, `4xx` or `5xx`.
+   *
+   * @generated from field: string status_class = 9;
+   */
+  statusClass: string;
+
+  /**
+   * Only logs of this endpoint path.
+   *
+   * @generated from field: string endpoint = 10;
+   */
+  endpoint: string;
+
+  /**
+   * Only logs with this cache result, `HIT` or `MISS`.
+   *
+   * @generated from field: string cache = 11;
+   */
+  cache: string;
+
+  /**
+   * Only logs of this end user.
+   *
+   * @generated from field: string user_id = 12;
+   */
+  userId: string;
+
+  /**
+   * Only logs whose metadata holds every one of these key-value pairs.
+   *
+   * @generated from field: map<string, string> metadata = 13;
+   */
+  metadata: { [key: string]: string };
 };
 
 /**
@@ -283,7 +347,7 @@ export const ListLogsRequestSchema: GenMessage<ListLogsRequest> = /*@__PURE__*/
  */
 export type ListLogsResponse = Message<"svc.telemetry.v1.ListLogsResponse"> & {
   /**
-   * The logs, newest first.
+   * The logs, newest first, without bodies.
    *
    * @generated from field: repeated svc.telemetry.v1.RequestLog logs = 1;
    */
@@ -346,7 +410,7 @@ export const GetLogRequestSchema: GenMessage<GetLogRequest> = /*@__PURE__*/
  */
 export type GetLogResponse = Message<"svc.telemetry.v1.GetLogResponse"> & {
   /**
-   * The log.
+   * The log, with its bodies.
    *
    * @generated from field: svc.telemetry.v1.RequestLog log = 1;
    */
@@ -361,15 +425,625 @@ export const GetLogResponseSchema: GenMessage<GetLogResponse> = /*@__PURE__*/
   messageDesc(file_svc_telemetry_v1_telemetry_service, 6);
 
 /**
- * TelemetryService records one log per gateway request and reads logs back. Its implementation
- * lands with the telemetry issue; the contract is here so the other services can be written against
- * it.
+ * GetAnalyticsRequest selects a project's analytics.
+ *
+ * @generated from message svc.telemetry.v1.GetAnalyticsRequest
+ */
+export type GetAnalyticsRequest = Message<"svc.telemetry.v1.GetAnalyticsRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * The mode of the caller's key: analytics cover live traffic only, so a test key is refused.
+   *
+   * @generated from field: svc.common.v1.KeyMode key_mode = 2;
+   */
+  keyMode: KeyMode;
+
+  /**
+   * The start of the range, rounded down to the granularity; by default the end less 1 hour
+   * (minute), 24 hours (hour) or 30 days (day).
+   *
+   * @generated from field: google.protobuf.Timestamp start_time = 3;
+   */
+  startTime?: Timestamp | undefined;
+
+  /**
+   * The end of the range, exclusive, rounded up to the granularity; by default now.
+   *
+   * @generated from field: google.protobuf.Timestamp end_time = 4;
+   */
+  endTime?: Timestamp | undefined;
+
+  /**
+   * The width of a bucket of the series.
+   *
+   * @generated from field: svc.telemetry.v1.AnalyticsGranularity granularity = 5;
+   */
+  granularity: AnalyticsGranularity;
+
+  /**
+   * The dimension to group by, if any.
+   *
+   * @generated from field: svc.telemetry.v1.AnalyticsGroupBy group_by = 6;
+   */
+  groupBy: AnalyticsGroupBy;
+
+  /**
+   * The metadata key to group by, with ANALYTICS_GROUP_BY_METADATA.
+   *
+   * @generated from field: string metadata_key = 7;
+   */
+  metadataKey: string;
+
+  /**
+   * How many groups to return, those with the most requests first: 1 to 100; 0 means 20.
+   *
+   * @generated from field: int32 group_limit = 8;
+   */
+  groupLimit: number;
+};
+
+/**
+ * Describes the message svc.telemetry.v1.GetAnalyticsRequest.
+ * Use `create(GetAnalyticsRequestSchema)` to create a new message.
+ */
+export const GetAnalyticsRequestSchema: GenMessage<GetAnalyticsRequest> = /*@__PURE__*/
+  messageDesc(file_svc_telemetry_v1_telemetry_service, 7);
+
+/**
+ * AnalyticsMetrics are the usage figures of a set of requests.
+ *
+ * @generated from message svc.telemetry.v1.AnalyticsMetrics
+ */
+export type AnalyticsMetrics = Message<"svc.telemetry.v1.AnalyticsMetrics"> & {
+  /**
+   * Requests.
+   *
+   * @generated from field: int64 requests = 1;
+   */
+  requests: bigint;
+
+  /**
+   * Requests answered with an HTTP status of 400 or more.
+   *
+   * @generated from field: int64 errors = 2;
+   */
+  errors: bigint;
+
+  /**
+   * Requests answered from the cache.
+   *
+   * @generated from field: int64 cache_hits = 3;
+   */
+  cacheHits: bigint;
+
+  /**
+   * Input tokens.
+   *
+   * @generated from field: int64 prompt_tokens = 4;
+   */
+  promptTokens: bigint;
+
+  /**
+   * Output tokens.
+   *
+   * @generated from field: int64 completion_tokens = 5;
+   */
+  completionTokens: bigint;
+
+  /**
+   * Input and output tokens.
+   *
+   * @generated from field: int64 total_tokens = 6;
+   */
+  totalTokens: bigint;
+
+  /**
+   * Cost in USD, a plain decimal.
+   *
+   * @generated from field: string cost_usd = 7;
+   */
+  costUsd: string;
+
+  /**
+   * The median total latency, in milliseconds; 0 without requests.
+   *
+   * @generated from field: double latency_p50_ms = 8;
+   */
+  latencyP50Ms: number;
+
+  /**
+   * The 95th percentile of total latency, in milliseconds.
+   *
+   * @generated from field: double latency_p95_ms = 9;
+   */
+  latencyP95Ms: number;
+
+  /**
+   * The 99th percentile of total latency, in milliseconds.
+   *
+   * @generated from field: double latency_p99_ms = 10;
+   */
+  latencyP99Ms: number;
+};
+
+/**
+ * Describes the message svc.telemetry.v1.AnalyticsMetrics.
+ * Use `create(AnalyticsMetricsSchema)` to create a new message.
+ */
+export const AnalyticsMetricsSchema: GenMessage<AnalyticsMetrics> = /*@__PURE__*/
+  messageDesc(file_svc_telemetry_v1_telemetry_service, 8);
+
+/**
+ * AnalyticsGroup is one group's totals over the whole range.
+ *
+ * @generated from message svc.telemetry.v1.AnalyticsGroup
+ */
+export type AnalyticsGroup = Message<"svc.telemetry.v1.AnalyticsGroup"> & {
+  /**
+   * The group's value of the grouping dimension, e.g. a model id.
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * The group's totals.
+   *
+   * @generated from field: svc.telemetry.v1.AnalyticsMetrics metrics = 2;
+   */
+  metrics?: AnalyticsMetrics | undefined;
+};
+
+/**
+ * Describes the message svc.telemetry.v1.AnalyticsGroup.
+ * Use `create(AnalyticsGroupSchema)` to create a new message.
+ */
+export const AnalyticsGroupSchema: GenMessage<AnalyticsGroup> = /*@__PURE__*/
+  messageDesc(file_svc_telemetry_v1_telemetry_service, 9);
+
+/**
+ * AnalyticsBucket is one bucket of the time series.
+ *
+ * @generated from message svc.telemetry.v1.AnalyticsBucket
+ */
+export type AnalyticsBucket = Message<"svc.telemetry.v1.AnalyticsBucket"> & {
+  /**
+   * The start of the bucket.
+   *
+   * @generated from field: google.protobuf.Timestamp time = 1;
+   */
+  time?: Timestamp | undefined;
+
+  /**
+   * The group the bucket belongs to; empty without grouping.
+   *
+   * @generated from field: string group = 2;
+   */
+  group: string;
+
+  /**
+   * The bucket's figures.
+   *
+   * @generated from field: svc.telemetry.v1.AnalyticsMetrics metrics = 3;
+   */
+  metrics?: AnalyticsMetrics | undefined;
+};
+
+/**
+ * Describes the message svc.telemetry.v1.AnalyticsBucket.
+ * Use `create(AnalyticsBucketSchema)` to create a new message.
+ */
+export const AnalyticsBucketSchema: GenMessage<AnalyticsBucket> = /*@__PURE__*/
+  messageDesc(file_svc_telemetry_v1_telemetry_service, 10);
+
+/**
+ * GetAnalyticsResponse holds totals and a time series.
+ *
+ * @generated from message svc.telemetry.v1.GetAnalyticsResponse
+ */
+export type GetAnalyticsResponse = Message<"svc.telemetry.v1.GetAnalyticsResponse"> & {
+  /**
+   * The start of the range, after rounding.
+   *
+   * @generated from field: google.protobuf.Timestamp start_time = 1;
+   */
+  startTime?: Timestamp | undefined;
+
+  /**
+   * The end of the range, after rounding.
+   *
+   * @generated from field: google.protobuf.Timestamp end_time = 2;
+   */
+  endTime?: Timestamp | undefined;
+
+  /**
+   * The granularity of the series.
+   *
+   * @generated from field: svc.telemetry.v1.AnalyticsGranularity granularity = 3;
+   */
+  granularity: AnalyticsGranularity;
+
+  /**
+   * The totals of the whole range, every request counted.
+   *
+   * @generated from field: svc.telemetry.v1.AnalyticsMetrics totals = 4;
+   */
+  totals?: AnalyticsMetrics | undefined;
+
+  /**
+   * With grouping, the groups' totals, the most requests first.
+   *
+   * @generated from field: repeated svc.telemetry.v1.AnalyticsGroup groups = 5;
+   */
+  groups: AnalyticsGroup[];
+
+  /**
+   * Whether more groups exist than were returned.
+   *
+   * @generated from field: bool groups_truncated = 6;
+   */
+  groupsTruncated: boolean;
+
+  /**
+   * The series, by time then group; buckets without requests are left out.
+   *
+   * @generated from field: repeated svc.telemetry.v1.AnalyticsBucket buckets = 7;
+   */
+  buckets: AnalyticsBucket[];
+};
+
+/**
+ * Describes the message svc.telemetry.v1.GetAnalyticsResponse.
+ * Use `create(GetAnalyticsResponseSchema)` to create a new message.
+ */
+export const GetAnalyticsResponseSchema: GenMessage<GetAnalyticsResponse> = /*@__PURE__*/
+  messageDesc(file_svc_telemetry_v1_telemetry_service, 11);
+
+/**
+ * Prompt is one version of a named prompt of a project.
+ *
+ * @generated from message svc.telemetry.v1.Prompt
+ */
+export type Prompt = Message<"svc.telemetry.v1.Prompt"> & {
+  /**
+   * The prompt's name, unique in its project.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The version, from 1 up.
+   *
+   * @generated from field: int32 version = 2;
+   */
+  version: number;
+
+  /**
+   * The prompt's text; empty in ListPrompts answers.
+   *
+   * @generated from field: string content = 3;
+   */
+  content: string;
+
+  /**
+   * A free-form description of this version.
+   *
+   * @generated from field: string description = 4;
+   */
+  description: string;
+
+  /**
+   * When this version was stored.
+   *
+   * @generated from field: google.protobuf.Timestamp create_time = 5;
+   */
+  createTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message svc.telemetry.v1.Prompt.
+ * Use `create(PromptSchema)` to create a new message.
+ */
+export const PromptSchema: GenMessage<Prompt> = /*@__PURE__*/
+  messageDesc(file_svc_telemetry_v1_telemetry_service, 12);
+
+/**
+ * PutPromptRequest carries a new version of a prompt.
+ *
+ * @generated from message svc.telemetry.v1.PutPromptRequest
+ */
+export type PutPromptRequest = Message<"svc.telemetry.v1.PutPromptRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * The prompt's name: 1 to 128 letters, digits, `.`, `_` or `-`, starting with a letter or digit.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * The prompt's text, at most 1 MiB.
+   *
+   * @generated from field: string content = 3;
+   */
+  content: string;
+
+  /**
+   * A free-form description of this version, at most 1024 characters.
+   *
+   * @generated from field: string description = 4;
+   */
+  description: string;
+};
+
+/**
+ * Describes the message svc.telemetry.v1.PutPromptRequest.
+ * Use `create(PutPromptRequestSchema)` to create a new message.
+ */
+export const PutPromptRequestSchema: GenMessage<PutPromptRequest> = /*@__PURE__*/
+  messageDesc(file_svc_telemetry_v1_telemetry_service, 13);
+
+/**
+ * PutPromptResponse holds the stored version.
+ *
+ * @generated from message svc.telemetry.v1.PutPromptResponse
+ */
+export type PutPromptResponse = Message<"svc.telemetry.v1.PutPromptResponse"> & {
+  /**
+   * The stored version, with its number.
+   *
+   * @generated from field: svc.telemetry.v1.Prompt prompt = 1;
+   */
+  prompt?: Prompt | undefined;
+};
+
+/**
+ * Describes the message svc.telemetry.v1.PutPromptResponse.
+ * Use `create(PutPromptResponseSchema)` to create a new message.
+ */
+export const PutPromptResponseSchema: GenMessage<PutPromptResponse> = /*@__PURE__*/
+  messageDesc(file_svc_telemetry_v1_telemetry_service, 14);
+
+/**
+ * GetPromptRequest names a prompt version.
+ *
+ * @generated from message svc.telemetry.v1.GetPromptRequest
+ */
+export type GetPromptRequest = Message<"svc.telemetry.v1.GetPromptRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * The prompt's name.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * The version; 0 means the latest.
+   *
+   * @generated from field: int32 version = 3;
+   */
+  version: number;
+};
+
+/**
+ * Describes the message svc.telemetry.v1.GetPromptRequest.
+ * Use `create(GetPromptRequestSchema)` to create a new message.
+ */
+export const GetPromptRequestSchema: GenMessage<GetPromptRequest> = /*@__PURE__*/
+  messageDesc(file_svc_telemetry_v1_telemetry_service, 15);
+
+/**
+ * GetPromptResponse holds the prompt.
+ *
+ * @generated from message svc.telemetry.v1.GetPromptResponse
+ */
+export type GetPromptResponse = Message<"svc.telemetry.v1.GetPromptResponse"> & {
+  /**
+   * The prompt, with its content.
+   *
+   * @generated from field: svc.telemetry.v1.Prompt prompt = 1;
+   */
+  prompt?: Prompt | undefined;
+};
+
+/**
+ * Describes the message svc.telemetry.v1.GetPromptResponse.
+ * Use `create(GetPromptResponseSchema)` to create a new message.
+ */
+export const GetPromptResponseSchema: GenMessage<GetPromptResponse> = /*@__PURE__*/
+  messageDesc(file_svc_telemetry_v1_telemetry_service, 16);
+
+/**
+ * ListPromptsRequest selects a page of a project's prompts.
+ *
+ * @generated from message svc.telemetry.v1.ListPromptsRequest
+ */
+export type ListPromptsRequest = Message<"svc.telemetry.v1.ListPromptsRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * The page size: 1 to 1000; 0 means 100.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * The cursor from a previous page.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message svc.telemetry.v1.ListPromptsRequest.
+ * Use `create(ListPromptsRequestSchema)` to create a new message.
+ */
+export const ListPromptsRequestSchema: GenMessage<ListPromptsRequest> = /*@__PURE__*/
+  messageDesc(file_svc_telemetry_v1_telemetry_service, 17);
+
+/**
+ * ListPromptsResponse holds a page of prompts.
+ *
+ * @generated from message svc.telemetry.v1.ListPromptsResponse
+ */
+export type ListPromptsResponse = Message<"svc.telemetry.v1.ListPromptsResponse"> & {
+  /**
+   * The prompts by name, each at its latest version, without content.
+   *
+   * @generated from field: repeated svc.telemetry.v1.Prompt prompts = 1;
+   */
+  prompts: Prompt[];
+
+  /**
+   * The cursor of the next page; empty on the last.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message svc.telemetry.v1.ListPromptsResponse.
+ * Use `create(ListPromptsResponseSchema)` to create a new message.
+ */
+export const ListPromptsResponseSchema: GenMessage<ListPromptsResponse> = /*@__PURE__*/
+  messageDesc(file_svc_telemetry_v1_telemetry_service, 18);
+
+/**
+ * AnalyticsGranularity is the width of one bucket of an analytics time series; buckets are aligned
+ * to UTC.
+ *
+ * @generated from enum svc.telemetry.v1.AnalyticsGranularity
+ */
+export enum AnalyticsGranularity {
+  /**
+   * Not set; means hour.
+   *
+   * @generated from enum value: ANALYTICS_GRANULARITY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * One bucket a minute; the range may span at most 7 days, or 24 hours when grouped.
+   *
+   * @generated from enum value: ANALYTICS_GRANULARITY_MINUTE = 1;
+   */
+  MINUTE = 1,
+
+  /**
+   * One bucket an hour; the range may span at most 400 days.
+   *
+   * @generated from enum value: ANALYTICS_GRANULARITY_HOUR = 2;
+   */
+  HOUR = 2,
+
+  /**
+   * One bucket a day; the range may span at most 3660 days.
+   *
+   * @generated from enum value: ANALYTICS_GRANULARITY_DAY = 3;
+   */
+  DAY = 3,
+}
+
+/**
+ * Describes the enum svc.telemetry.v1.AnalyticsGranularity.
+ */
+export const AnalyticsGranularitySchema: GenEnum<AnalyticsGranularity> = /*@__PURE__*/
+  enumDesc(file_svc_telemetry_v1_telemetry_service, 0);
+
+/**
+ * AnalyticsGroupBy names the dimension analytics are grouped by.
+ *
+ * @generated from enum svc.telemetry.v1.AnalyticsGroupBy
+ */
+export enum AnalyticsGroupBy {
+  /**
+   * No grouping: the series is of the whole project.
+   *
+   * @generated from enum value: ANALYTICS_GROUP_BY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Grouped by public model id.
+   *
+   * @generated from enum value: ANALYTICS_GROUP_BY_MODEL = 1;
+   */
+  MODEL = 1,
+
+  /**
+   * Grouped by end user id; requests without one form the group "".
+   *
+   * @generated from enum value: ANALYTICS_GROUP_BY_USER = 2;
+   */
+  USER = 2,
+
+  /**
+   * Grouped by key id.
+   *
+   * @generated from enum value: ANALYTICS_GROUP_BY_KEY = 3;
+   */
+  KEY = 3,
+
+  /**
+   * Grouped by HTTP status, e.g. "200".
+   *
+   * @generated from enum value: ANALYTICS_GROUP_BY_STATUS = 4;
+   */
+  STATUS = 4,
+
+  /**
+   * Grouped by the value of one metadata key; requests without that key are in no group.
+   *
+   * @generated from enum value: ANALYTICS_GROUP_BY_METADATA = 5;
+   */
+  METADATA = 5,
+}
+
+/**
+ * Describes the enum svc.telemetry.v1.AnalyticsGroupBy.
+ */
+export const AnalyticsGroupBySchema: GenEnum<AnalyticsGroupBy> = /*@__PURE__*/
+  enumDesc(file_svc_telemetry_v1_telemetry_service, 1);
+
+/**
+ * TelemetryService records one log per gateway request, reads logs and usage analytics back, and
+ * keeps each project's versioned prompts. Logs live in ClickHouse (a server, or chDB embedded),
+ * live and test keys in separate tables; analytics cover live traffic only.
  *
  * @generated from service svc.telemetry.v1.TelemetryService
  */
 export const TelemetryService: GenService<{
   /**
-   * Records a finished request, off the request's hot path.
+   * Records a finished request. It only queues the log: the write to ClickHouse happens later, in
+   * batches, off the request's hot path, so the call never waits on the store.
    *
    * @generated from rpc svc.telemetry.v1.TelemetryService.RecordRequest
    */
@@ -379,7 +1053,7 @@ export const TelemetryService: GenService<{
     output: typeof RecordRequestResponseSchema;
   },
   /**
-   * Lists a project's request logs, newest first.
+   * Lists a project's request logs, newest first, without their bodies.
    *
    * @generated from rpc svc.telemetry.v1.TelemetryService.ListLogs
    */
@@ -389,7 +1063,7 @@ export const TelemetryService: GenService<{
     output: typeof ListLogsResponseSchema;
   },
   /**
-   * Gets one request log.
+   * Gets one request log with its bodies.
    *
    * @generated from rpc svc.telemetry.v1.TelemetryService.GetLog
    */
@@ -397,6 +1071,46 @@ export const TelemetryService: GenService<{
     methodKind: "unary";
     input: typeof GetLogRequestSchema;
     output: typeof GetLogResponseSchema;
+  },
+  /**
+   * Gets usage analytics of a project's live traffic: totals and a time series, optionally grouped.
+   *
+   * @generated from rpc svc.telemetry.v1.TelemetryService.GetAnalytics
+   */
+  getAnalytics: {
+    methodKind: "unary";
+    input: typeof GetAnalyticsRequestSchema;
+    output: typeof GetAnalyticsResponseSchema;
+  },
+  /**
+   * Stores a new version of a prompt; the first version of a name is 1.
+   *
+   * @generated from rpc svc.telemetry.v1.TelemetryService.PutPrompt
+   */
+  putPrompt: {
+    methodKind: "unary";
+    input: typeof PutPromptRequestSchema;
+    output: typeof PutPromptResponseSchema;
+  },
+  /**
+   * Gets one version of a prompt, by default the latest.
+   *
+   * @generated from rpc svc.telemetry.v1.TelemetryService.GetPrompt
+   */
+  getPrompt: {
+    methodKind: "unary";
+    input: typeof GetPromptRequestSchema;
+    output: typeof GetPromptResponseSchema;
+  },
+  /**
+   * Lists a project's prompts by name, each at its latest version, without their content.
+   *
+   * @generated from rpc svc.telemetry.v1.TelemetryService.ListPrompts
+   */
+  listPrompts: {
+    methodKind: "unary";
+    input: typeof ListPromptsRequestSchema;
+    output: typeof ListPromptsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_svc_telemetry_v1_telemetry_service, 0);

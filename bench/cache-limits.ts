@@ -1,0 +1,131 @@
+/**
+ * The cache and limits benchmark (`npm run bench:cache`): what a cache HIT, a MISS with limits on,
+ * and limits alone add to a request, in memory (embedded) and on Redis (cluster), measured side by
+ * side in one run against the same gateway with cache and limits off, and against the fake upstream
+ * called directly. Open loop at a fixed rate, non-stream; latency is request start to last byte.
+ *
+ *   BENCH_SECONDS  seconds per phase (default 4)     BENCH_ROUNDS  rounds (default 3)
+ *   BENCH_RATE     requests per second (default 200) BENCH_QUICK=1 smoke run (1 round of 1 s)
+ *
+ * Targets (printed, never a pass/fail): a HIT answered faster than a direct upstream call; limits
+ * add under 0.3 ms p50 in memory. Exit code 1 only when the bench could not run.
+ */
+import { startRedis, type TestRedis } from "../test/support/redis.js";
+import type { LoadResult, LoadSpec } from "./load.js";
+import { startChild, type Child } from "./proc.js";
+import { median } from "./stats.js";
+
+const env = process.env;
+const quick = env.BENCH_QUICK === "1";
+const SECONDS = Number(env.BENCH_SECONDS || (quick ? 1 : 4));
+const ROUNDS = Number(env.BENCH_ROUNDS || (quick ? 1 : 3));
+const RATE = Number(env.BENCH_RATE || 200);
+const PROMPT = "Hello from the svc cache benchmark, please echo this short prompt back.";
+
+interface Variant {
+  id: string;
+  label: string;
+  /** Which process serves it. */
+  proc: "direct" | "off" | "on";
+  key: "key" | "limitedKey" | "none";
+  /** Each request new (a miss) or the same one (a hit after the warm-up). */
+  unique: boolean;
+}
+
+const VARIANTS: Variant[] = [
+  { id: "direct", label: "direct upstream", proc: "direct", key: "none", unique: false },
+  { id: "base", label: "gateway, cache and limits off", proc: "off", key: "key", unique: true },
+  { id: "limits", label: "limits on, cache off", proc: "off", key: "limitedKey", unique: true },
+  { id: "miss", label: "MISS, limits on", proc: "on", key: "limitedKey", unique: true },
+  { id: "hit", label: "HIT, limits on", proc: "on", key: "limitedKey", unique: false },
+];
+
+const ms = (v: number) => (Number.isFinite(v) ? v.toFixed(2) : "-");
+
+async function main(): Promise<void> {
+  const children: Child[] = [];
+  let redis: TestRedis | undefined;
+  try {
+    const fake = await startChild("fake upstream", "./fake-upstream.ts");
+    children.push(fake);
+    const base = { BENCH_UPSTREAM: fake.info.url as string, SVC_LOG_LEVEL: "error" };
+    const load = await startChild("load generator", "./load.ts");
+    children.push(load);
+    // A private redis-server on a free port (as the tests start it); none when it is not installed.
+    redis = await startRedis().catch(() => undefined);
+    const modes: Array<{ name: string; env: Record<string, string> }> = [{ name: "memory", env: {} }];
+    if (redis) modes.push({ name: "redis", env: { BENCH_REDIS_URL: redis.url } });
+    else console.log("redis-server not found: the Redis rows are skipped");
+
+    console.log(`svc cache and limits benchmark: ${ROUNDS} round(s) of ${SECONDS} s phases at ${RATE} req/s, non-stream, medians over rounds`);
+    const results: Record<string, LoadResult[]> = {};
+    const procs: Record<string, Record<string, Child>> = {};
+    for (const m of modes) {
+      const [off, on] = await Promise.all([
+        startChild(`gateway ${m.name} off`, "./gateway-target.ts", { env: { ...base, ...m.env, BENCH_CACHE_OFF: "1" } }),
+        startChild(`gateway ${m.name} on`, "./gateway-target.ts", { env: { ...base, ...m.env } }),
+      ]);
+      children.push(off, on);
+      procs[m.name] = { direct: fake, off, on };
+    }
+    for (let round = 1; round <= ROUNDS; round++) {
+      for (const m of modes) {
+        for (const v of VARIANTS) {
+          if (v.id === "direct" && m.name !== "memory") continue;
+          const target = procs[m.name]![v.proc]!;
+          const content = v.unique ? `${PROMPT} {{n}}` : PROMPT;
+          const spec: LoadSpec = {
+            origin: target.info.url as string,
+            path: "/v1/chat/completions",
+            headers: { "content-type": "application/json", ...(v.key === "none" ? {} : { "x-svc-api-key": String(target.info[v.key]) }) },
+            body: JSON.stringify({ model: "chat-4o-mini", messages: [{ role: "user", content }] }),
+            stream: false,
+            mode: "rate",
+            rate: RATE,
+            concurrency: 64,
+            seconds: SECONDS,
+            unique: v.unique,
+          };
+          await load.call<LoadResult>("run", { ...spec, mode: "closed", concurrency: 4, seconds: round === 1 ? 1 : 0.3 });
+          const r = await load.call<LoadResult>("run", spec);
+          const id = v.id === "direct" ? "direct" : `${m.name}:${v.id}`;
+          (results[id] ??= []).push(r);
+          console.log(`  round ${round}/${ROUNDS}  ${m.name.padEnd(6)} ${v.label.padEnd(30)} p50 ${ms(r.latP50)} p99 ${ms(r.latP99)}${r.errors ? `  ! ${r.errors} errors: ${r.errorSamples[0]}` : ""}`);
+        }
+      }
+    }
+
+    const p50 = (id: string) => median((results[id] ?? []).map((r) => r.latP50));
+    const p99 = (id: string) => median((results[id] ?? []).map((r) => r.latP99));
+    /** Per-round difference of p50s, median over rounds. */
+    const added = (id: string, ref: string) => median((results[id] ?? []).map((r, i) => r.latP50 - (results[ref]?.[i]?.latP50 ?? NaN)));
+    console.log("\nLatency, ms (median over rounds)");
+    console.log(`${"store".padEnd(7)} ${"phase".padEnd(30)} ${"p50".padStart(6)} ${"p99".padStart(6)}  added p50 vs cache+limits off`);
+    console.log(`${"-".padEnd(7)} ${"direct upstream".padEnd(30)} ${ms(p50("direct")).padStart(6)} ${ms(p99("direct")).padStart(6)}`);
+    for (const m of modes) {
+      for (const v of VARIANTS.slice(1)) {
+        const id = `${m.name}:${v.id}`;
+        const add = v.id === "base" ? "" : `${added(id, `${m.name}:base`) >= 0 ? "+" : ""}${ms(added(id, `${m.name}:base`))}`;
+        console.log(`${m.name.padEnd(7)} ${v.label.padEnd(30)} ${ms(p50(id)).padStart(6)} ${ms(p99(id)).padStart(6)}  ${add}`);
+      }
+    }
+    console.log("\nTargets (printed only; the exit code does not depend on them)");
+    for (const m of modes) {
+      const hit = p50(`${m.name}:hit`);
+      const direct = p50("direct");
+      console.log(`  ${m.name}: HIT p50 ${ms(hit)} ms vs direct upstream ${ms(direct)} ms: ${hit < direct ? "MEETS" : "MISSES"} (HIT faster than a direct call)`);
+    }
+    const lim = added("memory:limits", "memory:base");
+    console.log(`  memory: limits add ${ms(lim)} ms p50: ${lim < 0.3 ? "MEETS" : "MISSES"} (under 0.3 ms)`);
+    const errors = Object.values(results).flat().reduce((n, r) => n + r.errors, 0);
+    console.log(errors ? `\n${errors} requests failed: see the rows marked !` : "\nAll responses were 200 with complete bodies.");
+  } finally {
+    await Promise.all(children.map((c) => c.stop().catch(() => {})));
+    await redis?.stop();
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

@@ -1,0 +1,57 @@
+import { readFileSync } from "node:fs";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import type { Prompt } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
+import { createTelemetryAdminClient, resolveAdminTarget, UsageError } from "./admin-client.js";
+import { type Flags, need, out } from "./admin-commands.js";
+import { table } from "./table.js";
+
+/** A prompt as the CLI prints it with --json. */
+const promptJson = (p: Prompt, withContent: boolean) => ({
+  name: p.name,
+  version: p.version,
+  description: p.description,
+  created_at: p.createTime ? timestampDate(p.createTime).toISOString() : null,
+  ...(withContent ? { content: p.content } : {}),
+});
+
+/**
+ * `svc prompts put NAME --project ID --file F [--description D]` stores a new version of a prompt
+ * (the first is version 1); `svc prompts list --project ID` and `svc prompts show NAME --project ID
+ * [--version N]` read them back, as the management API's /v1/prompts does for a key's project.
+ */
+export async function promptsCommand(sub: string | undefined, args: string[], flags: Flags & { file?: string; version?: string }): Promise<void> {
+  const client = createTelemetryAdminClient(resolveAdminTarget(flags));
+  switch (sub) {
+    case "put": {
+      const name = need(args[0], "NAME");
+      const projectId = need(flags.project, "--project");
+      const path = need(flags.file, "--file");
+      let content: string;
+      try {
+        content = path === "-" ? readFileSync(0, "utf8") : readFileSync(path, "utf8");
+      } catch (e) {
+        throw new UsageError(`cannot read --file ${path}: ${(e as Error).message}`);
+      }
+      const { prompt } = await client.putPrompt({ projectId, name, content, description: flags.description ?? "" });
+      return out(flags, promptJson(prompt!, false), `Stored prompt ${prompt!.name} version ${prompt!.version} in project ${projectId}.`);
+    }
+    case "list": {
+      const { prompts } = await client.listPrompts({ projectId: need(flags.project, "--project"), pageSize: 1000 });
+      const rows = [["NAME", "VERSION", "DESCRIPTION", "CREATED"], ...prompts.map((p) => { const j = promptJson(p, false); return [j.name, String(j.version), j.description, String(j.created_at)]; })];
+      return out(flags, prompts.map((p) => promptJson(p, false)), prompts.length ? table(rows) : "No prompts.");
+    }
+    case "show": {
+      const name = need(args[0], "NAME");
+      let version = 0;
+      if (flags.version !== undefined) {
+        version = Number(flags.version);
+        if (!/^\d+$/.test(flags.version) || version < 1) throw new UsageError(`--version must be a whole number of at least 1, got '${flags.version}'`);
+      }
+      // An unknown name or version is the server's NotFound (exit code 1).
+      const prompt = (await client.getPrompt({ projectId: need(flags.project, "--project"), name, version })).prompt!;
+      return out(flags, promptJson(prompt, true), `${prompt.name} version ${prompt.version}${prompt.description ? ` (${prompt.description})` : ""}\n\n${prompt.content}`);
+    }
+    default:
+      throw new UsageError(`unknown command 'prompts ${sub ?? ""}'`);
+  }
+}

@@ -1,0 +1,171 @@
+import { type Client, createClient, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { AuthService } from "../gen/svc/auth/v1/auth_service_pb.js";
+import { CacheService } from "../gen/svc/cache/v1/cache_service_pb.js";
+import { LimitsService } from "../gen/svc/limits/v1/limits_service_pb.js";
+import { ProxyService } from "../gen/svc/proxy/v1/proxy_service_pb.js";
+import { TelemetryService } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
+import type { AnalyticsQuery, AnalyticsResult, LogPage, LogQuery, LogRecord, Page, PromptRecord } from "./types.js";
+
+export interface SvcClientOptions {
+  /** The service key; defaults to the SVC_API_KEY environment variable (spec 5.8). */
+  apiKey?: string;
+  /** The management API's origin; defaults to SVC_MANAGEMENT_URL, else http://127.0.0.1:8081. */
+  managementUrl?: string;
+  /** The gateway's origin; defaults to SVC_GATEWAY_URL, else http://127.0.0.1:8080. */
+  gatewayUrl?: string;
+}
+
+/** An error answer of the management API, in the spec's shape (section 2.6). */
+export class SvcApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly type: string,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "SvcApiError";
+  }
+}
+
+const trim = (u: string) => u.replace(/\/+$/, "");
+
+/**
+ * A typed client for the management API (request logs, analytics, prompts) of the key's project,
+ * and the settings that point the official `openai` and `@anthropic-ai/sdk` clients at the gateway:
+ *
+ *   const svc = new SvcClient();                       // key from SVC_API_KEY
+ *   const openai = new OpenAI(svc.openaiOptions());
+ *   const anthropic = new Anthropic(svc.anthropicOptions());
+ *   const page = await svc.logs.list({ limit: 20, model: "chat-4o" });
+ */
+export class SvcClient {
+  readonly apiKey: string;
+  readonly managementUrl: string;
+  readonly gatewayUrl: string;
+
+  constructor(opts: SvcClientOptions = {}, env: NodeJS.ProcessEnv = process.env) {
+    const key = opts.apiKey ?? env.SVC_API_KEY;
+    if (!key) throw new Error("No service API key: pass { apiKey } or set SVC_API_KEY.");
+    this.apiKey = key;
+    this.managementUrl = trim(opts.managementUrl ?? env.SVC_MANAGEMENT_URL ?? "http://127.0.0.1:8081");
+    this.gatewayUrl = trim(opts.gatewayUrl ?? env.SVC_GATEWAY_URL ?? "http://127.0.0.1:8080");
+  }
+
+  /** Options for `new OpenAI(...)`: the gateway's /v1 and the service key (sent as Bearer, which the gateway accepts). */
+  openaiOptions(): { apiKey: string; baseURL: string } {
+    return { apiKey: this.apiKey, baseURL: `${this.gatewayUrl}/v1` };
+  }
+
+  /** Options for `new Anthropic(...)`: the gateway's origin and the service key (sent as x-api-key, which the gateway accepts). */
+  anthropicOptions(): { apiKey: string; baseURL: string } {
+    return { apiKey: this.apiKey, baseURL: this.gatewayUrl };
+  }
+
+  readonly logs = {
+    /** One page of logs, newest first; pass `next_cursor` back as `cursor` for the next. */
+    list: (q: LogQuery = {}): Promise<LogPage> => this.#get("/v1/logs", logParams(q)),
+    /** The full record of one request (its X-Svc-Request-Id), bodies included. */
+    get: (id: string): Promise<LogRecord> => this.#get(`/v1/logs/${encodeURIComponent(id)}`),
+    /** Every log matching the query, page after page. */
+    all: (q: LogQuery = {}): AsyncIterable<LogRecord> => this.#all(q),
+  };
+
+  /** Totals and a time series over a range, optionally grouped. */
+  analytics(q: AnalyticsQuery = {}): Promise<AnalyticsResult> {
+    const p = new URLSearchParams();
+    if (q.start) p.set("start", toIso(q.start));
+    if (q.end) p.set("end", toIso(q.end));
+    if (q.granularity) p.set("granularity", q.granularity);
+    if (q.groupBy) p.set("group_by", q.groupBy);
+    return this.#get("/v1/analytics", p);
+  }
+
+  readonly prompts = {
+    list: (q: { limit?: number; cursor?: string } = {}): Promise<Page<PromptRecord>> => {
+      const p = new URLSearchParams();
+      if (q.limit) p.set("limit", String(q.limit));
+      if (q.cursor) p.set("cursor", q.cursor);
+      return this.#get("/v1/prompts", p);
+    },
+    /** The latest version, or `version`. */
+    get: (name: string, version?: number): Promise<PromptRecord> =>
+      this.#get(`/v1/prompts/${encodeURIComponent(name)}`, version ? new URLSearchParams({ version: String(version) }) : undefined),
+  };
+
+  async *#all(q: LogQuery): AsyncIterable<LogRecord> {
+    let cursor = q.cursor;
+    for (;;) {
+      const page = await this.logs.list({ ...q, cursor });
+      yield* page.data;
+      if (!page.next_cursor) return;
+      cursor = page.next_cursor;
+    }
+  }
+
+  async #get<T>(path: string, params?: URLSearchParams): Promise<T> {
+    const qs = params && [...params.keys()].length ? `?${params}` : "";
+    const res = await fetch(`${this.managementUrl}${path}${qs}`, { headers: { authorization: `Bearer ${this.apiKey}` } });
+    const text = await res.text();
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      throw new SvcApiError(res.status, "api_error", "invalid_response", `The management API answered ${res.status} with a body that is not JSON.`);
+    }
+    if (!res.ok) {
+      const e = (body as { error?: { type?: string; code?: string; message?: string } }).error ?? {};
+      throw new SvcApiError(res.status, e.type ?? "api_error", e.code ?? "unknown", e.message ?? `HTTP ${res.status}`);
+    }
+    return body as T;
+  }
+}
+
+const toIso = (t: Date | string | number) => (t instanceof Date ? t.toISOString() : typeof t === "number" ? new Date(t).toISOString() : t);
+
+function logParams(q: LogQuery): URLSearchParams {
+  const p = new URLSearchParams();
+  if (q.limit) p.set("limit", String(q.limit));
+  if (q.cursor) p.set("cursor", q.cursor);
+  if (q.start) p.set("start", toIso(q.start));
+  if (q.end) p.set("end", toIso(q.end));
+  if (q.model) p.set("model", q.model);
+  if (q.status) p.set("status", String(q.status));
+  if (q.endpoint) p.set("endpoint", q.endpoint);
+  if (q.cache) p.set("cache", q.cache);
+  if (q.userId) p.set("user_id", q.userId);
+  for (const [k, v] of Object.entries(q.metadata ?? {})) p.set(`metadata.${k}`, v);
+  return p;
+}
+
+/** Sends `authorization: Bearer <token>` with every call: the core port's admin credential. */
+export const bearerAuth =
+  (token: string): Interceptor =>
+  (next) =>
+  (req) => {
+    req.header.set("authorization", `Bearer ${token}`);
+    return next(req);
+  };
+
+/** The core's services over gRPC (or Connect with `protocol: "connect"`), for internal consumers; every call needs the admin token. */
+export function createCoreClients(opts: { url: string; adminToken: string; protocol?: "grpc" | "connect" }): {
+  auth: Client<typeof AuthService>;
+  cache: Client<typeof CacheService>;
+  limits: Client<typeof LimitsService>;
+  proxy: Client<typeof ProxyService>;
+  telemetry: Client<typeof TelemetryService>;
+} {
+  const auth = bearerAuth(opts.adminToken);
+  const transport =
+    opts.protocol === "connect"
+      ? createConnectTransport({ baseUrl: opts.url, httpVersion: "1.1", interceptors: [auth] })
+      : createGrpcTransport({ baseUrl: opts.url, interceptors: [auth] });
+  return {
+    auth: createClient(AuthService, transport),
+    cache: createClient(CacheService, transport),
+    limits: createClient(LimitsService, transport),
+    proxy: createClient(ProxyService, transport),
+    telemetry: createClient(TelemetryService, transport),
+  };
+}

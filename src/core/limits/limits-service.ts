@@ -1,0 +1,160 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { ProjectLimits } from "../../gen/svc/common/v1/project_limits_pb.js";
+import { type AdmitResponseSchema, Decision, LimitWindow, LimitsService } from "../../gen/svc/limits/v1/limits_service_pb.js";
+import { type AdmitInput, type AdmitOutcome, type LimitsStore, StoreUnavailableError } from "../../stores/limits-store.js";
+import { apiError, invalidRequest, notFound } from "../errors.js";
+import { randomBase62 } from "../ids.js";
+import { formatNano, MAX_REQUEST_USD, NANO_PER_USD, parseCapNano, usdToNanoCeil } from "./usd.js";
+import { monthEndMs, monthOf, type WindowName } from "./windows.js";
+
+export interface LimitsDeps {
+  store: LimitsStore;
+  /** Refuse requests (DECISION_UNAVAILABLE) rather than admit them unchecked while the store is down. */
+  failClosed?: boolean;
+  /** How long an unsettled reservation counts; longer than the longest upstream call. */
+  reservationTtlMs?: number;
+  /** Milliseconds since the epoch; injectable for tests. */
+  now?: () => number;
+  /** A project's effective limits, for an AdmitRequest that carries none; undefined: no such project. */
+  resolveLimits?: (projectId: string) => Promise<ProjectLimits | undefined>;
+}
+
+/** 15 minutes: above the default 10-minute total upstream timeout, so live requests keep theirs. */
+export const DEFAULT_RESERVATION_TTL_MS = 15 * 60_000;
+
+const MAX_USER_ID = 256;
+const reservationPattern = /^rsv_(\d{4}-\d{2})_[0-9A-Za-z]+$/;
+
+const windowOf: Record<WindowName, LimitWindow> = {
+  minute: LimitWindow.MINUTE,
+  day: LimitWindow.DAY,
+  user_minute: LimitWindow.USER_MINUTE,
+  month: LimitWindow.MONTH,
+};
+const decisionOf: Record<WindowName, Decision> = {
+  minute: Decision.PLAN_LIMITED,
+  day: Decision.PLAN_LIMITED,
+  user_minute: Decision.USER_LIMITED,
+  month: Decision.SPEND_CAPPED,
+};
+
+const seconds = (ms: number) => Math.max(0, Math.ceil(ms / 1000));
+
+function rate(v: number | undefined, field: string): number | undefined {
+  if (v === undefined) return undefined;
+  if (!Number.isInteger(v) || v < 1) throw invalidRequest("invalid_value", `\`limits.${field}\` must be a whole number of at least 1, got ${v}.`);
+  return v;
+}
+
+function money(text: string, field: string): number {
+  if (text === "" || text === "0") return 0;
+  const nano = usdToNanoCeil(text);
+  if (nano === undefined || nano > BigInt(MAX_REQUEST_USD) * NANO_PER_USD) {
+    throw invalidRequest("invalid_value", `\`${field}\` must be a USD amount as a plain decimal from 0 to ${MAX_REQUEST_USD}, got ${JSON.stringify(text)}.`);
+  }
+  return Number(nano);
+}
+
+/**
+ * Creates the LimitsService implementation over a limits store (memory or Redis). A gateway calls
+ * Admit before the upstream call and Settle after it; everything else (windows, reservations,
+ * expiry, the month) is decided here and in the store.
+ */
+export function createLimitsService(deps: LimitsDeps): ServiceImpl<typeof LimitsService> {
+  const { store, failClosed = false, reservationTtlMs = DEFAULT_RESERVATION_TTL_MS, now = Date.now, resolveLimits } = deps;
+
+  const project = (id: string) => {
+    if (!id) throw invalidRequest("missing_required_field", "`project_id` is required.");
+    return id;
+  };
+
+  async function limitsFor(projectId: string, given: ProjectLimits | undefined): Promise<ProjectLimits | undefined> {
+    if (given || !resolveLimits) return given;
+    const found = await resolveLimits(projectId);
+    if (!found) throw notFound("project_not_found", `No project with id '${projectId}'.`);
+    return found;
+  }
+
+  const toResponse = (o: AdmitOutcome, capNano: number | undefined, reservationId: string): MessageInitShape<typeof AdmitResponseSchema> => ({
+    decision: o.allowed ? Decision.ALLOWED : decisionOf[o.window!],
+    window: o.window ? windowOf[o.window] : LimitWindow.UNSPECIFIED,
+    limit: o.limit,
+    remaining: Math.max(0, o.remaining),
+    resetSeconds: seconds(o.resetMs),
+    retryAfterSeconds: o.allowed ? 0 : Math.max(1, seconds(o.retryAfterMs)),
+    reservationId: o.allowed ? reservationId : "",
+    spendCapUsd: capNano === undefined ? "" : formatNano(capNano),
+    spendRemainingUsd: o.spendRemainingNano === undefined ? "" : formatNano(Math.max(0, o.spendRemainingNano)),
+  });
+
+  return {
+    async admit(req) {
+      const projectId = project(req.projectId);
+      if (req.userId.length > MAX_USER_ID) throw invalidRequest("invalid_value", `\`user_id\` must be at most ${MAX_USER_ID} characters.`);
+      const limits = await limitsFor(projectId, req.limits);
+      const capText = limits?.monthlySpendCapUsd;
+      const cap = capText === undefined ? undefined : parseCapNano(capText);
+      if (capText !== undefined && cap === undefined) throw invalidRequest("invalid_value", `\`limits.monthly_spend_cap_usd\` is not a valid cap: ${JSON.stringify(capText)}.`);
+      const capNano = cap === undefined ? undefined : Number(cap);
+      const worstNano = money(req.maxCostUsd, "max_cost_usd");
+      const t = now();
+      const month = monthOf(t);
+      const reservationId = `rsv_${month}_${randomBase62(20)}`;
+      const input: AdmitInput = {
+        projectId,
+        userId: req.userId,
+        nowMs: t,
+        minuteLimit: rate(limits?.requestsPerMinute, "requests_per_minute"),
+        dayLimit: rate(limits?.requestsPerDay, "requests_per_day"),
+        userMinuteLimit: rate(limits?.userRequestsPerMinute, "user_requests_per_minute"),
+        capNano,
+        worstNano,
+        reservationId,
+        month,
+        monthEndMs: monthEndMs(t),
+        reservationTtlMs,
+      };
+      try {
+        return toResponse(await store.admit(input), capNano, reservationId);
+      } catch (e) {
+        if (!(e instanceof StoreUnavailableError)) throw e;
+        // The connection logs the outage once; each request only learns how to proceed.
+        return failClosed
+          ? { decision: Decision.UNAVAILABLE, degraded: true, retryAfterSeconds: 1 }
+          : { decision: Decision.ALLOWED, degraded: true };
+      }
+    },
+
+    async settle(req) {
+      const projectId = project(req.projectId);
+      const costNano = money(req.costUsd, "cost_usd");
+      let month = monthOf(now());
+      if (req.reservationId) {
+        const m = reservationPattern.exec(req.reservationId);
+        if (!m) throw invalidRequest("invalid_value", `\`reservation_id\` ${JSON.stringify(req.reservationId)} is not one Admit returned.`);
+        month = m[1]!;
+      }
+      try {
+        await store.settle({ projectId, reservationId: req.reservationId, month, costNano, nowMs: now() });
+        return { recorded: true };
+      } catch (e) {
+        if (!(e instanceof StoreUnavailableError)) throw e;
+        return { recorded: false };
+      }
+    },
+
+    async getUsage(req) {
+      const projectId = project(req.projectId);
+      const t = now();
+      const month = monthOf(t);
+      try {
+        const u = await store.usage(projectId, month, t);
+        return { month, spentUsd: formatNano(u.spentNano), reservedUsd: formatNano(u.reservedNano), requestsLastMinute: u.minuteCount, requestsLastDay: u.dayCount };
+      } catch (e) {
+        if (!(e instanceof StoreUnavailableError)) throw e;
+        throw apiError(503, "api_error", "limits_unavailable", "The limits store is unreachable; usage cannot be read now.");
+      }
+    },
+  };
+}

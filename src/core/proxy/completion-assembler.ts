@@ -1,0 +1,75 @@
+import { create } from "@bufbuild/protobuf";
+import {
+  BlockType,
+  type Completion,
+  CompletionSchema,
+  type ContentBlock,
+  ContentBlockSchema,
+  type StreamChatResponse,
+} from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+
+/**
+ * Builds the whole answer from a stream's canonical events, so a streamed answer can be cached and
+ * served again as JSON or as a stream. Only text and tool-use blocks are assembled; an answer with
+ * anything else (thinking, signatures, other raw deltas) has no faithful whole form here, so it is
+ * reported as not assemblable and simply not cached.
+ */
+export class CompletionAssembler {
+  #c: Completion | undefined;
+  #blocks = new Map<number, ContentBlock>();
+  #ok = true;
+  #ended = false;
+
+  push(ev: StreamChatResponse): void {
+    const e = ev.event;
+    switch (e.case) {
+      case "messageStart":
+        this.#c = create(CompletionSchema, {
+          id: e.value.id,
+          model: e.value.model,
+          created: e.value.created,
+          usage: e.value.usage,
+          upstreamStyle: e.value.upstreamStyle,
+          extraJson: e.value.extraJson,
+        });
+        break;
+      case "blockStart": {
+        const b = e.value.block;
+        if (!b || (b.type !== BlockType.TEXT && b.type !== BlockType.TOOL_USE) || b.rawJson !== "") this.#ok = false;
+        else this.#blocks.set(e.value.index, create(ContentBlockSchema, { type: b.type, text: b.text, toolCallId: b.toolCallId, toolName: b.toolName, toolInputJson: b.toolInputJson, style: b.style }));
+        break;
+      }
+      case "blockDelta": {
+        const b = this.#blocks.get(e.value.index);
+        if (!b || e.value.rawJson !== "") {
+          this.#ok = false;
+          break;
+        }
+        if (e.value.text !== "") b.text += e.value.text;
+        if (e.value.partialJson !== "") b.toolInputJson += e.value.partialJson;
+        break;
+      }
+      case "messageEnd":
+        if (!this.#c) break;
+        this.#ended = true;
+        this.#c.finishReason = e.value.finishReason;
+        this.#c.stopSequence = e.value.stopSequence;
+        this.#c.usage = e.value.usage ?? this.#c.usage;
+        this.#c.costUsd = e.value.costUsd;
+        break;
+      case "completion":
+        this.#c = e.value;
+        this.#ended = true;
+        break;
+      default:
+        break;
+    }
+  }
+
+  /** The whole answer, or undefined when the stream did not end well or held blocks that cannot be assembled. */
+  result(): Completion | undefined {
+    if (!this.#ok || !this.#ended || !this.#c) return undefined;
+    if (this.#blocks.size) this.#c.blocks = [...this.#blocks.entries()].sort((a, b) => a[0] - b[0]).map(([, b]) => b);
+    return this.#c;
+  }
+}

@@ -1,0 +1,110 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
+import {
+  AnalyticsGranularity,
+  AnalyticsGroupBy,
+  type AnalyticsMetrics,
+  AnalyticsMetricsSchema,
+  type GetAnalyticsRequest,
+  type GetAnalyticsResponse,
+  GetAnalyticsResponseSchema,
+} from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
+import { LOG_SCAN_MAX_SECONDS, needsLogScan } from "../../stores/clickhouse-analytics.js";
+import type { AnalyticsQuery, AnalyticsResult, Dimension, Granularity, Metrics } from "../../stores/telemetry-store.js";
+import { apiError, invalidRequest } from "../errors.js";
+import { checkId } from "./log-row.js";
+
+const STEP: Record<Granularity, number> = { minute: 60, hour: 3600, day: 86_400 };
+/** The longest range per granularity, in buckets (7 days of minutes, 400 of hours, 3660 days). */
+const MAX_BUCKETS: Record<Granularity, number> = { minute: 7 * 1440, hour: 400 * 24, day: 3660 };
+/** The default range per granularity, in seconds, ending now. */
+const DEFAULT_SPAN: Record<Granularity, number> = { minute: 3600, hour: 86_400, day: 30 * 86_400 };
+
+const granularities: Partial<Record<AnalyticsGranularity, Granularity>> = {
+  [AnalyticsGranularity.UNSPECIFIED]: "hour",
+  [AnalyticsGranularity.MINUTE]: "minute",
+  [AnalyticsGranularity.HOUR]: "hour",
+  [AnalyticsGranularity.DAY]: "day",
+};
+
+const groupings: Partial<Record<AnalyticsGroupBy, Dimension>> = {
+  [AnalyticsGroupBy.MODEL]: "model",
+  [AnalyticsGroupBy.USER]: "user",
+  [AnalyticsGroupBy.KEY]: "key",
+  [AnalyticsGroupBy.STATUS]: "status",
+};
+
+/**
+ * The store query of a GetAnalytics request, checked. Analytics cover live traffic only (test
+ * traffic has no rollups, by design), so a test key is refused with 403 rather than answered with
+ * another mode's data or with zeros that would look like real figures.
+ */
+export function analyticsQueryOf(req: GetAnalyticsRequest, nowMs: number): AnalyticsQuery {
+  const projectId = checkId(req.projectId, "project_id");
+  if (req.keyMode === KeyMode.TEST) {
+    throw apiError(403, "permission_error", "live_key_required", "Analytics cover live traffic only; use a live key.");
+  }
+  if (req.keyMode !== KeyMode.LIVE) throw invalidRequest("invalid_value", "`key_mode` must be live or test.");
+  const granularity = granularities[req.granularity];
+  if (!granularity) throw invalidRequest("invalid_value", "`granularity` must be minute, hour or day.");
+  const step = STEP[granularity];
+
+  let groupBy: Dimension | undefined;
+  if (req.groupBy === AnalyticsGroupBy.METADATA) {
+    if (!req.metadataKey) throw invalidRequest("missing_required_field", "`metadata_key` is required to group by metadata.");
+    if (req.metadataKey.length > 64) throw invalidRequest("invalid_value", "`metadata_key` must be at most 64 characters (longer keys are not rolled up).");
+    groupBy = `metadata.${req.metadataKey}`;
+  } else if (req.groupBy !== AnalyticsGroupBy.UNSPECIFIED) {
+    groupBy = groupings[req.groupBy];
+    if (!groupBy) throw invalidRequest("invalid_value", "`group_by` must be model, user, key, status or metadata.");
+  }
+
+  const groupLimit = req.groupLimit === 0 ? 20 : req.groupLimit;
+  if (!Number.isInteger(groupLimit) || groupLimit < 1 || groupLimit > 100) throw invalidRequest("invalid_value", "`group_limit` must be 1 to 100.");
+
+  const endSec = req.endTime ? timestampMs(req.endTime) / 1000 : nowMs / 1000;
+  const toSec = Math.ceil(endSec / step) * step;
+  const fromSec = req.startTime ? Math.floor(timestampMs(req.startTime) / 1000 / step) * step : toSec - DEFAULT_SPAN[granularity];
+  if (!(fromSec >= 0) || !(toSec > fromSec)) throw invalidRequest("invalid_value", "`start_time` must be before `end_time`.");
+  // Rounding both ends out may add a bucket: a range of exactly the maximum, not aligned, is fine.
+  if ((toSec - fromSec) / step > MAX_BUCKETS[granularity] + 1) {
+    throw invalidRequest("invalid_value", `a ${granularity} series covers at most ${MAX_BUCKETS[granularity]} ${granularity}s; narrow the range or use a coarser granularity.`);
+  }
+  if (needsLogScan(granularity, groupBy) && toSec - fromSec > LOG_SCAN_MAX_SECONDS + step) {
+    throw invalidRequest("invalid_value", "a grouped minute series covers at most 24 hours; use hour granularity for longer ranges.");
+  }
+  return { projectId, fromSec, toSec, granularity, groupBy, groupLimit };
+}
+
+const grains: Record<Granularity, AnalyticsGranularity> = {
+  minute: AnalyticsGranularity.MINUTE,
+  hour: AnalyticsGranularity.HOUR,
+  day: AnalyticsGranularity.DAY,
+};
+
+const metricsMessage = (m: Metrics): AnalyticsMetrics =>
+  create(AnalyticsMetricsSchema, {
+    requests: BigInt(m.requests),
+    errors: BigInt(m.errors),
+    cacheHits: BigInt(m.cacheHits),
+    promptTokens: BigInt(m.promptTokens),
+    completionTokens: BigInt(m.completionTokens),
+    totalTokens: BigInt(m.promptTokens + m.completionTokens),
+    costUsd: m.costUsd,
+    latencyP50Ms: m.latencyP50Ms,
+    latencyP95Ms: m.latencyP95Ms,
+    latencyP99Ms: m.latencyP99Ms,
+  });
+
+export function analyticsResponseOf(q: AnalyticsQuery, r: AnalyticsResult): GetAnalyticsResponse {
+  return create(GetAnalyticsResponseSchema, {
+    startTime: timestampFromMs(q.fromSec * 1000),
+    endTime: timestampFromMs(q.toSec * 1000),
+    granularity: grains[q.granularity],
+    totals: metricsMessage(r.totals),
+    groups: r.groups.map((g) => ({ key: g.key, metrics: metricsMessage(g.metrics) })),
+    groupsTruncated: r.groupsTruncated,
+    buckets: r.buckets.map((b) => ({ time: timestampFromMs(b.timeSec * 1000), group: b.group, metrics: metricsMessage(b.metrics) })),
+  });
+}

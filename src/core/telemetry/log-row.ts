@@ -1,0 +1,124 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
+import { type RequestLog, RequestLogSchema } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
+import type { ModeName } from "../../stores/registry-store.js";
+import type { LogRecord, LogRow } from "../../stores/telemetry-store.js";
+import { invalidRequest } from "../errors.js";
+
+/** Ids are letters, digits, `_` and `-`, like every id the gateway makes. */
+export const ID = /^[A-Za-z0-9_-]{1,128}$/;
+/** Fits Decimal(18, 12): at most 6 integer and 12 fractional digits. */
+const COST_USD = /^\d{1,6}(\.\d{1,12})?$/;
+
+/** Bounds that keep one log from bloating the store; longer values are cut, never refused. */
+export const LIMITS = {
+  text: 256,
+  metadataPairs: 64,
+  metadataKey: 256,
+  metadataValue: 1024,
+  bodyChars: 1024 * 1024,
+} as const;
+
+export function modeName(mode: KeyMode): ModeName {
+  if (mode === KeyMode.LIVE) return "live";
+  if (mode === KeyMode.TEST) return "test";
+  throw invalidRequest("invalid_value", "`key_mode` must be live or test.");
+}
+
+export function checkId(v: string, field: string): string {
+  if (!v) throw invalidRequest("missing_required_field", `\`${field}\` is required.`);
+  if (!ID.test(v)) throw invalidRequest("invalid_value", `\`${field}\` must be 1 to 128 letters, digits, \`_\` or \`-\`.`);
+  return v;
+}
+
+/** UTC `YYYY-MM-DD HH:MM:SS.mmm`, the text a DateTime64(3, 'UTC') column reads. */
+const utcText = (ms: number) => new Date(ms).toISOString().slice(0, 23).replace("T", " ");
+
+const cut = (v: string, n: number) => (v.length > n ? v.slice(0, n) : v);
+
+const cost = (v: string, field: string) => {
+  if (v === "") return "0";
+  if (!COST_USD.test(v)) throw invalidRequest("invalid_value", `\`${field}\` must be a plain decimal below 1000000 with at most 12 fractional digits.`);
+  return v;
+};
+
+const nonNegative = (v: number, field: string) => {
+  if (!Number.isFinite(v) || v < 0) throw invalidRequest("invalid_value", `\`${field}\` must be a non-negative number.`);
+  return v;
+};
+
+/**
+ * The stored row of a log, checked: its identity (request id, project, mode) and numbers must be
+ * right, or the call is refused; free text (metadata, bodies, names) is cut to LIMITS instead, so a
+ * large request still gets its log.
+ */
+export function rowOfLog(l: RequestLog, opts: { bodyTtlDays: number; nowMs: number }): { mode: ModeName; row: LogRow } {
+  const mode = modeName(l.keyMode);
+  const timeMs = l.time ? timestampMs(l.time) : opts.nowMs;
+  if (!Number.isFinite(timeMs) || timeMs < 0) throw invalidRequest("invalid_value", "`time` is out of range.");
+  if (l.status < 0 || l.status > 999) throw invalidRequest("invalid_value", "`status` must be an HTTP status.");
+  const metadata: Record<string, string> = {};
+  let pairs = 0;
+  for (const [k, v] of Object.entries(l.metadata)) {
+    if (pairs++ >= LIMITS.metadataPairs) break;
+    metadata[cut(k, LIMITS.metadataKey)] = cut(v, LIMITS.metadataValue);
+  }
+  const row: LogRow = {
+    project_id: checkId(l.projectId, "project_id"),
+    time: utcText(timeMs),
+    request_id: checkId(l.requestId, "request_id"),
+    key_id: cut(l.keyId, LIMITS.text),
+    endpoint: cut(l.endpoint, LIMITS.text),
+    model: cut(l.model, LIMITS.text),
+    provider: cut(l.provider, LIMITS.text),
+    stream: l.stream,
+    status: l.status,
+    error_type: cut(l.errorType, LIMITS.text),
+    error_code: cut(l.errorCode, LIMITS.text),
+    cache: cut(l.cache.toUpperCase(), LIMITS.text),
+    user_id: cut(l.userId, LIMITS.text),
+    metadata,
+    prompt_tokens: nonNegative(l.promptTokens, "prompt_tokens"),
+    completion_tokens: nonNegative(l.completionTokens, "completion_tokens"),
+    cost_usd: cost(l.costUsd, "cost_usd"),
+    cost_saved_usd: cost(l.costSavedUsd, "cost_saved_usd"),
+    latency_ms: nonNegative(l.latencyMs, "latency_ms"),
+    ttfb_ms: nonNegative(l.ttfbMs, "ttfb_ms"),
+    upstream_latency_ms: nonNegative(l.upstreamLatencyMs, "upstream_latency_ms"),
+    bodies_expire_at: utcText(timeMs + opts.bodyTtlDays * 86_400_000).slice(0, 19),
+    request_body: cut(l.requestBody, LIMITS.bodyChars),
+    response_body: cut(l.responseBody, LIMITS.bodyChars),
+  };
+  return { mode, row };
+}
+
+/** The proto log of a stored record. */
+export function logOfRecord(r: LogRecord, mode: ModeName): RequestLog {
+  return create(RequestLogSchema, {
+    requestId: r.request_id,
+    time: timestampFromMs(r.time_ms),
+    projectId: r.project_id,
+    keyId: r.key_id,
+    keyMode: mode === "live" ? KeyMode.LIVE : KeyMode.TEST,
+    endpoint: r.endpoint,
+    model: r.model,
+    provider: r.provider,
+    stream: r.stream,
+    status: r.status,
+    errorType: r.error_type,
+    errorCode: r.error_code,
+    cache: r.cache,
+    userId: r.user_id,
+    metadata: r.metadata,
+    promptTokens: r.prompt_tokens,
+    completionTokens: r.completion_tokens,
+    costUsd: r.cost_usd,
+    costSavedUsd: r.cost_saved_usd,
+    latencyMs: r.latency_ms,
+    ttfbMs: r.ttfb_ms,
+    upstreamLatencyMs: r.upstream_latency_ms,
+    requestBody: r.request_body,
+    responseBody: r.response_body,
+  });
+}

@@ -1,0 +1,131 @@
+import { mkdir, open, readdir, readFile, rename, rm, stat } from "node:fs/promises";
+import { join } from "node:path";
+import type { ModeName } from "../../stores/registry-store.js";
+import type { LogRow } from "../../stores/telemetry-store.js";
+
+/** A batch of logs of one mode, as written to the store or kept on disk until it can be. */
+export interface LogBatch {
+  mode: ModeName;
+  /** The batch's deduplication token: the same on every attempt, across restarts. */
+  token: string;
+  rows: LogRow[];
+}
+
+/** A batch on disk. */
+export interface SpooledBatch extends LogBatch {
+  seq: number;
+}
+
+/**
+ * Batches the store could not take, on disk, in the order they were spooled. Each batch is one
+ * file, `<seq>.jsonl` (a header line, then one row per line), written to a temporary name, synced
+ * and renamed, so a crash leaves whole batches only; files are never changed after that, only
+ * removed once the store has the batch. A batch the store keeps refusing (not an outage: it judged
+ * the batch itself wrong) is moved aside to `rejected/`, so one bad batch cannot stop the rest.
+ */
+export interface LogSpool {
+  readonly dir: string;
+  /** Batches on disk. */
+  readonly batches: number;
+  /** Bytes on disk. */
+  readonly bytes: number;
+  /** Appends a batch; false (and nothing written) when the spool would pass its byte budget. */
+  append(batch: LogBatch): Promise<boolean>;
+  /** The oldest batch, or undefined when the spool is empty. */
+  oldest(): Promise<SpooledBatch | undefined>;
+  /** Removes a batch the store has taken. */
+  remove(batch: SpooledBatch): Promise<void>;
+  /** Moves a batch the store refuses to `rejected/`. */
+  reject(batch: SpooledBatch): Promise<void>;
+}
+
+const FILE = /^(\d{16})\.jsonl$/;
+const name = (seq: number) => `${String(seq).padStart(16, "0")}.jsonl`;
+
+export async function openLogSpool(dir: string, opts: { maxBytes: number }): Promise<LogSpool> {
+  await mkdir(dir, { recursive: true });
+  const sizes = new Map<number, number>();
+  for (const f of await readdir(dir)) {
+    const m = FILE.exec(f);
+    if (m) sizes.set(Number(m[1]), (await stat(join(dir, f))).size);
+    else if (f.endsWith(".tmp")) await rm(join(dir, f), { force: true }); // a write a crash cut short
+  }
+  const seqs = [...sizes.keys()].sort((a, b) => a - b);
+  let next = (seqs.at(-1) ?? 0) + 1;
+  let bytes = [...sizes.values()].reduce((a, b) => a + b, 0);
+
+  const drop = (seq: number) => {
+    bytes -= sizes.get(seq) ?? 0;
+    sizes.delete(seq);
+    const i = seqs.indexOf(seq);
+    if (i >= 0) seqs.splice(i, 1);
+  };
+
+  return {
+    dir,
+    get batches() {
+      return seqs.length;
+    },
+    get bytes() {
+      return bytes;
+    },
+
+    async append(batch) {
+      const lines = [JSON.stringify({ v: 1, mode: batch.mode, token: batch.token, count: batch.rows.length })];
+      for (const r of batch.rows) lines.push(JSON.stringify(r));
+      const text = `${lines.join("\n")}\n`;
+      const size = Buffer.byteLength(text);
+      if (bytes + size > opts.maxBytes) return false;
+      const seq = next++;
+      const path = join(dir, name(seq));
+      const fh = await open(`${path}.tmp`, "w", 0o600);
+      try {
+        await fh.writeFile(text);
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      await rename(`${path}.tmp`, path);
+      seqs.push(seq);
+      sizes.set(seq, size);
+      bytes += size;
+      return true;
+    },
+
+    async oldest() {
+      while (seqs.length > 0) {
+        const seq = seqs[0]!;
+        let text: string;
+        try {
+          text = await readFile(join(dir, name(seq)), "utf8");
+        } catch (e) {
+          if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+          drop(seq); // removed by hand: nothing to replay
+          continue;
+        }
+        try {
+          const [head, ...rest] = text.split("\n").filter(Boolean);
+          const header = JSON.parse(head!) as { mode: ModeName; token: string };
+          return { seq, mode: header.mode, token: header.token, rows: rest.map((l) => JSON.parse(l) as LogRow) };
+        } catch {
+          // Not a batch this version wrote: keep it for a person, out of the replay's way.
+          await mkdir(join(dir, "rejected"), { recursive: true });
+          await rename(join(dir, name(seq)), join(dir, "rejected", name(seq)));
+          drop(seq);
+        }
+      }
+      return undefined;
+    },
+
+    async remove(batch) {
+      await rm(join(dir, name(batch.seq)), { force: true });
+      drop(batch.seq);
+    },
+
+    async reject(batch) {
+      await mkdir(join(dir, "rejected"), { recursive: true });
+      await rename(join(dir, name(batch.seq)), join(dir, "rejected", name(batch.seq)));
+      drop(batch.seq);
+    },
+  };
+}

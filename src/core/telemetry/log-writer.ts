@@ -1,0 +1,255 @@
+import { randomUUID } from "node:crypto";
+import { log } from "../../logger.js";
+import type { ModeName } from "../../stores/registry-store.js";
+import { type LogRow, type TelemetryStore, TelemetryUnavailableError } from "../../stores/telemetry-store.js";
+import type { LogBatch, LogSpool } from "./log-spool.js";
+
+export interface LogWriterOptions {
+  store: TelemetryStore;
+  spool: LogSpool;
+  /** Rows per insert; a full batch is written at once, a partial one on the next tick. */
+  batchSize: number;
+  /** How often queued rows are written, in milliseconds. */
+  flushIntervalMs: number;
+  /** The most rows held in memory; more are dropped (and counted) until the queue drains. */
+  maxQueued?: number;
+  /** The first wait before the store is tried again after a failure, doubling up to retryMaxMs. */
+  retryMinMs?: number;
+  retryMaxMs?: number;
+  /** How often the store may refuse a batch (not an outage) before it is set aside. */
+  maxRejections?: number;
+}
+
+/** Counters since start, for metrics and tests. */
+export interface LogWriterStats {
+  /** Rows in memory now. */
+  queued: number;
+  /**
+   * Rows in batches the store accepted. A batch whose first attempt landed but reported a failure
+   * counts again when its retry is accepted (the engine drops that retry).
+   */
+  written: number;
+  /** Rows written to the spool. */
+  spooled: number;
+  /** Spooled rows the store took later. */
+  replayed: number;
+  /** Batches on disk now. */
+  spoolBatches: number;
+  /** Failed store calls. */
+  failures: number;
+  /** Rows lost: the queue or the spool was full, or they came after close(). */
+  dropped: number;
+  /** Rows set aside in `rejected/` because the store kept refusing their batch. */
+  rejected: number;
+  /** Whether the store is unreachable now. */
+  outage: boolean;
+}
+
+/**
+ * Writes request logs off the hot path. `record` only queues (it never throws, awaits or does I/O);
+ * queued rows are inserted in batches, per mode, when a batch is full or every flushIntervalMs.
+ *
+ * When the store is unreachable, batches go to the disk spool instead, and everything after them
+ * too, so that order is kept: while the spool holds anything, new batches join it behind the older
+ * ones. The store is tried again with a doubling backoff; once it answers, the spool is replayed
+ * oldest first, then the queue is written. A batch keeps its rows and its deduplication token, in
+ * memory and on disk, so a replay never stores or counts a request twice, and completes a batch an
+ * interrupted insert left half-landed (in the log table but not in every rollup).
+ *
+ * `close()` writes what is queued (or spools it, when the store is down or the spool is not empty),
+ * so a clean shutdown loses nothing; the spool is replayed by the next start.
+ *
+ * Failures are counted (`stats`), and an outage is logged once when it starts and once when it ends.
+ */
+export interface LogWriter {
+  record(mode: ModeName, row: LogRow): void;
+  /** Writes (or spools) what is queued now; resolves when done. */
+  flush(): Promise<void>;
+  readonly stats: LogWriterStats;
+  close(): Promise<void>;
+}
+
+const MODES: ModeName[] = ["live", "test"];
+const REFUSAL_LOG_INTERVAL_MS = 60_000;
+
+export function createLogWriter(opts: LogWriterOptions): LogWriter {
+  const { store, spool, batchSize } = opts;
+  const maxQueued = opts.maxQueued ?? 100_000;
+  const retryMinMs = opts.retryMinMs ?? 500;
+  const retryMaxMs = opts.retryMaxMs ?? 30_000;
+  const maxRejections = opts.maxRejections ?? 3;
+  const queues: Record<ModeName, LogRow[]> = { live: [], test: [] };
+  const stats: LogWriterStats = { queued: 0, written: 0, spooled: 0, replayed: 0, spoolBatches: spool.batches, failures: 0, dropped: 0, rejected: 0, outage: false };
+  const refusals = new Map<number, number>();
+  let retryAt = 0;
+  let backoff = retryMinMs;
+  let running: Promise<void> | undefined;
+  let again = false;
+  let closing = false;
+  let closed = false;
+  let lastRefusalLog = -Infinity;
+  let dropLogged = false;
+
+  const up = () => {
+    if (stats.outage) {
+      stats.outage = false;
+      log.info("telemetry store is back: writing logs again", { spooledBatches: spool.batches });
+    }
+    backoff = retryMinMs;
+    retryAt = 0;
+  };
+
+  const down = (err: unknown) => {
+    stats.failures++;
+    retryAt = Date.now() + backoff;
+    backoff = Math.min(backoff * 2, retryMaxMs);
+    if (err instanceof TelemetryUnavailableError) {
+      if (!stats.outage) {
+        stats.outage = true;
+        log.warn("telemetry store unreachable: spooling logs to disk until it is back", { err: err.message, spool: spool.dir });
+      }
+    } else if (Date.now() - lastRefusalLog > REFUSAL_LOG_INTERVAL_MS) {
+      lastRefusalLog = Date.now();
+      log.error("telemetry store refused a batch of logs", { err: String((err as Error)?.message ?? err) });
+    }
+  };
+
+  const dropped = (n: number, why: string) => {
+    stats.dropped += n;
+    if (dropLogged) return;
+    dropLogged = true; // once per process: the counter tells the rest
+    log.error(`request logs dropped: ${why}`, { rows: n });
+  };
+
+  const take = (mode: ModeName, max = batchSize): LogRow[] => {
+    const rows = queues[mode].splice(0, Math.min(max, batchSize));
+    stats.queued -= rows.length;
+    return rows;
+  };
+
+  const toSpool = async (batch: LogBatch) => {
+    let ok = false;
+    try {
+      ok = await spool.append(batch);
+    } catch (err) {
+      log.error("cannot write the telemetry spool", { err: String(err), spool: spool.dir });
+    }
+    if (ok) stats.spooled += batch.rows.length;
+    else dropped(batch.rows.length, "the telemetry spool is full or cannot be written");
+    stats.spoolBatches = spool.batches;
+  };
+
+  const spoolQueues = async () => {
+    for (const mode of MODES) while (queues[mode].length > 0) await toSpool({ mode, token: randomUUID(), rows: take(mode) });
+  };
+
+  const waiting = () => retryAt > 0 && Date.now() < retryAt;
+
+  const cycle = async (final: boolean): Promise<void> => {
+    // Spooled batches first, oldest first; newer rows wait behind them (on disk, if need be).
+    while (spool.batches > 0) {
+      if (final || waiting()) return spoolQueues();
+      const batch = await spool.oldest();
+      if (!batch) break;
+      try {
+        stats.written += await store.insert(batch.mode, batch.rows, batch.token);
+        stats.replayed += batch.rows.length;
+        refusals.delete(batch.seq);
+        await spool.remove(batch);
+        up();
+      } catch (err) {
+        down(err);
+        if (!(err instanceof TelemetryUnavailableError)) {
+          const n = (refusals.get(batch.seq) ?? 0) + 1;
+          refusals.set(batch.seq, n);
+          if (n >= maxRejections) {
+            refusals.delete(batch.seq);
+            await spool.reject(batch);
+            stats.rejected += batch.rows.length;
+            log.error("telemetry store refused a spooled batch repeatedly: set aside", { rows: batch.rows.length, dir: `${spool.dir}/rejected` });
+            continue;
+          }
+        }
+        return spoolQueues();
+      } finally {
+        stats.spoolBatches = spool.batches;
+      }
+    }
+    // The rows queued now, not those that arrive while they are written: under steady traffic a
+    // loop "until the queue is empty" never ends, and writes a small batch after every insert
+    // (many inserts a second, each a part per table for the engine to write and merge). Rows that
+    // arrive meanwhile wait for the next interval, or for a full batch.
+    const due: Record<ModeName, number> = { live: queues.live.length, test: queues.test.length };
+    for (const mode of MODES) {
+      while (queues[mode].length > 0 && (final || due[mode] > 0)) {
+        if (waiting() && !final) return spoolQueues();
+        const batch: LogBatch = { mode, token: randomUUID(), rows: take(mode, final ? batchSize : due[mode]) };
+        due[mode] -= batch.rows.length;
+        try {
+          stats.written += await store.insert(mode, batch.rows, batch.token);
+          up();
+        } catch (err) {
+          down(err);
+          await toSpool(batch);
+          return spoolQueues();
+        }
+      }
+    }
+  };
+
+  const kick = (final = false): Promise<void> => {
+    if (running) {
+      // A tick or a full batch while a cycle runs: one more cycle when it ends, for what is queued then.
+      again = true;
+      return running;
+    }
+    running = cycle(final)
+      .catch((err) => log.error("telemetry writer failed", { err: String((err as Error)?.stack ?? err) }))
+      .finally(() => {
+        running = undefined;
+        if (again && !closing) {
+          again = false;
+          void kick();
+        }
+      });
+    return running;
+  };
+
+  const timer = setInterval(() => {
+    if (stats.queued > 0 || spool.batches > 0) void kick();
+  }, opts.flushIntervalMs);
+  timer.unref();
+
+  return {
+    record(mode, row) {
+      try {
+        if (closed) return dropped(1, "recorded after the writer closed");
+        if (stats.queued >= maxQueued) return dropped(1, "the in-memory queue is full");
+        const q = queues[mode];
+        q.push(row);
+        stats.queued++;
+        if (q.length >= batchSize) void kick();
+      } catch {
+        stats.dropped++;
+      }
+    },
+
+    async flush() {
+      while (running) await running;
+      await kick();
+    },
+
+    get stats() {
+      return stats;
+    },
+
+    async close() {
+      if (closed) return;
+      closing = true;
+      clearInterval(timer);
+      while (running) await running;
+      await kick(true);
+      closed = true;
+    },
+  };
+}

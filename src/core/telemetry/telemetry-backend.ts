@@ -1,0 +1,64 @@
+import { join } from "node:path";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { TelemetryConfig } from "../../config.js";
+import type { TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
+import { log } from "../../logger.js";
+import { superviseChdb } from "../../stores/chdb-process.js";
+import { connectClickHouseServer } from "../../stores/clickhouse-client.js";
+import { createClickHouseTelemetryStore } from "../../stores/clickhouse-telemetry-store.js";
+import { createFilePromptStore } from "../../stores/file-prompt-store.js";
+import type { PromptStore } from "../../stores/prompt-store.js";
+import { createRedisPromptStore } from "../../stores/redis-prompt-store.js";
+import type { TelemetryStore } from "../../stores/telemetry-store.js";
+import { openLogSpool } from "./log-spool.js";
+import { createLogWriter, type LogWriter } from "./log-writer.js";
+import { createTelemetryService } from "./telemetry-service.js";
+
+/** The TelemetryService of this process, its parts, and how to release them. */
+export interface TelemetryBackend {
+  impl: ServiceImpl<typeof TelemetryService>;
+  writer: LogWriter;
+  store: TelemetryStore;
+  prompts: PromptStore;
+  /** Flushes the writer (spooling what the store cannot take), then closes the stores. */
+  close(): Promise<void>;
+}
+
+/**
+ * Chooses the telemetry engine by deployment mode: a ClickHouse server when
+ * `SVC_CLICKHOUSE_URL` is set (cluster), chDB under `<dataDir>/telemetry` otherwise (embedded); and
+ * the prompt registry beside the other registry data: Redis in cluster mode, a file otherwise.
+ *
+ * Start-up does not wait for the engine: it is opened and migrated in the background, calls wait
+ * for it, and while it cannot be opened logs are spooled and reads answer 503.
+ */
+export async function createTelemetryBackend(opts: { dataDir: string; redisUrl: string | undefined; telemetry: TelemetryConfig }): Promise<TelemetryBackend> {
+  const { telemetry: config } = opts;
+  const url = config.clickhouseUrl;
+  // Embedded: chDB in a supervised child process (stores/chdb-server.ts says why), reached like a server.
+  const chdb = url ? undefined : superviseChdb(join(opts.dataDir, "telemetry"), (msg) => log.warn(msg));
+  const store = chdb
+    ? createClickHouseTelemetryStore({ engine: "chdb", connect: async () => ({ ...connectClickHouseServer(await chdb.url()), engine: "chdb" }) })
+    : createClickHouseTelemetryStore({ engine: "clickhouse", connect: async () => connectClickHouseServer(url!) });
+  const spool = await openLogSpool(config.spoolDir, { maxBytes: config.spoolMaxBytes });
+  const writer = createLogWriter({ store, spool, batchSize: config.batchSize, flushIntervalMs: config.flushIntervalMs });
+  const prompts = opts.redisUrl ? createRedisPromptStore(opts.redisUrl) : await createFilePromptStore(opts.dataDir);
+  store.ready().then(
+    (applied) => {
+      if (applied.length) log.info("telemetry store migrated", { engine: store.engine, applied: applied.map((m) => `${m.version}_${m.name}`) });
+    },
+    (err: Error) => log.warn("telemetry store not ready: logs are spooled until it is", { engine: store.engine, err: err.message }),
+  );
+  return {
+    impl: createTelemetryService({ store, writer, prompts, bodyTtlDays: config.bodyTtlDays }),
+    writer,
+    store,
+    prompts,
+    async close() {
+      await writer.close();
+      await store.close();
+      await prompts.close();
+      await chdb?.stop();
+    },
+  };
+}

@@ -1,0 +1,175 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { type Prompt, PromptSchema, type TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
+import { log } from "../../logger.js";
+import type { PromptRecord, PromptStore } from "../../stores/prompt-store.js";
+import { type LogFilter, type TelemetryStore, TelemetryUnavailableError } from "../../stores/telemetry-store.js";
+import { apiError, invalidRequest, notFound } from "../errors.js";
+import { analyticsQueryOf, analyticsResponseOf } from "./analytics-request.js";
+import { checkId, logOfRecord, modeName, rowOfLog } from "./log-row.js";
+import type { LogWriter } from "./log-writer.js";
+import { decodePageToken, encodePageToken } from "./page-token.js";
+
+export interface TelemetryDeps {
+  store: TelemetryStore;
+  writer: Pick<LogWriter, "record">;
+  prompts: PromptStore;
+  /** How long request and response bodies are kept, in days. */
+  bodyTtlDays: number;
+  now?: () => number;
+}
+
+const PROMPT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+const MAX_PROMPT_BYTES = 1024 * 1024;
+const STATUS_CLASS = /^([1-5])xx$/;
+
+/**
+ * Creates the TelemetryService implementation. RecordRequest checks the log and queues it on the
+ * writer, so it costs the caller microseconds and never waits on ClickHouse; the reads go to the
+ * store and answer 503 `telemetry_unavailable` while it cannot be reached.
+ */
+export function createTelemetryService({ store, writer, prompts, bodyTtlDays, now = Date.now }: TelemetryDeps): ServiceImpl<typeof TelemetryService> {
+  const read = async <T>(fn: () => Promise<T>): Promise<T> => {
+    try {
+      return await fn();
+    } catch (err) {
+      if (err instanceof TelemetryUnavailableError) {
+        log.warn("telemetry read failed: store unavailable", { err: err.message });
+        throw apiError(503, "api_error", "telemetry_unavailable", "Logs and analytics are unavailable right now; try again shortly.");
+      }
+      throw err;
+    }
+  };
+
+  return {
+    recordRequest(req) {
+      if (!req.log) throw invalidRequest("missing_required_field", "`log` is required.");
+      const { mode, row } = rowOfLog(req.log, { bodyTtlDays, nowMs: now() });
+      writer.record(mode, row);
+      return {};
+    },
+
+    async listLogs(req) {
+      const projectId = checkId(req.projectId, "project_id");
+      const mode = modeName(req.keyMode);
+      const limit = req.pageSize === 0 ? 50 : req.pageSize;
+      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw invalidRequest("invalid_value", "`page_size` must be 1 to 1000.");
+      const filter = filterOf(req);
+      const scope = [projectId, mode, filter];
+      const after = req.pageToken ? decodePageToken(req.pageToken, scope) : undefined;
+      const { logs, more } = await read(() => store.listLogs({ projectId, mode, filter, limit, after }));
+      const last = logs.at(-1);
+      return {
+        logs: logs.map((r) => logOfRecord(r, mode)),
+        nextPageToken: more && last ? encodePageToken({ timeMs: last.time_ms, requestId: last.request_id }, scope) : "",
+      };
+    },
+
+    async getLog(req) {
+      const projectId = checkId(req.projectId, "project_id");
+      const mode = modeName(req.keyMode);
+      const requestId = checkId(req.requestId, "request_id");
+      const r = await read(() => store.getLog(projectId, mode, requestId));
+      if (!r) throw notFound("log_not_found", `No log with id ${requestId}.`);
+      return { log: logOfRecord(r, mode) };
+    },
+
+    async getAnalytics(req) {
+      const q = analyticsQueryOf(req, now());
+      return analyticsResponseOf(q, await read(() => store.analytics(q)));
+    },
+
+    async putPrompt(req) {
+      const projectId = checkId(req.projectId, "project_id");
+      const name = checkPromptName(req.name);
+      if (!req.content) throw invalidRequest("missing_required_field", "`content` is required.");
+      if (Buffer.byteLength(req.content) > MAX_PROMPT_BYTES) throw invalidRequest("invalid_value", "`content` must be at most 1 MiB.");
+      if (req.description.length > 1024) throw invalidRequest("invalid_value", "`description` must be at most 1024 characters.");
+      const p = await prompts.put({ projectId, name, content: req.content, description: req.description, createdAt: now() });
+      return { prompt: promptMessage(p, true) };
+    },
+
+    async getPrompt(req) {
+      const projectId = checkId(req.projectId, "project_id");
+      const name = checkPromptName(req.name);
+      if (!Number.isInteger(req.version) || req.version < 0) throw invalidRequest("invalid_value", "`version` must be 0 (the latest) or a version number.");
+      const p = await prompts.get(projectId, name, req.version || undefined);
+      if (!p) {
+        throw notFound("prompt_not_found", req.version ? `No version ${req.version} of prompt ${name}.` : `No prompt named ${name}.`);
+      }
+      return { prompt: promptMessage(p, true) };
+    },
+
+    async listPrompts(req) {
+      const projectId = checkId(req.projectId, "project_id");
+      const limit = req.pageSize === 0 ? 100 : req.pageSize;
+      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw invalidRequest("invalid_value", "`page_size` must be 1 to 1000.");
+      let after = "";
+      if (req.pageToken) {
+        after = Buffer.from(req.pageToken, "base64url").toString("utf8");
+        if (!PROMPT_NAME.test(after)) throw invalidRequest("invalid_page_token", "`page_token` is not a token this listing returned.");
+      }
+      const all = (await prompts.list(projectId)).filter((p) => p.name > after);
+      const page = all.slice(0, limit);
+      return {
+        prompts: page.map((p) => promptMessage(p, false)),
+        nextPageToken: all.length > limit ? Buffer.from(page.at(-1)!.name).toString("base64url") : "",
+      };
+    },
+  };
+}
+
+function filterOf(req: {
+  startTime?: { seconds: bigint; nanos: number };
+  endTime?: { seconds: bigint; nanos: number };
+  model: string;
+  status: number;
+  statusClass: string;
+  endpoint: string;
+  cache: string;
+  userId: string;
+  metadata: Record<string, string>;
+}): LogFilter {
+  const f: LogFilter = {};
+  if (req.startTime) f.fromMs = timestampMs(req.startTime as never);
+  if (req.endTime) f.toMs = timestampMs(req.endTime as never);
+  if (f.fromMs !== undefined && f.toMs !== undefined && f.fromMs >= f.toMs) throw invalidRequest("invalid_value", "`start_time` must be before `end_time`.");
+  if (req.model) f.model = req.model;
+  if (req.status) {
+    if (req.status < 100 || req.status > 599) throw invalidRequest("invalid_value", "`status` must be an HTTP status (100 to 599).");
+    f.status = req.status;
+  }
+  if (req.statusClass) {
+    const m = STATUS_CLASS.exec(req.statusClass.toLowerCase());
+    if (!m) throw invalidRequest("invalid_value", "`status_class` must be 1xx, 2xx, 3xx, 4xx or 5xx.");
+    f.statusClass = Number(m[1]);
+  }
+  if (req.endpoint) f.endpoint = req.endpoint;
+  if (req.cache) {
+    const c = req.cache.toUpperCase();
+    if (c !== "HIT" && c !== "MISS") throw invalidRequest("invalid_value", "`cache` must be HIT or MISS.");
+    f.cache = c;
+  }
+  if (req.userId) f.userId = req.userId;
+  const pairs = Object.entries(req.metadata).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  if (pairs.length > 16) throw invalidRequest("invalid_value", "at most 16 `metadata` filters.");
+  if (pairs.length) f.metadata = pairs;
+  return f;
+}
+
+function checkPromptName(name: string): string {
+  if (!name) throw invalidRequest("missing_required_field", "`name` is required.");
+  if (!PROMPT_NAME.test(name)) throw invalidRequest("invalid_value", "`name` must be 1 to 128 letters, digits, `.`, `_` or `-`, starting with a letter or digit.");
+  return name;
+}
+
+function promptMessage(p: PromptRecord, withContent: boolean): Prompt {
+  return create(PromptSchema, {
+    name: p.name,
+    version: p.version,
+    content: withContent ? p.content : "",
+    description: p.description,
+    createTime: timestampFromMs(p.createdAt),
+  });
+}

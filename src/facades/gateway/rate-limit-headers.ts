@@ -1,0 +1,54 @@
+import { type AdmitResponse, Decision, LimitWindow } from "../../gen/svc/limits/v1/limits_service_pb.js";
+import { ApiStyle } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { apiError } from "../../core/errors.js";
+
+/**
+ * The request-limit headers of an admitted or refused live request, in each surface's own
+ * convention: OpenAI's `x-ratelimit-*-requests` (reset as a duration such as "6m0s",
+ * https://platform.openai.com/docs/guides/rate-limits) on chat completions, Anthropic's
+ * `anthropic-ratelimit-requests-*` (reset as an RFC 3339 time,
+ * https://docs.anthropic.com/en/api/rate-limits) on messages. Empty when no request limit applied.
+ */
+export function rateLimitHeaders(a: AdmitResponse, style: ApiStyle, nowMs = Date.now()): Record<string, string> {
+  const h: Record<string, string> = {};
+  if (a.limit > 0) {
+    if (style === ApiStyle.MESSAGES) {
+      h["anthropic-ratelimit-requests-limit"] = String(a.limit);
+      h["anthropic-ratelimit-requests-remaining"] = String(a.remaining);
+      h["anthropic-ratelimit-requests-reset"] = new Date(Math.ceil(nowMs / 1000) * 1000 + a.resetSeconds * 1000).toISOString().replace(".000Z", "Z");
+    } else {
+      h["x-ratelimit-limit-requests"] = String(a.limit);
+      h["x-ratelimit-remaining-requests"] = String(a.remaining);
+      h["x-ratelimit-reset-requests"] = duration(a.resetSeconds);
+    }
+  }
+  if (a.decision !== Decision.ALLOWED && a.retryAfterSeconds > 0) h["Retry-After"] = String(a.retryAfterSeconds);
+  return h;
+}
+
+/** Seconds as a Go-style duration, the form OpenAI's reset headers use: "45s", "6m0s", "2h0m0s". */
+function duration(s: number): string {
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m${s % 60}s`;
+  return `${Math.floor(s / 3600)}h${Math.floor((s % 3600) / 60)}m${s % 60}s`;
+}
+
+const windowWords: Partial<Record<LimitWindow, string>> = {
+  [LimitWindow.MINUTE]: "requests per minute",
+  [LimitWindow.DAY]: "requests per day",
+};
+
+/** The error of a refused admission: 429 rate_limit_error with a code per kind of limit. */
+export function admissionError(a: AdmitResponse): Error {
+  const retry = `Retry after ${a.retryAfterSeconds} s.`;
+  switch (a.decision) {
+    case Decision.PLAN_LIMITED:
+      return apiError(429, "rate_limit_error", "rate_limit_exceeded", `The project's limit of ${a.limit} ${windowWords[a.window] ?? "requests"} is reached. ${retry}`);
+    case Decision.USER_LIMITED:
+      return apiError(429, "rate_limit_error", "user_rate_limit_exceeded", `This user's limit of ${a.limit} requests per minute (X-Svc-User-Id) is reached. ${retry}`);
+    case Decision.SPEND_CAPPED:
+      return apiError(429, "rate_limit_error", "spend_cap_exceeded", `The project's monthly spend cap of $${a.spendCapUsd} would be exceeded by this request ($${a.spendRemainingUsd} left this month). ${retry}`);
+    default:
+      return apiError(503, "api_error", "limits_unavailable", "Rate limits cannot be checked right now and the gateway is set to refuse requests until they can. Retry shortly.");
+  }
+}

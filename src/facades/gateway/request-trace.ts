@@ -1,0 +1,108 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
+import type { Completion, Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import type { RequestLogSchema } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
+
+export type RequestLogInit = MessageInitShape<typeof RequestLogSchema>;
+
+/** Bodies longer than this many characters are logged cut, with a note of how much was left out. */
+export const MAX_LOGGED_BODY_CHARS = 256 * 1024;
+
+const cut = (s: string): string =>
+  s.length <= MAX_LOGGED_BODY_CHARS ? s : `${s.slice(0, MAX_LOGGED_BODY_CHARS)}…[truncated ${s.length - MAX_LOGGED_BODY_CHARS} characters]`;
+
+/**
+ * What one gateway request did, gathered as it goes and turned into its log record at the end
+ * (issue 4: one record per request, success or error). Times are from the request's arrival.
+ */
+export class RequestTrace {
+  readonly startMs = Date.now();
+  readonly #t0 = performance.now();
+  projectId = "";
+  keyId = "";
+  keyMode = KeyMode.UNSPECIFIED;
+  model = "";
+  provider = "";
+  stream = false;
+  status = 200;
+  errorType = "";
+  errorCode = "";
+  cache: "HIT" | "MISS" = "MISS";
+  userId = "";
+  metadata: Record<string, string> = {};
+  promptTokens = 0;
+  completionTokens = 0;
+  costUsd = "0";
+  costSavedUsd = "0";
+  #ttfbMs = 0;
+  #upstreamStart = 0;
+  #upstreamMs = 0;
+  requestBody = "";
+  responseBody = "";
+
+  constructor(
+    readonly requestId: string,
+    readonly endpoint: string,
+  ) {}
+
+  /** Marks the first byte of the response as written (once). */
+  firstByte(): void {
+    if (this.#ttfbMs === 0) this.#ttfbMs = performance.now() - this.#t0;
+  }
+
+  upstreamStarted(): void {
+    this.#upstreamStart = performance.now();
+  }
+
+  upstreamEnded(): void {
+    if (this.#upstreamStart) this.#upstreamMs = performance.now() - this.#upstreamStart;
+  }
+
+  /** Takes tokens from the answer the client got. */
+  answered(c: Completion | undefined): void {
+    this.used(c?.usage);
+  }
+
+  used(u: Usage | undefined): void {
+    this.promptTokens = u?.inputTokens ?? 0;
+    this.completionTokens = u?.outputTokens ?? 0;
+  }
+
+  /** Records the error the client got; a client that went away (499) is logged as client_closed_request. */
+  failed(e: { status: number; type: string; code: string }): void {
+    this.status = e.status;
+    this.errorType = e.status === 499 ? "client_closed" : e.type;
+    this.errorCode = e.status === 499 ? "client_closed_request" : e.code;
+  }
+
+  toLog(): RequestLogInit {
+    const latencyMs = performance.now() - this.#t0;
+    return {
+      requestId: this.requestId,
+      time: timestampFromMs(this.startMs),
+      projectId: this.projectId,
+      keyId: this.keyId,
+      keyMode: this.keyMode,
+      endpoint: this.endpoint,
+      model: this.model,
+      provider: this.provider,
+      stream: this.stream,
+      status: this.status,
+      errorType: this.errorType,
+      errorCode: this.errorCode,
+      cache: this.cache,
+      userId: this.userId,
+      metadata: this.metadata,
+      promptTokens: this.promptTokens,
+      completionTokens: this.completionTokens,
+      costUsd: this.costUsd,
+      costSavedUsd: this.costSavedUsd,
+      latencyMs,
+      ttfbMs: this.#ttfbMs || latencyMs,
+      upstreamLatencyMs: this.#upstreamMs,
+      requestBody: cut(this.requestBody),
+      responseBody: cut(this.responseBody),
+    };
+  }
+}

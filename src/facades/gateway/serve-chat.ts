@@ -1,0 +1,264 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import type { Client } from "@connectrpc/connect";
+import type { AuthService } from "../../gen/svc/auth/v1/auth_service_pb.js";
+import type { CacheService } from "../../gen/svc/cache/v1/cache_service_pb.js";
+import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
+import type { ProjectLimits } from "../../gen/svc/common/v1/project_limits_pb.js";
+import { type AdmitResponse, Decision, type LimitsService } from "../../gen/svc/limits/v1/limits_service_pb.js";
+import {
+  ApiStyle,
+  type Completion,
+  CompletionSchema,
+  type ProxyService,
+  type StreamChatRequest,
+  StreamChatRequestSchema,
+  StreamChatResponseSchema,
+} from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { cacheKeyOf } from "../../core/cache/cache-key.js";
+import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
+import type { Pricing } from "../../core/proxy/pricing.js";
+import { log } from "../../logger.js";
+import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
+import type { ClientCodec, ParsedChatRequest } from "./codec.js";
+import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
+import { apiKeyOf, checkProviderVersion, metadataOf, readJsonBody, userIdOf } from "./request-input.js";
+import { type RequestLogInit, RequestTrace } from "./request-trace.js";
+import { type SvcHeaders, writeCompletion, writeError, writeStream } from "./respond.js";
+
+export interface GatewayDeps {
+  auth: Client<typeof AuthService>;
+  proxy: Client<typeof ProxyService>;
+  cache: Client<typeof CacheService>;
+  limits: Client<typeof LimitsService>;
+  pricing: Pricing;
+  /** False when the cache is switched off (SVC_CACHE_DISABLED): no lookups, no stores, no single flight. */
+  cacheEnabled: boolean;
+  maxRequestBytes: number;
+  /** Takes each request's log record (telemetry); must not block or throw. */
+  record?: (log: RequestLogInit) => void;
+  /** Whether request and response bodies go into the log records. */
+  logBodies?: boolean;
+}
+
+const cacheOff: CachePolicy = { lookup: false, store: false, ttlSeconds: 0 };
+
+/** One client style's endpoint. */
+export interface Surface {
+  path: string;
+  style: ApiStyle;
+  codec: ClientCodec;
+}
+
+/**
+ * Identical requests in flight in this process, by project, key mode and cache key: a second one
+ * waits for the first one's answer instead of calling the upstream again (single flight). The
+ * promise gives undefined when the first one ended without a cacheable answer.
+ */
+export type Flights = Map<string, Promise<Completion | undefined>>;
+
+const hasLimits = (l: ProjectLimits | undefined): l is ProjectLimits =>
+  l !== undefined && (l.requestsPerMinute !== undefined || l.requestsPerDay !== undefined || l.userRequestsPerMinute !== undefined || l.monthlySpendCapUsd !== undefined);
+
+/**
+ * Serves one gateway request; never throws (errors become the spec's error response). Order:
+ * key, body, cache lookup, admission (live keys: rate limits and the spend-cap reservation, which
+ * a hit does not need), an identical request already in flight, else the upstream; then the answer
+ * is stored and the reservation settled to the real cost.
+ */
+export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, flights: Flights, requestId: string): Promise<void> {
+  const trace = new RequestTrace(requestId, s.path);
+  try {
+    await serve(req, res, s, deps, flights, trace);
+  } finally {
+    if (deps.record) {
+      try {
+        deps.record(trace.toLog());
+      } catch (e) {
+        log.warn("request log not recorded", { requestId, err: String(e) });
+      }
+    }
+  }
+}
+
+async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, flights: Flights, trace: RequestTrace): Promise<void> {
+  const requestId = trace.requestId;
+  const svc: SvcHeaders = { "X-Svc-Request-Id": requestId, "X-Svc-Cache": "MISS", "X-Svc-Cost": "0" };
+  let bodies = false;
+  let limitHeaders: Record<string, string> | undefined;
+  try {
+    const { key, project } = await deps.auth.verifyKey({ secret: apiKeyOf(req) });
+    bodies = deps.record !== undefined && deps.logBodies !== false && project!.logBodies;
+    trace.projectId = project!.id;
+    trace.keyId = key!.id;
+    trace.keyMode = key!.mode;
+    const body = await readJsonBody(req, deps.maxRequestBytes);
+    if (bodies) trace.requestBody = body.text;
+    const v = body.value as { model?: unknown; stream?: unknown } | null;
+    if (typeof v?.model === "string") {
+      trace.model = v.model;
+      trace.provider = deps.pricing.providerOf(v.model);
+    }
+    trace.stream = v?.stream === true;
+    const metadata = metadataOf(req);
+    trace.metadata = metadata;
+    const userId = userIdOf(req);
+    trace.userId = userId;
+    if (s.style === ApiStyle.MESSAGES) checkProviderVersion(req);
+    const asked = cachePolicyOf(req);
+    const policy = deps.cacheEnabled ? asked : cacheOff;
+    const parsed = s.codec.parseRequest(body.value);
+    const chat = create(StreamChatRequestSchema, {
+      ...parsed,
+      requestId,
+      projectId: project!.id,
+      keyId: key!.id,
+      keyMode: key!.mode,
+      userId,
+      metadata,
+    });
+    const cached = policy.lookup || policy.store;
+    const scope = { projectId: chat.projectId, keyMode: chat.keyMode, cacheKey: cached ? cacheKeyOf(chat) : "" };
+
+    let hit: Completion | undefined;
+    if (policy.lookup) {
+      const got = await deps.cache.getEntry(scope);
+      if (got.hit) hit = fromBinary(CompletionSchema, got.payload);
+    }
+
+    // Test keys are never limited or capped (spec 8.1); a project with no limit set skips the call.
+    let admission: AdmitResponse | undefined;
+    const limits = project!.effectiveLimits;
+    if (key!.mode === KeyMode.LIVE && hasLimits(limits)) {
+      admission = await deps.limits.admit({ projectId: chat.projectId, userId: s.style === ApiStyle.CHAT_COMPLETIONS ? userId : "", maxCostUsd: hit ? "0" : deps.pricing.worstCaseUsd(chat), limits });
+      limitHeaders = rateLimitHeaders(admission, s.style);
+      if (admission.decision !== Decision.ALLOWED) throw admissionError(admission);
+    }
+    let cost = "0";
+    try {
+      if (hit) return await serveHit(res, svc, limitHeaders, s.codec, parsed, hit, trace, bodies);
+      const flightKey = `${scope.projectId}:${scope.keyMode}:${scope.cacheKey}`;
+      const twin = policy.lookup ? flights.get(flightKey) : undefined;
+      if (twin) {
+        const shared = await twin;
+        if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, shared, trace, bodies);
+      }
+      // No await between the lookup above and this: two identical requests cannot both miss it.
+      let land: (c: Completion | undefined) => void = () => {};
+      const leader = cached && !flights.has(flightKey);
+      if (leader) flights.set(flightKey, new Promise((r) => (land = r)));
+      let answer: Completion | undefined;
+      try {
+        answer = await callUpstream(res, svc, limitHeaders, s, deps, chat, parsed, trace, bodies);
+        cost = svc["X-Svc-Cost"];
+        trace.costUsd = cost;
+      } finally {
+        if (leader) {
+          flights.delete(flightKey);
+          land(answer);
+        }
+      }
+      if (answer && policy.store) store(deps, scope, answer, policy);
+    } finally {
+      // A degraded admission (store down, failing open) has no reservation id: settling it still
+      // charges the month once the store can record it.
+      if (admission) settle(deps, chat.projectId, admission.reservationId, cost);
+    }
+  } catch (err) {
+    const { info, body } = writeError(res, svc, err, limitHeaders);
+    trace.firstByte();
+    trace.failed(info);
+    if (bodies) trace.responseBody = body;
+  }
+}
+
+/**
+ * Calls the core's proxy and writes its answer, JSON or SSE. Returns the whole answer when it is
+ * complete and cacheable, undefined otherwise (errors after the first byte are written as SSE).
+ */
+async function callUpstream(
+  res: ServerResponse,
+  svc: SvcHeaders,
+  extra: Record<string, string> | undefined,
+  s: Surface,
+  deps: GatewayDeps,
+  chat: StreamChatRequest,
+  parsed: ParsedChatRequest,
+  trace: RequestTrace,
+  bodies: boolean,
+): Promise<Completion | undefined> {
+  // A client that goes away aborts the upstream call.
+  const abort = new AbortController();
+  res.once("close", () => {
+    if (!res.writableFinished) abort.abort();
+  });
+  trace.upstreamStarted();
+  const events = deps.proxy.streamChat(chat, { signal: abort.signal })[Symbol.asyncIterator]();
+  // Errors before the first event are still plain HTTP errors.
+  const first = await events.next();
+  if (first.done) throw new Error("the proxy ended without an answer");
+  trace.firstByte();
+  if (chat.stream) {
+    const whole = new CompletionAssembler();
+    let usage: Completion["usage"];
+    const failure = await writeStream(res, svc, extra, s.codec, parsed, first.value, events, (ev) => {
+      whole.push(ev);
+      if (ev.event.case === "messageEnd") usage = ev.event.value.usage;
+    });
+    trace.upstreamEnded();
+    trace.used(usage);
+    if (failure) trace.failed(failure);
+    const clientGone = res.destroyed && !res.writableFinished;
+    if (clientGone) trace.failed({ status: 499, type: "", code: "" });
+    const answer = clientGone ? undefined : whole.result();
+    if (bodies && answer) trace.responseBody = JSON.stringify(s.codec.renderCompletion(answer));
+    return answer;
+  }
+  trace.upstreamEnded();
+  const body = writeCompletion(res, svc, extra, s.codec, first.value);
+  if (bodies) trace.responseBody = body;
+  await events.return?.(); // let the core's stream run its cleanup now, not at garbage collection
+  const answer = first.value.event.case === "completion" ? first.value.event.value : undefined;
+  trace.answered(answer);
+  return answer;
+}
+
+/** Serves a stored (or shared in-flight) answer: no upstream call, so it costs nothing. */
+async function serveHit(
+  res: ServerResponse,
+  svc: SvcHeaders,
+  extra: Record<string, string> | undefined,
+  codec: ClientCodec,
+  parsed: ParsedChatRequest,
+  c: Completion,
+  trace: RequestTrace,
+  bodies: boolean,
+): Promise<void> {
+  svc["X-Svc-Cache"] = "HIT";
+  trace.cache = "HIT";
+  trace.costSavedUsd = c.costUsd || "0";
+  trace.answered(c);
+  const answer = create(StreamChatResponseSchema, { event: { case: "completion", value: { ...c, costUsd: "0" } } });
+  trace.firstByte();
+  if (parsed.stream) {
+    await writeStream(res, svc, extra, codec, parsed, answer, emptyEvents);
+    if (bodies) trace.responseBody = JSON.stringify(codec.renderCompletion(answer.event.value as Completion));
+  } else {
+    const body = writeCompletion(res, svc, extra, codec, answer);
+    if (bodies) trace.responseBody = body;
+  }
+}
+
+const emptyEvents: AsyncIterator<never> = { next: async () => ({ done: true, value: undefined }) };
+
+/** Stores an answer off the request's path: the client already has it, and the cache never fails a request. */
+function store(deps: GatewayDeps, scope: { projectId: string; keyMode: KeyMode; cacheKey: string }, c: Completion, policy: CachePolicy): void {
+  deps.cache
+    .putEntry({ ...scope, payload: toBinary(CompletionSchema, c), costUsd: c.costUsd, ttlSeconds: policy.ttlSeconds })
+    .catch((e) => log.warn("cache store failed", { err: String(e) }));
+}
+
+/** Settles a reservation to the real cost ("0" releases it), off the request's path. */
+function settle(deps: GatewayDeps, projectId: string, reservationId: string, costUsd: string): void {
+  deps.limits.settle({ projectId, reservationId, costUsd }).catch((e) => log.warn("spend settle failed", { err: String(e) }));
+}

@@ -1,0 +1,119 @@
+import { fork, type ChildProcess } from "node:child_process";
+import { mkdir } from "node:fs/promises";
+import { resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { TelemetryUnavailableError } from "./telemetry-store.js";
+
+/** The embedded engine's process (chdb-server.ts) and its ClickHouse HTTP address. */
+export interface ChdbProcess {
+  url: string;
+  port: number;
+  /** The process id (for CPU accounting). */
+  pid: number;
+  /** True until the process exits. */
+  readonly alive: boolean;
+  /** Settles when the process exits, for whatever reason. */
+  exited: Promise<void>;
+  stop(): Promise<void>;
+}
+
+const START_TIMEOUT_MS = 60_000;
+
+/**
+ * Starts chDB on `dir` in a child process serving ClickHouse's HTTP interface on a free loopback
+ * port. Under tsx (tests, development) it runs the TypeScript, else the built JavaScript. Fails with
+ * TelemetryUnavailableError when chDB is not installed or cannot open the directory.
+ */
+export async function startChdbProcess(dataDir: string, port = 0): Promise<ChdbProcess> {
+  const dir = resolve(dataDir); // the child runs in another working directory
+  await mkdir(dir, { recursive: true });
+  const ts = import.meta.url.endsWith(".ts");
+  const script = fileURLToPath(new URL(ts ? "./chdb-server.ts" : "./chdb-server.js", import.meta.url));
+  const child: ChildProcess = fork(script, [String(port), dir], {
+    execArgv: ts ? ["--import", "tsx"] : [],
+    // `--import tsx` resolves from the working directory: the package's own, not wherever svc runs.
+    cwd: fileURLToPath(new URL("../..", import.meta.url)),
+    stdio: ["ignore", "ignore", "pipe", "ipc"],
+  });
+  let stderr = "";
+  child.stderr!.on("data", (d: Buffer) => {
+    if (stderr.length < 4096) stderr += d.toString();
+  });
+  let alive = true;
+  const exited = new Promise<void>((r) => child.once("exit", () => {
+    alive = false;
+    r();
+  }));
+  const bound = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new TelemetryUnavailableError(`chDB did not start within ${START_TIMEOUT_MS / 1000} s`));
+    }, START_TIMEOUT_MS);
+    child.on("message", (m: { ready?: number }) => {
+      if (typeof m?.ready === "number") {
+        clearTimeout(timer);
+        resolve(m.ready);
+      }
+    });
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      const why = /Cannot find (package|module) 'chdb/.test(stderr) ? "chDB is not installed (the optional dependency `chdb`); install it or set SVC_CLICKHOUSE_URL" : `chDB exited (${code}) on ${dir}: ${stderr.trim().split("\n").slice(-3).join(" ")}`;
+      reject(new TelemetryUnavailableError(why));
+    });
+  });
+  // The child keeps no event loop of ours alive, and leaves on its own if this process dies.
+  child.unref();
+  (child.channel as unknown as { unref?: () => void } | undefined)?.unref?.();
+  return {
+    url: `http://127.0.0.1:${bound}`,
+    port: bound,
+    pid: child.pid!,
+    exited,
+    get alive() {
+      return alive;
+    },
+    async stop() {
+      if (!alive) return;
+      child.kill("SIGTERM");
+      const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/**
+ * Keeps the embedded engine's process running: started on first use, restarted on the same port
+ * (so open clients find it again) a second after it dies; stopped with the gateway.
+ */
+export function superviseChdb(dir: string, onExit: (err: string) => void): { url(): Promise<string>; stop(): Promise<void> } {
+  let proc: ChdbProcess | undefined;
+  let starting: Promise<ChdbProcess> | undefined;
+  let port = 0;
+  let stopped = false;
+  const start = (): Promise<ChdbProcess> =>
+    (starting ??= startChdbProcess(dir, port)
+      .then((p) => {
+        proc = p;
+        port = p.port;
+        void p.exited.then(() => {
+          if (stopped) return;
+          onExit("the embedded telemetry engine's process exited; restarting it");
+          setTimeout(() => void start().catch(() => {}), 1_000).unref();
+        });
+        return p;
+      })
+      .finally(() => {
+        starting = undefined;
+      }));
+  return {
+    async url() {
+      return (proc?.alive ? proc : await start()).url;
+    },
+    async stop() {
+      stopped = true;
+      await starting?.catch(() => {});
+      await proc?.stop();
+    },
+  };
+}

@@ -1,0 +1,86 @@
+/**
+ * The embedded telemetry engine's process: chDB (ClickHouse as a library) behind ClickHouse's HTTP
+ * interface on loopback, so the gateway talks to it exactly as to a ClickHouse server (one client,
+ * one SQL). Only the HTTP framing is ours, and only what @clickhouse/client uses of it: the SQL in
+ * the body (or in `query` with the data in the body, for inserts), `param_*` query parameters
+ * (sent as ClickHouse text, which the engine parses by the declared type), every other URL
+ * parameter as a setting, `/ping`, and errors as status 500 with ClickHouse's error text.
+ *
+ * Why a process of its own: libchdb binds one data directory per process, and, loaded into the
+ * gateway, its threads' memory management slowed every system call of the gateway's event loop
+ * (bench/telemetry-load.ts: the gateway at 130% of a core at 200 requests/s, 37% with chDB here).
+ *
+ *   node src/stores/chdb-server.js PORT DATA_DIR      (PORT 0: a free one; prints "ready PORT")
+ *
+ * Started by chdb-process.ts, which it leaves when its parent's IPC channel closes.
+ */
+import { createServer, type IncomingMessage } from "node:http";
+import { createChdbConnection } from "chdb/connection";
+
+const [port, dir] = process.argv.slice(2) as [string, string];
+const conn = createChdbConnection({ path: dir });
+const NOT_SETTINGS = new Set(["query", "query_id", "database", "session_id", "role"]);
+
+const readBody = async (req: IncomingMessage) => {
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  return Buffer.concat(chunks).toString("utf8");
+};
+
+const server = createServer(async (req, res) => {
+  const url = new URL(req.url ?? "/", "http://localhost");
+  if (url.pathname === "/ping") return void res.end("Ok.\n");
+  const body = await readBody(req);
+  const query_params: Record<string, string> = {};
+  const clickhouse_settings: Record<string, string> = {};
+  for (const [k, v] of url.searchParams) {
+    if (k.startsWith("param_")) query_params[k.slice(6)] = v;
+    else if (!NOT_SETTINGS.has(k)) clickhouse_settings[k] = v;
+  }
+  const inUrl = url.searchParams.get("query");
+  // The server reads a top-level String parameter in TSV-escaped form (the client sends `it\'s`);
+  // chDB's binder takes it verbatim, so unescape those here. Composite types carry quoted literals,
+  // which both parse alike.
+  const types = new Map([...(inUrl ?? body).matchAll(/\{(\w+):([^}]+)\}/g)].map(([, name, type]) => [name!, type!.trim()]));
+  for (const [name, type] of types) {
+    if (query_params[name] !== undefined && /^(LowCardinality\()?(String|FixedString\(\d+\))\)?$/.test(type)) {
+      query_params[name] = query_params[name]!.replace(/\\(.)/g, (_, c: string) => ({ t: "\t", n: "\n", r: "\r", "0": "\0" })[c] ?? c);
+    }
+  }
+  try {
+    const r = await conn.exec({
+      query: inUrl ?? body,
+      ...(inUrl ? { values: body } : {}),
+      query_params,
+      clickhouse_settings,
+    } as never);
+    res.writeHead(200, { "Content-Type": "text/plain; charset=UTF-8", "X-ClickHouse-Summary": JSON.stringify(r.summary ?? {}) });
+    r.stream.pipe(res);
+  } catch (e) {
+    const err = e as Error & { code?: string; cause?: Error };
+    const text = err.cause?.message ?? err.message;
+    res.writeHead(500, { "Content-Type": "text/plain; charset=UTF-8", "X-ClickHouse-Exception-Code": err.code ?? "1001" });
+    res.end(text.startsWith("Code:") ? text : `Code: 1001. DB::Exception: ${text}. (STD_EXCEPTION)`);
+  }
+});
+// Longer than the client's idle socket TTL (2.5 s): the gateway's writer reuses one connection for
+// its inserts, and the client, not the server, retires it.
+server.keepAliveTimeout = 10_000;
+server.listen(Number(port), "127.0.0.1", () => {
+  const bound = (server.address() as import("node:net").AddressInfo).port;
+  process.stdout.write(`ready ${bound}\n`);
+  process.send?.({ ready: bound });
+});
+let stopping = false;
+const stop = () => {
+  if (stopping) return;
+  stopping = true;
+  server.closeAllConnections();
+  server.close(() => conn.close().then(() => process.exit(0), () => process.exit(0)));
+  setTimeout(() => process.exit(0), 5_000).unref();
+};
+process.on("SIGTERM", stop);
+// Ctrl-C reaches the whole process group: the gateway flushes its last logs here first, then stops this.
+process.on("SIGINT", () => {});
+// Never outlive the gateway: when it goes (even killed), the IPC channel closes.
+process.on("disconnect", stop);

@@ -1,0 +1,77 @@
+import type { WindowName } from "../core/limits/windows.js";
+
+/**
+ * One admission to decide. Limits that are undefined do not apply. Money is in nano-dollars
+ * (src/core/limits/usd.ts), as safe integers.
+ */
+export interface AdmitInput {
+  projectId: string;
+  /** The end user; empty skips the per-user window. */
+  userId: string;
+  /** The caller's clock, in ms since the epoch; a store may use its own clock for windows. */
+  nowMs: number;
+  minuteLimit: number | undefined;
+  dayLimit: number | undefined;
+  userMinuteLimit: number | undefined;
+  /** The monthly spend cap; undefined: no cap (spend is still tracked). */
+  capNano: number | undefined;
+  /** The worst-case cost to reserve when admitted. */
+  worstNano: number;
+  reservationId: string;
+  /** The month the request is charged to, `YYYY-MM`. */
+  month: string;
+  /** When the month ends: what a spend-capped client waits for. */
+  monthEndMs: number;
+  /** How long a reservation counts when it is never settled (its process died). */
+  reservationTtlMs: number;
+}
+
+/** The decision, in store terms; the service maps it to the proto. */
+export interface AdmitOutcome {
+  allowed: boolean;
+  /** The window the counters describe (the tightest when allowed, the rejecting one otherwise). */
+  window: WindowName | undefined;
+  limit: number;
+  remaining: number;
+  resetMs: number;
+  retryAfterMs: number;
+  /** Cap left after this reservation, when a cap applies. */
+  spendRemainingNano: number | undefined;
+}
+
+export interface SettleInput {
+  projectId: string;
+  /** Empty when there was no reservation (a degraded admission). */
+  reservationId: string;
+  /** The month to charge, `YYYY-MM`. */
+  month: string;
+  costNano: number;
+  nowMs: number;
+}
+
+export interface Usage {
+  minuteCount: number;
+  dayCount: number;
+  spentNano: number;
+  reservedNano: number;
+}
+
+/**
+ * Where counters, spend and reservations live: process memory (embedded) or Redis (cluster). Both
+ * decide exactly alike; a store that cannot be reached throws StoreUnavailableError and the
+ * service fails open or closed.
+ */
+export interface LimitsStore {
+  /** Checks every window and the cap, and only when all pass counts the request and reserves. */
+  admit(input: AdmitInput): Promise<AdmitOutcome>;
+  /** Releases a reservation and charges the real cost to its month. */
+  settle(input: SettleInput): Promise<void>;
+  usage(projectId: string, month: string, nowMs: number): Promise<Usage>;
+  close(): Promise<void>;
+}
+
+/** The store could not be reached (or failed); the service decides what that means. */
+export class StoreUnavailableError extends Error {}
+
+/** Expired windows and reservations of a project are dropped this many at most per call. */
+export const EXPIRE_BATCH = 100;

@@ -1,0 +1,74 @@
+import type { CacheEntry, CacheStore } from "./cache-store.js";
+import type { RedisConnection } from "./redis-connection.js";
+
+/**
+ * The cluster cache in Redis: one string per entry, written with SET EX and read with one GET, so a
+ * lookup is a single round trip. Keys are the service's scope keys
+ * (`svc:cache:{<project>}:<mode>:<hash>`), whose hash tag keeps a project on one Cluster slot.
+ *
+ * The value holds the cost and the payload together:
+ *
+ *   byte 0       format version (1)
+ *   byte 1       n, the length of the cost text
+ *   bytes 2..n+1 the cost in USD, ASCII
+ *   the rest     the payload, a serialized svc.proxy.v1.Completion
+ *
+ * A value in another format (an older or newer replica's) reads as a miss, never as garbage.
+ * Eviction under memory pressure is Redis's (`maxmemory-policy`): every cache key has a TTL, so
+ * `volatile-lru` evicts cache entries and never the registry's keys that share the server.
+ *
+ * While the connection is known to be down, nothing is sent: a lookup is a miss at once, without
+ * waiting for a command timeout, and a write is dropped. Failures are reported to the connection,
+ * which logs once per outage.
+ */
+export function createRedisCacheStore(conn: RedisConnection): CacheStore {
+  return {
+    async get(key) {
+      if (!conn.up) return undefined;
+      let value: Buffer | null;
+      try {
+        value = await conn.redis.getBuffer(key);
+      } catch (err) {
+        conn.failed(err);
+        return undefined;
+      }
+      return value === null ? undefined : decodeEntry(value);
+    },
+
+    async put(key, entry, ttlSeconds) {
+      if (!conn.up) return;
+      try {
+        await conn.redis.set(key, encodeEntry(entry), "EX", ttlSeconds);
+      } catch (err) {
+        conn.failed(err);
+      }
+    },
+  };
+}
+
+const FORMAT = 1;
+const HEADER = 2;
+
+/** Cost and payload in one value; the cost must be ASCII of at most 255 characters (the service checks). */
+export function encodeEntry(entry: CacheEntry): Buffer {
+  const cost = entry.costUsd;
+  if (cost.length > 255) throw new Error("the cost text is longer than 255 characters");
+  const out = Buffer.allocUnsafe(HEADER + cost.length + entry.payload.byteLength);
+  out[0] = FORMAT;
+  out[1] = cost.length;
+  out.write(cost, HEADER, "latin1");
+  out.set(entry.payload, HEADER + cost.length);
+  return out;
+}
+
+/** The entry in a stored value, or undefined for a value this version cannot read. */
+export function decodeEntry(value: Buffer): CacheEntry | undefined {
+  if (value.length < HEADER || value[0] !== FORMAT) return undefined;
+  const start = HEADER + value[1]!;
+  if (value.length < start) return undefined;
+  return {
+    costUsd: value.toString("latin1", HEADER, start),
+    // A plain Uint8Array view of the reply, without a copy.
+    payload: new Uint8Array(value.buffer, value.byteOffset + start, value.length - start),
+  };
+}

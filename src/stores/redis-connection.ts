@@ -1,0 +1,97 @@
+import { Redis } from "ioredis";
+import { log } from "../logger.js";
+
+/**
+ * A Redis connection for the hot path (cache, limits): commands fail fast while Redis is down
+ * instead of queueing behind a reconnect, so a request never waits on an outage. ioredis keeps
+ * reconnecting in the background, so service resumes without a restart.
+ */
+export interface RedisConnection {
+  redis: Redis;
+  /** False from the first failed command or lost connection until the connection is back. */
+  readonly up: boolean;
+  /**
+   * Records a failed command: the first failure of an outage is logged (once, not per request);
+   * later ones are only counted until the connection is back.
+   */
+  failed(err: unknown): void;
+  /** Commands that failed since start, for metrics and tests. */
+  readonly failures: number;
+  close(): Promise<void>;
+}
+
+export interface RedisConnectionOptions {
+  /** Names the user of the connection in log lines, e.g. "cache" or "limits". */
+  name: string;
+  /** Longest wait for one command before it counts as failed, in milliseconds. */
+  commandTimeoutMs?: number;
+}
+
+const PROBE_INTERVAL_MS = 1_000;
+
+export function createRedisConnection(url: string, opts: RedisConnectionOptions): RedisConnection {
+  const redis = new Redis(url, {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    commandTimeout: opts.commandTimeoutMs ?? 1_000,
+    connectTimeout: 2_000,
+    // Back off to at most 1 s between reconnect attempts; never give up.
+    retryStrategy: (times) => Math.min(50 * times, 1_000),
+  });
+  let up = true;
+  let failures = 0;
+  let probing = false;
+  let closed = false;
+  const back = () => {
+    if (up || closed) return;
+    up = true;
+    log.info(`redis is back (${opts.name})`);
+  };
+  const down = (err: unknown) => {
+    failures++;
+    if (closed) return;
+    if (up) {
+      up = false;
+      log.warn(`redis unreachable (${opts.name}): continuing without it until it is back`, { err: String((err as Error)?.message ?? err) });
+    }
+    // A command that timed out on a connection that stays open (a Redis stalled by a slow command,
+    // a network hiccup) brings no "ready" event to end the outage: a PING a second decides instead.
+    if (redis.status === "ready") probe();
+  };
+  const probe = () => {
+    if (probing) return;
+    probing = true;
+    setTimeout(() => {
+      redis.ping().then(
+        () => {
+          probing = false;
+          back();
+        },
+        (err: unknown) => {
+          probing = false;
+          down(err);
+        },
+      );
+    }, PROBE_INTERVAL_MS).unref();
+  };
+  redis.on("error", down);
+  redis.on("close", () => down(new Error("connection closed")));
+  redis.on("ready", back);
+  return {
+    redis,
+    get up() {
+      return up && redis.status === "ready";
+    },
+    failed: down,
+    get failures() {
+      return failures;
+    },
+    async close() {
+      closed = true;
+      redis.removeAllListeners("close");
+      // QUIT needs a live connection; while Redis is away only disconnecting ends the reconnect loop.
+      if (redis.status !== "ready") return redis.disconnect();
+      await redis.quit().catch(() => redis.disconnect());
+    },
+  };
+}

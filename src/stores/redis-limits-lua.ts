@@ -1,0 +1,201 @@
+import { DAY, MINUTE } from "../core/limits/windows.js";
+import { EXPIRE_BATCH } from "./limits-store.js";
+
+/**
+ * The Lua of the Redis limits store: one script per decision, so checking every window and the
+ * spend cap, counting and reserving happen atomically, with one round trip. The algorithm is the
+ * memory store's (src/stores/memory-limits-store.ts), and the window shapes come from
+ * src/core/limits/windows.ts.
+ *
+ * A window is a hash: field `o` = the oldest bucket counted, `t` = the running total, `u` = a
+ * memo of when a rejecting window frees (limit:free-at-ms:newest-bucket; dropped on every
+ * count), and one field per bucket. Numbers are written with %.0f: Lua numbers are doubles, and
+ * Redis would otherwise print large ones with an exponent.
+ */
+const common = `
+local function s(n) return string.format('%.0f', n) end
+
+local function now_ms(arg)
+  local n = tonumber(arg)
+  if n >= 0 then return n end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Drops the buckets that left the window at bucket cur; returns the count still in it and the
+-- bucket to count in (time never steps back behind the newest bucket).
+local function load(key, cur, n)
+  local head = redis.call('HMGET', key, 'o', 't')
+  local o = tonumber(head[1])
+  if not o then return 0, cur end
+  if cur < o + n then cur = o + n end
+  local lo = cur - n
+  if lo - o > n then
+    redis.call('DEL', key)
+    return 0, cur
+  end
+  local total = tonumber(head[2]) or 0
+  if lo > o then
+    if lo - o > 64 then
+      -- a long idle gap: visit the buckets that exist rather than every index in it
+      for _, f in ipairs(redis.call('HKEYS', key)) do
+        local b = tonumber(f)
+        if b and b < lo then
+          total = total - tonumber(redis.call('HGET', key, f))
+          redis.call('HDEL', key, f)
+        end
+      end
+    else
+      for b = o, lo - 1 do
+        local c = redis.call('HGET', key, s(b))
+        if c then
+          total = total - tonumber(c)
+          redis.call('HDEL', key, s(b))
+        end
+      end
+    end
+    redis.call('HSET', key, 'o', s(lo), 't', s(total))
+  end
+  return total, cur
+end
+
+-- Reservations that were never settled (their process died) stop counting when they expire.
+local function expire(zkey, hkey, now)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', zkey, '-inf', s(now), 'LIMIT', 0, ${EXPIRE_BATCH})) do
+    local amt = redis.call('HGET', hkey, id)
+    if amt then
+      redis.call('HINCRBY', hkey, 'total', '-' .. amt)
+      redis.call('HDEL', hkey, id)
+    end
+    redis.call('ZREM', zkey, id)
+  end
+end
+`;
+
+/**
+ * KEYS: minute, day, user-minute windows, the month's spend, reservations (zset by expiry, hash of
+ * amounts with the running `total`). ARGV: now ms (-1: Redis's clock), the three limits (-1: none),
+ * cap nano (-1: none), worst-case nano, reservation id, reservation ttl ms, month end ms.
+ * Returns {allowed, window (1 minute, 2 day, 3 user, 4 month), limit, remaining, reset ms,
+ * retry ms, cap left in nano or false}.
+ */
+export const admitLua = `${common}
+local function free_at(key, total, limit, ms, n, cur)
+  local memo = redis.call('HGET', key, 'u')
+  if memo then
+    local l, f, nw = string.match(memo, '^(%d+):(%d+):(%d+)$')
+    if tonumber(l) == limit then return tonumber(f), tonumber(nw) end
+  end
+  local flat = redis.call('HGETALL', key)
+  local buckets = {}
+  for i = 1, #flat, 2 do
+    local b = tonumber(flat[i])
+    if b then buckets[#buckets + 1] = { b, tonumber(flat[i + 1]) } end
+  end
+  table.sort(buckets, function(x, y) return x[1] < y[1] end)
+  local newest = cur
+  if #buckets > 0 then newest = buckets[#buckets][1] end
+  local free = (newest + n + 1) * ms
+  local need, acc = total - limit + 1, 0
+  for _, bc in ipairs(buckets) do
+    acc = acc + bc[2]
+    if acc >= need then
+      free = (bc[1] + n + 1) * ms
+      break
+    end
+  end
+  redis.call('HSET', key, 'u', s(limit) .. ':' .. s(free) .. ':' .. s(newest))
+  return free, newest
+end
+
+local now = now_ms(ARGV[1])
+local shapes = { { ${MINUTE.bucketMs}, ${MINUTE.buckets} }, { ${DAY.bucketMs}, ${DAY.buckets} }, { ${MINUTE.bucketMs}, ${MINUTE.buckets} } }
+local checks = {}
+for i = 1, 3 do
+  local limit = tonumber(ARGV[i + 1])
+  if limit >= 0 then
+    local ms, n = shapes[i][1], shapes[i][2]
+    local total, cur = load(KEYS[i], math.floor(now / ms), n)
+    checks[#checks + 1] = { i, KEYS[i], limit, ms, n, total, cur }
+  end
+end
+expire(KEYS[5], KEYS[6], now)
+
+local worst_case
+local function reject(w, limit, reset, retry, room)
+  if not worst_case or retry > worst_case[5] then worst_case = { w, limit, 0, reset, retry, room } end
+end
+for _, c in ipairs(checks) do
+  local w, key, limit, ms, n, total, cur = unpack(c)
+  if total >= limit then
+    local free, newest = free_at(key, total, limit, ms, n, cur)
+    reject(w, limit, (newest + n + 1) * ms - now, free - now, false)
+  end
+end
+local cap, worst = tonumber(ARGV[5]), tonumber(ARGV[6])
+local room
+if cap >= 0 then
+  local spent = tonumber(redis.call('GET', KEYS[4]) or '0')
+  local reserved = tonumber(redis.call('HGET', KEYS[6], 'total') or '0')
+  room = cap - spent - reserved
+  if math.max(worst, 1) > room then
+    local wait = tonumber(ARGV[9]) - now
+    reject(4, 0, wait, wait, s(math.max(room, 0)))
+  end
+end
+if worst_case then
+  return { 0, worst_case[1], worst_case[2], worst_case[3], worst_case[4], worst_case[5], worst_case[6] }
+end
+
+local tight = { 0, 0, 0, 0 }
+for _, c in ipairs(checks) do
+  local w, key, limit, ms, n, total, cur = unpack(c)
+  redis.call('HINCRBY', key, s(cur), 1)
+  redis.call('HINCRBY', key, 't', 1)
+  redis.call('HSETNX', key, 'o', s(cur - n))
+  redis.call('HDEL', key, 'u')
+  redis.call('PEXPIRE', key, (n + 2) * ms)
+  local remaining = limit - total - 1
+  if tight[1] == 0 or remaining < tight[3] then tight = { w, limit, remaining, (cur + n + 1) * ms - now } end
+end
+if worst > 0 then
+  local ttl = tonumber(ARGV[8])
+  redis.call('ZADD', KEYS[5], s(now + ttl), ARGV[7])
+  redis.call('HSET', KEYS[6], ARGV[7], ARGV[6])
+  redis.call('HINCRBY', KEYS[6], 'total', ARGV[6])
+  redis.call('PEXPIRE', KEYS[5], ttl + 60000)
+  redis.call('PEXPIRE', KEYS[6], ttl + 60000)
+end
+local left = false
+if room then left = s(room - worst) end
+return { 1, tight[1], tight[2], tight[3], tight[4], 0, left }
+`;
+
+/**
+ * KEYS: reservations zset, reservations hash, the month's spend. ARGV: reservation id (may be
+ * empty), cost nano, seconds to keep the month's spend.
+ */
+export const settleLua = `
+if ARGV[1] ~= '' then
+  local amt = redis.call('HGET', KEYS[2], ARGV[1])
+  if amt then
+    redis.call('HINCRBY', KEYS[2], 'total', '-' .. amt)
+    redis.call('HDEL', KEYS[2], ARGV[1])
+  end
+  redis.call('ZREM', KEYS[1], ARGV[1])
+end
+if ARGV[2] ~= '0' then
+  redis.call('INCRBY', KEYS[3], ARGV[2])
+  redis.call('EXPIRE', KEYS[3], ARGV[3])
+end
+return 1
+`;
+
+/** KEYS: minute, day, the month's spend, reservations zset, reservations hash. ARGV: now ms (-1: Redis's clock). */
+export const usageLua = `${common}
+local now = now_ms(ARGV[1])
+expire(KEYS[4], KEYS[5], now)
+local m = load(KEYS[1], math.floor(now / ${MINUTE.bucketMs}), ${MINUTE.buckets})
+local d = load(KEYS[2], math.floor(now / ${DAY.bucketMs}), ${DAY.buckets})
+return { m, d, redis.call('GET', KEYS[3]) or '0', redis.call('HGET', KEYS[5], 'total') or '0' }
+`;

@@ -1,0 +1,55 @@
+import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startSvcServe, type SvcServe } from "../support/svc-cli.js";
+
+describe("svc prompts and body logging against a running `svc serve --demo`", function () {
+  this.timeout(90_000);
+  let server: SvcServe;
+  let projectId: string;
+
+  before(async () => {
+    server = await startSvcServe();
+    projectId = JSON.parse((await server.svc("projects", "create", "--name", "p", "--plan", "pro", "--json")).stdout).id;
+  });
+  after(() => server.stop());
+
+  it("stores versions of a prompt from a file and shows the latest or a given version", async () => {
+    const file = join(tmpdir(), `svc-prompt-${process.pid}.txt`);
+    writeFileSync(file, "You are a helpful assistant.");
+    const first = await server.svc("prompts", "put", "system", "--project", projectId, "--file", file, "--json");
+    assert.equal(first.code, 0, first.stderr);
+    assert.equal(JSON.parse(first.stdout).version, 1);
+    writeFileSync(file, "You are a terse assistant.");
+    const second = await server.svc("prompts", "put", "system", "--project", projectId, "--file", file, "--description", "shorter", "--json");
+    assert.equal(JSON.parse(second.stdout).version, 2);
+    const list = JSON.parse((await server.svc("prompts", "list", "--project", projectId, "--json")).stdout);
+    assert.deepEqual(list.map((p: { name: string; version: number }) => [p.name, p.version]), [["system", 2]]);
+    assert.equal(JSON.parse((await server.svc("prompts", "show", "system", "--project", projectId, "--json")).stdout).content, "You are a terse assistant.");
+    const v1 = await server.svc("prompts", "show", "system", "--project", projectId, "--version", "1");
+    assert.equal(v1.code, 0);
+    assert.match(v1.stdout, /You are a helpful assistant\./);
+  });
+
+  it("refuses a missing file, a bad version and an unknown prompt with a message", async () => {
+    const noFile = await server.svc("prompts", "put", "x", "--project", projectId);
+    assert.equal(noFile.code, 2);
+    assert.match(noFile.stderr, /--file is required/);
+    const badVersion = await server.svc("prompts", "show", "system", "--project", projectId, "--version", "zero");
+    assert.equal(badVersion.code, 2);
+    const unknown = await server.svc("prompts", "show", "nope", "--project", projectId);
+    assert.notEqual(unknown.code, 0);
+  });
+
+  it("turns body logging off and on with svc projects update --log-bodies", async () => {
+    const off = await server.svc("projects", "update", projectId, "--log-bodies", "off", "--json");
+    assert.equal(off.code, 0, off.stderr);
+    assert.equal(JSON.parse(off.stdout).log_bodies, false);
+    const on = await server.svc("projects", "update", projectId, "--log-bodies", "on", "--json");
+    assert.equal(JSON.parse(on.stdout).log_bodies, true);
+    const bad = await server.svc("projects", "update", projectId, "--log-bodies", "maybe");
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--log-bodies must be on or off/);
+  });
+});

@@ -1,0 +1,64 @@
+import assert from "node:assert/strict";
+import Anthropic from "@anthropic-ai/sdk";
+import OpenAI from "openai";
+import { createCoreClients, SvcApiError, SvcClient } from "../../src/index.js";
+import { Plan } from "../../src/gen/svc/auth/v1/auth_service_pb.js";
+import { startTestGateway, type TestGateway } from "../support/gateway.js";
+
+describe("client library: SvcClient and createCoreClients against a running gateway", function () {
+  this.timeout(60_000);
+  let gw: TestGateway;
+  let keys: Awaited<ReturnType<TestGateway["project"]>>;
+  let svc: SvcClient;
+
+  before(async () => {
+    gw = await startTestGateway();
+    keys = await gw.project(Plan.PRO);
+    svc = new SvcClient({}, { SVC_API_KEY: keys.live, SVC_MANAGEMENT_URL: gw.managementUrl, SVC_GATEWAY_URL: gw.gatewayUrl });
+  });
+  after(() => gw.close());
+
+  it("reads the key from SVC_API_KEY and refuses to start without one", () => {
+    assert.equal(svc.apiKey, keys.live);
+    assert.throws(() => new SvcClient({}, {}), /SVC_API_KEY/);
+    assert.equal(new SvcClient({ apiKey: "svc_sk_live_x" }, {}).apiKey, "svc_sk_live_x");
+  });
+
+  it("configures the official SDKs for the gateway, and reads their requests back from the logs", async () => {
+    const openai = new OpenAI({ ...svc.openaiOptions(), maxRetries: 0 });
+    const anthropic = new Anthropic({ ...svc.anthropicOptions(), maxRetries: 0 });
+    const { response: r1 } = await openai.chat.completions.create({ model: "chat-4o", messages: [{ role: "user", content: "client lib" }] }).withResponse();
+    const { response: r2 } = await anthropic.messages.create({ model: "assistant-3-haiku-20240307", max_tokens: 20, messages: [{ role: "user", content: "client lib" }] }).withResponse();
+    const ids = [r2.headers.get("x-svc-request-id"), r1.headers.get("x-svc-request-id")];
+    let page = await svc.logs.list();
+    for (let i = 0; i < 50 && page.data.length < 2; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      page = await svc.logs.list();
+    }
+    assert.deepEqual(page.data.map((l) => l.id), ids);
+    const full = await svc.logs.get(ids[0]!);
+    assert.equal(full.endpoint, "/v1/messages");
+    assert.ok(full.request_body?.includes("client lib"));
+    const all = [];
+    for await (const l of svc.logs.all({ limit: 1 })) all.push(l.id);
+    assert.deepEqual(all, ids);
+    const a = await svc.analytics({ granularity: "minute", groupBy: "model" });
+    assert.equal(a.totals.requests, 2);
+  });
+
+  it("throws SvcApiError with the spec's status, type and code", async () => {
+    await assert.rejects(svc.logs.get("req_nope"), (e: unknown) => e instanceof SvcApiError && e.status === 404 && e.type === "not_found_error");
+    const bad = new SvcClient({ apiKey: "svc_sk_live_wrong", managementUrl: gw.managementUrl });
+    await assert.rejects(bad.logs.list(), (e: unknown) => e instanceof SvcApiError && e.status === 401 && e.code === "invalid_api_key");
+  });
+
+  it("reaches the core services over gRPC with the admin token (prompts, then read through the management API)", async () => {
+    const core = createCoreClients({ url: gw.grpcUrl, adminToken: gw.adminToken });
+    await core.telemetry.putPrompt({ projectId: keys.projectId, name: "welcome", content: "Hello!" });
+    const p = await svc.prompts.get("welcome");
+    assert.equal(p.content, "Hello!");
+    assert.equal(p.version, 1);
+    const { project } = await core.auth.getProject({ projectId: keys.projectId });
+    assert.equal(project!.id, keys.projectId);
+  });
+});

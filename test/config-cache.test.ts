@@ -1,0 +1,29 @@
+import assert from "node:assert/strict";
+import { ConfigError, loadConfig } from "../src/config.js";
+
+describe("cache configuration", () => {
+  it("defaults to a one-hour TTL, 256 MiB in memory and 4 MiB answers", () => {
+    assert.deepEqual(loadConfig({}).cache, { enabled: true, ttlSeconds: 3600, maxBytes: 256 * 1024 * 1024, maxEntryBytes: 4 * 1024 * 1024 });
+  });
+
+  it("reads SVC_CACHE_TTL_SECONDS, SVC_CACHE_MAX_BYTES and SVC_CACHE_MAX_ENTRY_BYTES", () => {
+    const env = { SVC_CACHE_TTL_SECONDS: "60", SVC_CACHE_MAX_BYTES: "1048576", SVC_CACHE_MAX_ENTRY_BYTES: "65536" };
+    assert.deepEqual(loadConfig(env).cache, { enabled: true, ttlSeconds: 60, maxBytes: 1048576, maxEntryBytes: 65536 });
+  });
+
+  it("switches the cache off with SVC_CACHE_DISABLED=1 and refuses other words", () => {
+    assert.equal(loadConfig({ SVC_CACHE_DISABLED: "1" }).cache.enabled, false);
+    assert.throws(() => loadConfig({ SVC_CACHE_DISABLED: "maybe" }), (e) => e instanceof ConfigError && e.message.includes("SVC_CACHE_DISABLED"));
+  });
+
+  for (const [name, value] of [
+    ["SVC_CACHE_TTL_SECONDS", "0"],
+    ["SVC_CACHE_TTL_SECONDS", "2592001"],
+    ["SVC_CACHE_MAX_BYTES", "lots"],
+    ["SVC_CACHE_MAX_ENTRY_BYTES", "-1"],
+  ] as const) {
+    it(`refuses ${name}=${value}, naming the setting`, () => {
+      assert.throws(() => loadConfig({ [name]: value }), (e) => e instanceof ConfigError && e.message.includes(name));
+    });
+  }
+});

@@ -1,0 +1,194 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { createDirectClient } from "../../../src/core/direct-client.js";
+import { toErrorInfo } from "../../../src/core/errors.js";
+import { randomBase62 } from "../../../src/core/ids.js";
+import { createTelemetryService } from "../../../src/core/telemetry/telemetry-service.js";
+import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
+import { AnalyticsGranularity, AnalyticsGroupBy, type RequestLog, TelemetryService } from "../../../src/gen/svc/telemetry/v1/telemetry_service_pb.js";
+import { createClickHouseTelemetryStore } from "../../../src/stores/clickhouse-telemetry-store.js";
+import { createFilePromptStore } from "../../../src/stores/file-prompt-store.js";
+import { TelemetryUnavailableError } from "../../../src/stores/telemetry-store.js";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { T0 } from "../../support/telemetry.js";
+
+const protoDir = fileURLToPath(new URL("../../../proto", import.meta.url));
+const unary = <T>(client: any, method: string, req: object, md: grpc.Metadata): Promise<T> =>
+  new Promise((resolve, reject) => client[method](req, md, (err: Error | null, res: T) => (err ? reject(err) : resolve(res))));
+
+/** Rejects with the spec's error of that status and code. */
+const refuses = (p: Promise<unknown>, status: number, code: string) =>
+  assert.rejects(p, (e) => {
+    const info = toErrorInfo(e);
+    assert.deepEqual([info.status, info.code], [status, code], info.message);
+    return true;
+  });
+
+describe("TelemetryService", function () {
+  this.timeout(30_000);
+  let gw: TestGateway;
+  let grpcClient: any;
+  let md: grpc.Metadata;
+  const projectId = `proj_${randomBase62(10)}`;
+
+  const log = (n: number, over: Partial<Omit<RequestLog, "$typeName" | "$unknown">> = {}) => ({
+    requestId: `req_${randomBase62(24)}`,
+    time: timestampFromMs(T0 + n * 60_000),
+    projectId,
+    keyId: "key_1",
+    keyMode: KeyMode.LIVE,
+    endpoint: "/v1/chat/completions",
+    model: n % 2 ? "chat-4o" : "chat-4o-mini",
+    provider: "openai",
+    status: 200,
+    cache: "MISS",
+    userId: `user_${n % 3}`,
+    metadata: { team: n % 2 ? "red" : "blue" },
+    promptTokens: 10,
+    completionTokens: 20,
+    costUsd: "0.0001",
+    costSavedUsd: "0",
+    latencyMs: 50 + n,
+    ttfbMs: 5,
+    upstreamLatencyMs: 40,
+    requestBody: `{"n":${n}}`,
+    responseBody: "{}",
+    ...over,
+  });
+
+  before(async () => {
+    gw = await startTestGateway({ SVC_TELEMETRY_FLUSH_INTERVAL_MS: "20" });
+    const def = protoLoader.loadSync(["svc/telemetry/v1/telemetry_service.proto"], { includeDirs: [protoDir], keepCase: true, enums: String, defaults: true, longs: String });
+    const pkg: any = grpc.loadPackageDefinition(def);
+    grpcClient = new pkg.svc.telemetry.v1.TelemetryService(new URL(gw.grpcUrl).host, grpc.credentials.createInsecure());
+    md = new grpc.Metadata();
+    md.set("authorization", `Bearer ${gw.adminToken}`);
+  });
+  after(async () => {
+    grpcClient?.close();
+    await gw?.close();
+  });
+
+  const listAll = async (req: object = {}) => (await gw.telemetry.listLogs({ projectId, keyMode: KeyMode.LIVE, pageSize: 1000, ...req })).logs;
+
+  it("records through the in-process client and lists the log within a second, fields intact", async () => {
+    const l = log(1);
+    await gw.telemetry.recordRequest({ log: l });
+    const end = Date.now() + 1000;
+    let logs = await listAll();
+    while (logs.length === 0 && Date.now() < end) logs = await listAll();
+    assert.equal(logs.length, 1, "visible within a second");
+    const got = logs[0]!;
+    assert.equal(got.requestId, l.requestId);
+    assert.equal(timestampMs(got.time!), T0 + 60_000);
+    assert.deepEqual([got.model, got.userId, got.costUsd, got.latencyMs, got.metadata], [l.model, l.userId, "0.0001", 51, { team: "red" }]);
+    assert.equal(got.requestBody, "", "listings leave bodies out");
+    const full = await gw.telemetry.getLog({ projectId, keyMode: KeyMode.LIVE, requestId: l.requestId });
+    assert.equal(full.log!.requestBody, '{"n":1}');
+  });
+
+  it("serves the same logs and analytics over gRPC as in process", async () => {
+    const l = log(2);
+    const snake = Object.fromEntries(Object.entries(l).map(([k, v]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), v]));
+    await unary(grpcClient, "RecordRequest", { log: { ...snake, time: { seconds: String(T0 / 1000 + 120), nanos: 0 }, key_mode: "KEY_MODE_LIVE" } }, md);
+    await new Promise((r) => setTimeout(r, 300));
+    const remote = await unary<any>(grpcClient, "ListLogs", { project_id: projectId, key_mode: "KEY_MODE_LIVE", page_size: 1000 }, md);
+    assert.deepEqual(remote.logs.map((x: any) => x.request_id), (await listAll()).map((x) => x.requestId));
+    const range = { startTime: timestampFromMs(T0), endTime: timestampFromMs(T0 + 3600_000), granularity: AnalyticsGranularity.HOUR };
+    const local = await gw.telemetry.getAnalytics({ projectId, keyMode: KeyMode.LIVE, ...range });
+    const viaGrpc = await unary<any>(grpcClient, "GetAnalytics", { project_id: projectId, key_mode: "KEY_MODE_LIVE", start_time: { seconds: String(T0 / 1000) }, end_time: { seconds: String(T0 / 1000 + 3600) }, granularity: "ANALYTICS_GRANULARITY_HOUR" }, md);
+    assert.equal(local.totals!.requests, 2n);
+    assert.equal(viaGrpc.totals.requests, "2");
+  });
+
+  it("pages with tokens, keeps filters, and refuses a token of another listing", async () => {
+    for (let n = 10; n < 17; n++) await gw.telemetry.recordRequest({ log: log(n) });
+    await new Promise((r) => setTimeout(r, 300));
+    const filter = { model: "chat-4o-mini" }; // n = 2 (the gRPC test's), 10, 12, 14 and 16
+    const seen: string[] = [];
+    let pageToken = "";
+    do {
+      const page = await gw.telemetry.listLogs({ projectId, keyMode: KeyMode.LIVE, pageSize: 3, pageToken, ...filter });
+      seen.push(...page.logs.map((x) => x.model));
+      pageToken = page.nextPageToken;
+      if (pageToken) await refuses(gw.telemetry.listLogs({ projectId, keyMode: KeyMode.LIVE, pageSize: 3, pageToken }), 400, "invalid_page_token");
+    } while (pageToken);
+    assert.deepEqual(seen, Array(5).fill("chat-4o-mini"));
+    await refuses(gw.telemetry.listLogs({ projectId, keyMode: KeyMode.LIVE, pageToken: "garbage" }), 400, "invalid_page_token");
+  });
+
+  it("answers analytics totals equal to the sum of what was recorded, grouped on request", async () => {
+    const all = await listAll();
+    const r = await gw.telemetry.getAnalytics({
+      projectId, keyMode: KeyMode.LIVE, startTime: timestampFromMs(T0), endTime: timestampFromMs(T0 + 86_400_000),
+      granularity: AnalyticsGranularity.DAY, groupBy: AnalyticsGroupBy.METADATA, metadataKey: "team",
+    });
+    assert.equal(r.totals!.requests, BigInt(all.length));
+    assert.equal(r.totals!.totalTokens, BigInt(all.length * 30));
+    assert.equal(r.totals!.costUsd, `0.${String(all.length).padStart(4, "0")}`, "exact decimal: 0.0001 each");
+    const byTeam = Object.fromEntries(r.groups.map((g) => [g.key, Number(g.metrics!.requests)]));
+    assert.deepEqual(byTeam, { red: all.filter((l) => l.metadata.team === "red").length, blue: all.filter((l) => l.metadata.team === "blue").length });
+  });
+
+  it("accepts a maximal range that is not aligned to the granularity", async () => {
+    const end = T0 + 90_500; // not on a minute
+    const r = await gw.telemetry.getAnalytics({
+      projectId, keyMode: KeyMode.LIVE, granularity: AnalyticsGranularity.MINUTE, groupBy: AnalyticsGroupBy.MODEL,
+      startTime: timestampFromMs(end - 86_400_000), endTime: timestampFromMs(end),
+    });
+    assert.equal(timestampMs(r.endTime!) - timestampMs(r.startTime!), 86_400_000 + 60_000, "rounded out to whole minutes");
+  });
+
+  it("refuses bad requests with the spec's errors", async () => {
+    const t = gw.telemetry;
+    await refuses(t.recordRequest({}), 400, "missing_required_field");
+    await refuses(t.recordRequest({ log: log(1, { requestId: "" }) }), 400, "missing_required_field");
+    await refuses(t.recordRequest({ log: log(1, { keyMode: KeyMode.UNSPECIFIED }) }), 400, "invalid_value");
+    await refuses(t.recordRequest({ log: log(1, { costUsd: "1e-5" }) }), 400, "invalid_value");
+    await refuses(t.listLogs({ projectId, keyMode: KeyMode.LIVE, pageSize: 1001 }), 400, "invalid_value");
+    await refuses(t.listLogs({ projectId, keyMode: KeyMode.LIVE, statusClass: "6xx" }), 400, "invalid_value");
+    await refuses(t.listLogs({ projectId, keyMode: KeyMode.LIVE, cache: "MAYBE" }), 400, "invalid_value");
+    await refuses(t.getLog({ projectId, keyMode: KeyMode.LIVE, requestId: "req_unknown" }), 404, "log_not_found");
+    await refuses(t.getLog({ projectId: "proj_other", keyMode: KeyMode.LIVE, requestId: (await listAll())[0]!.requestId }), 404, "log_not_found");
+    await refuses(t.getAnalytics({ projectId, keyMode: KeyMode.TEST }), 403, "live_key_required");
+    await refuses(t.getAnalytics({ projectId, keyMode: KeyMode.LIVE, groupBy: AnalyticsGroupBy.METADATA }), 400, "missing_required_field");
+    await refuses(t.getAnalytics({ projectId, keyMode: KeyMode.LIVE, granularity: AnalyticsGranularity.MINUTE, startTime: timestampFromMs(T0), endTime: timestampFromMs(T0 + 8 * 86_400_000) }), 400, "invalid_value");
+    await refuses(t.getAnalytics({ projectId, keyMode: KeyMode.LIVE, granularity: AnalyticsGranularity.MINUTE, groupBy: AnalyticsGroupBy.USER, startTime: timestampFromMs(T0), endTime: timestampFromMs(T0 + 2 * 86_400_000) }), 400, "invalid_value");
+    await refuses(t.getAnalytics({ projectId, keyMode: KeyMode.LIVE, groupLimit: 101 }), 400, "invalid_value");
+  });
+
+  it("keeps versioned prompts per project", async () => {
+    const t = gw.telemetry;
+    const v1 = await t.putPrompt({ projectId, name: "greeting", content: "Hello {{name}}", description: "first" });
+    const v2 = await t.putPrompt({ projectId, name: "greeting", content: "Hi {{name}}" });
+    await t.putPrompt({ projectId, name: "apology", content: "Sorry" });
+    assert.deepEqual([v1.prompt!.version, v2.prompt!.version], [1, 2]);
+    assert.equal((await t.getPrompt({ projectId, name: "greeting" })).prompt!.content, "Hi {{name}}");
+    assert.equal((await t.getPrompt({ projectId, name: "greeting", version: 1 })).prompt!.description, "first");
+    const listed = await t.listPrompts({ projectId });
+    assert.deepEqual(listed.prompts.map((p) => [p.name, p.version, p.content]), [["apology", 1, ""], ["greeting", 2, ""]]);
+    const page1 = await t.listPrompts({ projectId, pageSize: 1 });
+    const page2 = await t.listPrompts({ projectId, pageSize: 1, pageToken: page1.nextPageToken });
+    assert.deepEqual([page1.prompts[0]!.name, page2.prompts[0]!.name, page2.nextPageToken], ["apology", "greeting", ""]);
+    await refuses(t.getPrompt({ projectId: "proj_other", name: "greeting" }), 404, "prompt_not_found");
+    await refuses(t.getPrompt({ projectId, name: "greeting", version: 3 }), 404, "prompt_not_found");
+    await refuses(t.putPrompt({ projectId, name: "../etc", content: "x" }), 400, "invalid_value");
+    await refuses(t.putPrompt({ projectId, name: "empty", content: "" }), 400, "missing_required_field");
+  });
+
+  it("answers 503 telemetry_unavailable while the store cannot be reached", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "svc-prompts-"));
+    const store = createClickHouseTelemetryStore({ engine: "clickhouse", connect: () => Promise.reject(new TelemetryUnavailableError("down")) });
+    const t = createDirectClient(TelemetryService, createTelemetryService({ store, writer: { record() {} }, prompts: await createFilePromptStore(dir), bodyTtlDays: 30 }));
+    await refuses(t.listLogs({ projectId, keyMode: KeyMode.LIVE }), 503, "telemetry_unavailable");
+    await refuses(t.getAnalytics({ projectId, keyMode: KeyMode.LIVE }), 503, "telemetry_unavailable");
+    await t.recordRequest({ log: log(1) }); // recording never waits on the store
+    rmSync(dir, { recursive: true, force: true });
+  });
+});

@@ -1,0 +1,200 @@
+import assert from "node:assert/strict";
+import Anthropic from "@anthropic-ai/sdk";
+import OpenAI from "openai";
+import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { postJson, sseEvents } from "../../support/http.js";
+import { startRedis, type TestRedis } from "../../support/redis.js";
+
+let n = 0;
+/** A prompt no other test sends, so its first request is a miss. */
+const fresh = (extra = "") => `cache test ${process.pid}-${Date.now()}-${++n} ${extra}`.trim();
+const chat = (content: string, more: object = {}) => ({ model: "chat-4o-mini", messages: [{ role: "user", content }], ...more });
+
+for (const mode of ["memory", "redis"] as const) {
+  describe(`response cache (${mode} store, real HTTP, official SDKs)`, function () {
+    this.timeout(30_000);
+    let redis: TestRedis | undefined;
+    let gw: TestGateway;
+    let keys: Awaited<ReturnType<TestGateway["project"]>>;
+    let url: string;
+    /** Upstream calls whose body holds `marker`. */
+    const upstreamCalls = (marker: string) => gw.demo!.requests.filter((r) => JSON.stringify(r.body).includes(marker)).length;
+
+    before(async () => {
+      if (mode === "redis") redis = await startRedis();
+      gw = await startTestGateway(redis ? { SVC_REDIS_URL: redis.url } : {});
+      keys = await gw.project(Plan.ENTERPRISE);
+      url = `${gw.gatewayUrl}/v1/chat/completions`;
+    });
+    after(async () => {
+      await gw.close();
+      await redis?.stop();
+    });
+
+    it("answers an identical request from the cache: HIT, cost 0, same answer, no upstream call", async () => {
+      const p = fresh();
+      const a = await postJson(url, keys.live, chat(p));
+      const b = await postJson(url, keys.live, chat(p));
+      assert.equal(a.status, 200, a.text);
+      assert.equal(a.headers["x-svc-cache"], "MISS");
+      assert.notEqual(a.headers["x-svc-cost"], "0");
+      assert.equal(b.headers["x-svc-cache"], "HIT");
+      assert.equal(b.headers["x-svc-cost"], "0");
+      assert.deepEqual(b.json().choices, a.json().choices);
+      assert.deepEqual(b.json().usage, a.json().usage);
+      assert.equal(upstreamCalls(p), 1);
+    });
+
+    it("keys on the canonical request: key order and default-valued parameters do not matter", async () => {
+      const p = fresh();
+      await postJson(url, keys.live, { messages: [{ content: p, role: "user" }], model: "chat-4o-mini" });
+      const b = await postJson(url, keys.live, chat(p, { temperature: 1, top_p: 1, n: 1 }));
+      assert.equal(b.headers["x-svc-cache"], "HIT");
+      const c = await postJson(url, keys.live, chat(p, { temperature: 0.2 }));
+      assert.equal(c.headers["x-svc-cache"], "MISS", "a different temperature is a different request");
+    });
+
+    it("serves a non-stream answer to a stream request as SSE the openai SDK parses", async () => {
+      const p = fresh();
+      const first = await postJson(url, keys.live, chat(p));
+      const client = new OpenAI({ apiKey: keys.live, baseURL: `${gw.gatewayUrl}/v1`, maxRetries: 0 });
+      const { data: stream, response } = await client.chat.completions.create({ ...chat(p), stream: true } as OpenAI.ChatCompletionCreateParamsStreaming).withResponse();
+      let text = "";
+      let finish: string | null = null;
+      for await (const chunk of stream) {
+        text += chunk.choices[0]?.delta.content ?? "";
+        finish = chunk.choices[0]?.finish_reason ?? finish;
+      }
+      assert.equal(response.headers.get("x-svc-cache"), "HIT");
+      assert.equal(text, first.json().choices[0].message.content);
+      assert.equal(finish, "stop");
+      assert.equal(upstreamCalls(p), 1);
+    });
+
+    it("caches a streamed answer and serves it as JSON, with the cost trailer 0 on a streamed hit", async () => {
+      const p = fresh();
+      const streamed = await postJson(url, keys.live, chat(p, { stream: true }));
+      assert.equal(streamed.headers["x-svc-cache"], "MISS");
+      const text = sseEvents(streamed.text)
+        .filter((e) => e.data !== "[DONE]")
+        .map((e) => JSON.parse(e.data).choices[0]?.delta?.content ?? "")
+        .join("");
+      const json = await postJson(url, keys.live, chat(p));
+      assert.equal(json.headers["x-svc-cache"], "HIT");
+      assert.equal(json.json().choices[0].message.content, text);
+      const again = await postJson(url, keys.live, chat(p, { stream: true }));
+      assert.equal(again.headers["x-svc-cache"], "HIT");
+      assert.equal(again.trailers["x-svc-cost"], "0");
+      assert.ok(again.text.trimEnd().endsWith("data: [DONE]"));
+      assert.equal(upstreamCalls(p), 1);
+    });
+
+    it("skips the lookup with X-Svc-Cache-Control: no-cache but stores the fresh answer", async () => {
+      const p = fresh();
+      await postJson(url, keys.live, chat(p));
+      const b = await postJson(url, keys.live, chat(p), { "X-Svc-Cache-Control": "no-cache" });
+      assert.equal(b.headers["x-svc-cache"], "MISS");
+      assert.equal(upstreamCalls(p), 2);
+      const c = await postJson(url, keys.live, chat(p));
+      assert.equal(c.headers["x-svc-cache"], "HIT");
+    });
+
+    it("does not store an answer with no-store", async () => {
+      const p = fresh();
+      await postJson(url, keys.live, chat(p), { "X-Svc-Cache-Control": "no-store" });
+      const b = await postJson(url, keys.live, chat(p));
+      assert.equal(b.headers["x-svc-cache"], "MISS");
+      assert.equal(upstreamCalls(p), 2);
+    });
+
+    it("refuses an unknown cache directive with 400 invalid_cache_control", async () => {
+      const res = await postJson(url, keys.live, chat(fresh()), { "X-Svc-Cache-Control": "max-age=abc" });
+      assert.equal(res.status, 400);
+      assert.equal(res.json().error.code, "invalid_cache_control");
+    });
+
+    it("never shares entries between projects, nor between live and test keys", async () => {
+      const p = fresh();
+      const other = await gw.project(Plan.ENTERPRISE);
+      await postJson(url, keys.live, chat(p));
+      assert.equal((await postJson(url, other.live, chat(p))).headers["x-svc-cache"], "MISS");
+      assert.equal((await postJson(url, keys.test, chat(p))).headers["x-svc-cache"], "MISS");
+      assert.equal((await postJson(url, keys.test, chat(p))).headers["x-svc-cache"], "HIT");
+      assert.equal(upstreamCalls(p), 3);
+    });
+
+    it("does not cache errors", async () => {
+      const p = fresh("[[fake:status=500]]");
+      assert.equal((await postJson(url, keys.live, chat(p))).status, 502);
+      assert.equal((await postJson(url, keys.live, chat(p))).status, 502);
+      assert.equal(upstreamCalls(p), 2);
+    });
+
+    it("makes one upstream call for concurrent identical misses (single flight)", async () => {
+      const p = fresh("[[fake:delay=300]]");
+      const all = await Promise.all(Array.from({ length: 8 }, (_, i) => postJson(url, keys.live, chat(p, i % 2 ? { stream: true } : {}))));
+      assert.deepEqual(all.map((r) => r.status), Array(8).fill(200));
+      assert.equal(upstreamCalls(p), 1);
+      assert.equal(all.filter((r) => r.headers["x-svc-cache"] === "MISS").length, 1);
+    });
+
+    it("caches /v1/messages too and honours X-Svc-Cache-Control there (official anthropic SDK)", async () => {
+      const p = fresh();
+      const client = new Anthropic({ apiKey: keys.live, baseURL: gw.gatewayUrl, maxRetries: 0 });
+      const req = { model: "assistant-3-5-haiku-20241022", max_tokens: 100, messages: [{ role: "user" as const, content: p }] };
+      const a = await client.messages.create(req).withResponse();
+      const b = await client.messages.create(req).withResponse();
+      assert.equal(a.response.headers.get("x-svc-cache"), "MISS");
+      assert.equal(b.response.headers.get("x-svc-cache"), "HIT");
+      assert.deepEqual(b.data.content, a.data.content);
+      const stream = client.messages.stream(req);
+      const final = await stream.finalMessage();
+      assert.deepEqual(final.content, a.data.content);
+      const c = await client.messages.create(req, { headers: { "X-Svc-Cache-Control": "no-cache" } }).withResponse();
+      assert.equal(c.response.headers.get("x-svc-cache"), "MISS");
+      assert.equal(upstreamCalls(p), 2);
+    });
+
+    if (mode === "redis") {
+      it("keeps serving while Redis is down (misses) and hits again once it is back", async () => {
+        const p = fresh();
+        await postJson(url, keys.live, chat(p));
+        await redis!.stop();
+        const during = await postJson(url, keys.live, chat(p));
+        assert.equal(during.status, 200, during.text);
+        assert.equal(during.headers["x-svc-cache"], "MISS");
+        redis = await startRedis(redis!.port);
+        // The registry is in the same (now empty) Redis: recreate the project and key.
+        const again = await gw.project(Plan.ENTERPRISE);
+        const deadline = Date.now() + 10_000;
+        let hit = false;
+        while (!hit && Date.now() < deadline) {
+          await postJson(url, again.live, chat(p));
+          hit = (await postJson(url, again.live, chat(p))).headers["x-svc-cache"] === "HIT";
+          if (!hit) await new Promise((r) => setTimeout(r, 200));
+        }
+        assert.ok(hit, "the cache works again after Redis is back, without a restart");
+      });
+    }
+  });
+}
+
+describe("response cache switched off (SVC_CACHE_DISABLED=1)", () => {
+  let gw: TestGateway;
+  before(async () => {
+    gw = await startTestGateway({ SVC_CACHE_DISABLED: "1" });
+  });
+  after(() => gw.close());
+
+  it("answers every request from the upstream with X-Svc-Cache: MISS", async () => {
+    const keys = await gw.project(Plan.ENTERPRISE);
+    const p = fresh();
+    const url = `${gw.gatewayUrl}/v1/chat/completions`;
+    const a = await postJson(url, keys.live, chat(p));
+    const b = await postJson(url, keys.live, chat(p));
+    assert.equal(a.headers["x-svc-cache"], "MISS");
+    assert.equal(b.headers["x-svc-cache"], "MISS");
+    assert.equal(gw.demo!.requests.filter((r) => JSON.stringify(r.body).includes(p)).length, 2);
+  });
+});

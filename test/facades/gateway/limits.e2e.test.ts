@@ -1,0 +1,200 @@
+import assert from "node:assert/strict";
+import Anthropic from "@anthropic-ai/sdk";
+import OpenAI from "openai";
+import { createAdminClient } from "../../../src/cli/admin-client.js";
+import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
+import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { postJson } from "../../support/http.js";
+import { startRedis, type TestRedis } from "../../support/redis.js";
+import { startSvcServe, type SvcServe } from "../../support/svc-cli.js";
+
+let n = 0;
+const chat = (more: object = {}) => ({ model: "chat-4o-mini", messages: [{ role: "user", content: `limits ${Date.now()} ${++n}` }], ...more });
+const noCache = { "X-Svc-Cache-Control": "no-cache" };
+
+describe("rate limits and spend caps (embedded, real HTTP)", function () {
+  this.timeout(60_000);
+  let gw: TestGateway;
+  let url: string;
+
+  before(async () => {
+    gw = await startTestGateway();
+    url = `${gw.gatewayUrl}/v1/chat/completions`;
+  });
+  after(() => gw.close());
+
+  it("lets a free project make 60 requests in a minute, then answers 429 with Retry-After and x-ratelimit headers", async () => {
+    const keys = await gw.project(Plan.FREE);
+    const codes: number[] = [];
+    for (let i = 0; i < 60; i++) codes.push((await postJson(url, keys.live, chat(), noCache)).status);
+    assert.deepEqual(codes, Array(60).fill(200));
+    const res = await postJson(url, keys.live, chat(), noCache);
+    assert.equal(res.status, 429);
+    assert.deepEqual(Object.keys(res.json().error).sort(), ["code", "message", "type"]);
+    assert.equal(res.json().error.type, "rate_limit_error");
+    assert.equal(res.json().error.code, "rate_limit_exceeded");
+    assert.match(String(res.headers["retry-after"]), /^[1-9]\d*$/);
+    assert.equal(res.headers["x-ratelimit-limit-requests"], "60");
+    assert.equal(res.headers["x-ratelimit-remaining-requests"], "0");
+    assert.match(String(res.headers["x-ratelimit-reset-requests"]), /^\d+(m\d+)?s$/);
+    assert.match(String(res.headers["x-svc-request-id"]), /^req_/);
+    assert.equal(res.headers["x-svc-cost"], "0");
+  });
+
+  it("reports the limit on admitted requests too, and the anthropic headers on /v1/messages", async () => {
+    const keys = await gw.project(Plan.PRO);
+    const ok = await postJson(url, keys.live, chat(), noCache);
+    assert.equal(ok.headers["x-ratelimit-limit-requests"], "600");
+    assert.equal(ok.headers["x-ratelimit-remaining-requests"], "599");
+    const client = new Anthropic({ apiKey: keys.live, baseURL: gw.gatewayUrl, maxRetries: 0 });
+    const { response } = await client.messages.create({ model: "assistant-3-haiku-20240307", max_tokens: 10, messages: [{ role: "user", content: "hi" }] }).withResponse();
+    assert.equal(response.headers.get("anthropic-ratelimit-requests-limit"), "600");
+    assert.equal(response.headers.get("anthropic-ratelimit-requests-remaining"), "598");
+    assert.ok(!Number.isNaN(Date.parse(response.headers.get("anthropic-ratelimit-requests-reset")!)));
+  });
+
+  it("never limits test keys", async () => {
+    const keys = await gw.project(Plan.FREE);
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { requestsPerMinute: 2 } });
+    for (let i = 0; i < 5; i++) assert.equal((await postJson(url, keys.test, chat(), noCache)).status, 200);
+    assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 200);
+    assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 200);
+    assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 429);
+  });
+
+  it("limits each X-Svc-User-Id on its own with user_rate_limit_exceeded (openai SDK sees a RateLimitError)", async () => {
+    const keys = await gw.project(Plan.PRO);
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { userRequestsPerMinute: 2 } });
+    const as = (user: string) => postJson(url, keys.live, chat(), { ...noCache, "X-Svc-User-Id": user });
+    assert.equal((await as("alice")).status, 200);
+    assert.equal((await as("alice")).status, 200);
+    const third = await as("alice");
+    assert.equal(third.status, 429);
+    assert.equal(third.json().error.code, "user_rate_limit_exceeded");
+    assert.equal((await as("bob")).status, 200, "another user has their own allowance");
+    const client = new OpenAI({ apiKey: keys.live, baseURL: `${gw.gatewayUrl}/v1`, maxRetries: 0, defaultHeaders: { "X-Svc-User-Id": "alice" } });
+    await assert.rejects(client.chat.completions.create(chat() as OpenAI.ChatCompletionCreateParamsNonStreaming), (e: unknown) => e instanceof OpenAI.RateLimitError);
+  });
+
+  it("refuses a request whose worst case would pass the monthly spend cap with spend_cap_exceeded, and settles to the real cost", async () => {
+    const keys = await gw.project(Plan.PRO);
+    // chat-4o-mini output is $0.60 per 1M tokens: 100,000 tokens may cost $0.06.
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "0.01" } });
+    const big = await postJson(url, keys.live, chat({ max_tokens: 100_000 }), noCache);
+    assert.equal(big.status, 429);
+    assert.equal(big.json().error.code, "spend_cap_exceeded");
+    const small = await postJson(url, keys.live, chat({ max_tokens: 50 }), noCache);
+    assert.equal(small.status, 200, small.text);
+    const usage = await gw.limits.getUsage({ projectId: keys.projectId });
+    assert.equal(usage.spentUsd, small.headers["x-svc-cost"], "the reservation was settled to the real cost");
+    assert.equal(usage.reservedUsd, "0");
+  });
+
+  it("releases the reservation of a request that failed upstream", async () => {
+    const keys = await gw.project(Plan.PRO);
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "1" } });
+    const res = await postJson(url, keys.live, { ...chat(), messages: [{ role: "user", content: "[[fake:status=500]]" }] }, noCache);
+    assert.equal(res.status, 502);
+    const usage = await gw.limits.getUsage({ projectId: keys.projectId });
+    assert.equal(usage.spentUsd, "0");
+    assert.equal(usage.reservedUsd, "0");
+  });
+});
+
+/** A real `svc serve --demo` process on free ports, sharing `redisUrl`. */
+const serveProcess = (redisUrl: string) => startSvcServe({ SVC_REDIS_URL: redisUrl, SVC_ADMIN_TOKEN: "limits-admin", SVC_LOG_LEVEL: "error" });
+
+describe("rate limits across two gateway processes on one Redis", function () {
+  this.timeout(90_000);
+  let redis: TestRedis;
+  let a: SvcServe;
+  let b: SvcServe;
+
+  before(async () => {
+    redis = await startRedis();
+    [a, b] = await Promise.all([serveProcess(redis.url), serveProcess(redis.url)]);
+  });
+  after(async () => {
+    await Promise.all([a?.stop(), b?.stop()]);
+    await redis.stop();
+  });
+
+  it("admits exactly 60 of 200 concurrent requests to a 60/minute project", async () => {
+    const admin = createAdminClient({ server: a.grpcUrl, token: "limits-admin" });
+    const { project } = await admin.createProject({ name: "exact", plan: Plan.FREE });
+    const { secret } = await admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE });
+    const all = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => postJson(`${(i % 2 ? a : b).gatewayUrl}/v1/chat/completions`, secret, chat(), noCache)),
+    );
+    const statuses = all.map((r) => r.status);
+    assert.equal(statuses.filter((s) => s === 200).length, 60);
+    assert.equal(statuses.filter((s) => s === 429).length, 140);
+  });
+
+  it("keeps answering while Redis is down (limits fail open) and limits again once it is back", async () => {
+    const admin = createAdminClient({ server: a.grpcUrl, token: "limits-admin" });
+    const { project } = await admin.createProject({ name: "outage", plan: Plan.FREE });
+    await admin.updateProject({ projectId: project!.id, limitOverrides: { requestsPerMinute: 3 } });
+    const { secret } = await admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE });
+    const send = () => postJson(`${a.gatewayUrl}/v1/chat/completions`, secret, chat(), noCache);
+    assert.equal((await send()).status, 200); // the key is now known to this replica
+    await redis.stop();
+    for (let i = 0; i < 5; i++) assert.equal((await send()).status, 200, "fail open while Redis is down");
+    redis = await startRedis(redis.port);
+    // Redis came back empty: the registry is gone too, so make projects again. Reconnecting takes
+    // a moment (longer on a loaded machine): retry until the admin call and a 1/minute limit work.
+    const deadline = Date.now() + 20_000;
+    const limitedProject = async (rpm: number) => {
+      for (;;) {
+        try {
+          const { project: p } = await admin.createProject({ name: "outage-2", plan: Plan.FREE });
+          await admin.updateProject({ projectId: p!.id, limitOverrides: { requestsPerMinute: rpm } });
+          return (await admin.createKey({ projectId: p!.id, mode: KeyMode.LIVE })).secret;
+        } catch (e) {
+          if (Date.now() > deadline) throw e;
+          await new Promise((r) => setTimeout(r, 250));
+        }
+      }
+    };
+    for (;;) {
+      const probe = await limitedProject(1);
+      const statuses = [(await postJson(`${a.gatewayUrl}/v1/chat/completions`, probe, chat(), noCache)).status, (await postJson(`${a.gatewayUrl}/v1/chat/completions`, probe, chat(), noCache)).status];
+      if (statuses[1] === 429 || Date.now() > deadline) break;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    const key2 = await limitedProject(3);
+    const codes: number[] = [];
+    for (let i = 0; i < 4; i++) codes.push((await postJson(`${a.gatewayUrl}/v1/chat/completions`, key2, chat(), noCache)).status);
+    assert.deepEqual(codes, [200, 200, 200, 429]);
+  });
+});
+
+describe("rate limits set to fail closed (SVC_LIMITS_FAIL_CLOSED=1) during a Redis outage", function () {
+  this.timeout(30_000);
+  let redis: TestRedis;
+  let gw: TestGateway;
+
+  before(async () => {
+    redis = await startRedis();
+    gw = await startTestGateway({ SVC_REDIS_URL: redis.url, SVC_LIMITS_FAIL_CLOSED: "1", SVC_LOG_LEVEL: "error" });
+  });
+  after(async () => {
+    await gw.close();
+    await redis.stop();
+  });
+
+  it("refuses live requests of a limited project with 503 limits_unavailable and Retry-After, and still serves test keys", async () => {
+    const keys = await gw.project(Plan.FREE);
+    const url = `${gw.gatewayUrl}/v1/chat/completions`;
+    assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 200);
+    assert.equal((await postJson(url, keys.test, chat(), noCache)).status, 200);
+    await redis.stop();
+    const res = await postJson(url, keys.live, chat(), noCache);
+    assert.equal(res.status, 503, res.text);
+    assert.equal(res.json().error.type, "api_error");
+    assert.equal(res.json().error.code, "limits_unavailable");
+    assert.equal(res.headers["retry-after"], "1");
+    assert.equal((await postJson(url, keys.test, chat(), noCache)).status, 200, "test keys are never limited");
+  });
+});

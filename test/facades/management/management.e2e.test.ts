@@ -1,0 +1,174 @@
+import assert from "node:assert/strict";
+import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { postJson, rawRequest, type RawResponse } from "../../support/http.js";
+
+/** Polls `fn` until `ok` holds (logs are written off the request path), or fails after `ms`. */
+async function until<T>(fn: () => Promise<T>, ok: (v: T) => boolean, ms = 5000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (ok(v) || Date.now() > end) return v;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+describe("management API: request logs, analytics and prompts (real gateway, embedded ClickHouse)", function () {
+  this.timeout(60_000);
+  let gw: TestGateway;
+  let keys: Awaited<ReturnType<TestGateway["project"]>>;
+  let other: Awaited<ReturnType<TestGateway["project"]>>;
+  const ids: string[] = [];
+  const get = (path: string, key = keys.live): Promise<RawResponse> => rawRequest(`${gw.managementUrl}${path}`, { method: "GET", headers: { authorization: `Bearer ${key}` } });
+  const chatUrl = () => `${gw.gatewayUrl}/v1/chat/completions`;
+
+  before(async () => {
+    gw = await startTestGateway();
+    keys = await gw.project(Plan.PRO);
+    other = await gw.project(Plan.PRO);
+    const send = async (body: object, headers: Record<string, string> = {}, key = keys.live) => {
+      const r = await postJson(chatUrl(), key, body, headers);
+      ids.push(String(r.headers["x-svc-request-id"]));
+      return r;
+    };
+    await send({ model: "chat-4o-mini", messages: [{ role: "user", content: "log me one" }] }, { "X-Svc-Metadata": '{"team":"search"}', "X-Svc-User-Id": "alice" });
+    await send({ model: "chat-4o-mini", messages: [{ role: "user", content: "log me one" }] }, { "X-Svc-Metadata": '{"team":"search"}', "X-Svc-User-Id": "alice" });
+    await send({ model: "chat-4o", messages: [{ role: "user", content: "log me two" }], stream: true }, { "X-Svc-User-Id": "bob" });
+    await send({ model: "chat-4o", messages: [{ role: "user", content: "bad" }], temperature: 9 });
+    await send({ model: "chat-4o", messages: [{ role: "user", content: "test mode" }] }, {}, keys.test);
+    await postJson(chatUrl(), other.live, { model: "chat-4o", messages: [{ role: "user", content: "other project" }] });
+  });
+  after(() => gw.close());
+
+  const liveIds = () => [ids[0], ids[1], ids[2], ids[3]];
+
+  it("lists a project's live requests newest first, within a few seconds, with the record's fields", async () => {
+    const res = await until(() => get("/v1/logs"), (r) => r.status === 200 && r.json().data.length >= 4);
+    assert.equal(res.status, 200, res.text);
+    const body = res.json();
+    assert.equal(body.object, "list");
+    assert.deepEqual(body.data.map((l: { id: string }) => l.id), liveIds().reverse());
+    const first = body.data.find((l: { id: string }) => l.id === ids[0]);
+    assert.equal(first.project_id, keys.projectId);
+    assert.equal(first.key_mode, "live");
+    assert.equal(first.endpoint, "/v1/chat/completions");
+    assert.equal(first.model, "chat-4o-mini");
+    assert.equal(first.provider, "openai");
+    assert.equal(first.status, 200);
+    assert.equal(first.cache, "MISS");
+    assert.equal(first.user_id, "alice");
+    assert.deepEqual(first.metadata, { team: "search" });
+    assert.ok(first.usage.prompt_tokens > 0 && first.usage.completion_tokens > 0);
+    assert.match(first.cost_usd, /^0\.\d+$/);
+    assert.ok(first.latency_ms > 0 && first.ttfb_ms > 0 && first.upstream_latency_ms > 0);
+    assert.equal(first.request_body, undefined, "bodies only in the full record");
+    const second = body.data.find((l: { id: string }) => l.id === ids[1]);
+    assert.equal(second.cache, "HIT");
+    assert.equal(second.cost_usd, "0");
+    assert.equal(second.cost_saved_usd, first.cost_usd);
+    const bad = body.data.find((l: { id: string }) => l.id === ids[3]);
+    assert.equal(bad.status, 400);
+    assert.deepEqual(bad.error, { type: "invalid_request_error", code: "invalid_value" });
+  });
+
+  it("returns the full record, bodies included, by id; 404 for unknown ids and other projects' ids", async () => {
+    const res = await get(`/v1/logs/${ids[2]}`);
+    assert.equal(res.status, 200, res.text);
+    const log = res.json();
+    assert.equal(log.stream, true);
+    assert.equal(JSON.parse(log.request_body).messages[0].content, "log me two");
+    assert.match(JSON.parse(log.response_body).choices[0].message.content, /log me two/);
+    assert.equal((await get("/v1/logs/req_doesnotexist")).status, 404);
+    const foreign = await get(`/v1/logs/${ids[0]}`, other.live);
+    assert.equal(foreign.status, 404);
+    assert.equal(foreign.json().error.type, "not_found_error");
+  });
+
+  it("keeps no bodies for a project that turned body logging off", async () => {
+    const quiet = await gw.project(Plan.PRO);
+    await gw.admin.updateProject({ projectId: quiet.projectId, logBodies: false });
+    const r = await postJson(chatUrl(), quiet.live, { model: "chat-4o", messages: [{ role: "user", content: "secret text" }] });
+    const id = String(r.headers["x-svc-request-id"]);
+    const log = await until(() => get(`/v1/logs/${id}`, quiet.live), (x) => x.status === 200);
+    assert.equal(log.status, 200, log.text);
+    assert.equal(log.json().request_body, "");
+    assert.equal(log.json().response_body, "");
+    assert.equal(log.json().status, 200);
+  });
+
+  it("keeps test and live logs apart", async () => {
+    const test = await until(() => get("/v1/logs", keys.test), (r) => r.json().data?.length >= 1);
+    assert.deepEqual(test.json().data.map((l: { id: string }) => l.id), [ids[4]]);
+    assert.equal(test.json().data[0].key_mode, "test");
+    assert.equal((await get(`/v1/logs/${ids[4]}`)).status, 404, "a live key does not see test logs");
+  });
+
+  it("filters by model, status class, cache, user and metadata", async () => {
+    const ids_ = async (q: string) => (await get(`/v1/logs?${q}`)).json().data.map((l: { id: string }) => l.id);
+    assert.deepEqual(await ids_("model=chat-4o-mini"), [ids[1], ids[0]]);
+    assert.deepEqual(await ids_("status=4xx"), [ids[3]]);
+    assert.deepEqual(await ids_("status=400"), [ids[3]]);
+    assert.deepEqual(await ids_("cache=hit"), [ids[1]]);
+    assert.deepEqual(await ids_("user_id=bob"), [ids[2]]);
+    assert.deepEqual(await ids_("metadata.team=search"), [ids[1], ids[0]]);
+  });
+
+  it("pages with a cursor that stays stable while new requests arrive", async () => {
+    const page1 = (await get("/v1/logs?limit=2")).json();
+    assert.equal(page1.data.length, 2);
+    assert.equal(page1.has_more, true);
+    await postJson(chatUrl(), keys.live, { model: "chat-4o", messages: [{ role: "user", content: "arrives between pages" }] });
+    const page2 = (await get(`/v1/logs?limit=2&cursor=${encodeURIComponent(page1.next_cursor)}`)).json();
+    assert.deepEqual([...page1.data, ...page2.data].map((l: { id: string }) => l.id), liveIds().reverse());
+  });
+
+  it("sums analytics over the live requests made, and groups them by model", async () => {
+    const res = await until(() => get("/v1/analytics?granularity=minute&group_by=model"), (r) => r.status === 200 && r.json().totals.requests >= 5);
+    assert.equal(res.status, 200, res.text);
+    const a = res.json();
+    assert.equal(a.object, "analytics");
+    assert.equal(a.totals.requests, 5); // four before, one between the pages above
+    assert.equal(a.totals.errors, 1);
+    assert.equal(a.totals.cache_hits, 1);
+    const byModel = Object.fromEntries(a.groups.map((g: { key: string; requests: number }) => [g.key, g.requests]));
+    assert.deepEqual(byModel, { "chat-4o": 3, "chat-4o-mini": 2 });
+    assert.ok(a.series.length >= 1);
+    assert.equal(a.series.reduce((n: number, b: { requests: number }) => n + b.requests, 0), 5);
+  });
+
+  it("answers bad parameters with 400 naming them, and a bad key with 401", async () => {
+    for (const [q, code, name] of [
+      ["limit=0", "invalid_parameter", "limit"],
+      ["status=abc", "invalid_parameter", "status"],
+      ["start=yesterday", "invalid_parameter", "start"],
+      ["cache=maybe", "invalid_parameter", "cache"],
+      ["colour=blue", "unknown_parameter", "colour"],
+    ] as const) {
+      const res = await get(`/v1/logs?${q}`);
+      assert.equal(res.status, 400, q);
+      assert.equal(res.json().error.code, code, q);
+      assert.ok(res.json().error.message.includes(name), res.json().error.message);
+    }
+    const g = await get("/v1/analytics?granularity=week");
+    assert.equal(g.status, 400);
+    assert.ok(g.json().error.message.includes("granularity"));
+    const r = await get("/v1/analytics?group_by=colour");
+    assert.equal(r.status, 400);
+    const unauth = await get("/v1/logs", "svc_sk_live_nope");
+    assert.equal(unauth.status, 401);
+    assert.equal(unauth.json().error.code, "invalid_api_key");
+  });
+
+  it("serves the project's prompts: the latest version, or ?version=N, and 404 for unknown names", async () => {
+    await gw.telemetry.putPrompt({ projectId: keys.projectId, name: "greeting", content: "Hello {{name}}", description: "v1" });
+    await gw.telemetry.putPrompt({ projectId: keys.projectId, name: "greeting", content: "Hi {{name}}!", description: "v2" });
+    const list = (await get("/v1/prompts")).json();
+    assert.deepEqual(list.data.map((p: { name: string; version: number }) => [p.name, p.version]), [["greeting", 2]]);
+    const latest = (await get("/v1/prompts/greeting")).json();
+    assert.equal(latest.content, "Hi {{name}}!");
+    assert.equal(latest.version, 2);
+    assert.equal((await get("/v1/prompts/greeting?version=1")).json().content, "Hello {{name}}");
+    assert.equal((await get("/v1/prompts/nope")).status, 404);
+    assert.equal((await get("/v1/prompts/greeting", other.live)).status, 404, "prompts are per project");
+  });
+});

@@ -1,0 +1,102 @@
+import assert from "node:assert/strict";
+import { Redis } from "ioredis";
+import { createCacheService } from "../../src/core/cache/cache-service.js";
+import { createDirectClient } from "../../src/core/direct-client.js";
+import { CacheService } from "../../src/gen/svc/cache/v1/cache_service_pb.js";
+import { KeyMode } from "../../src/gen/svc/common/v1/key_mode_pb.js";
+import type { CacheStore } from "../../src/stores/cache-store.js";
+import { createRedisCacheStore, encodeEntry } from "../../src/stores/redis-cache-store.js";
+import { createRedisConnection, type RedisConnection } from "../../src/stores/redis-connection.js";
+import { startRedis, type TestRedis } from "../support/redis.js";
+import { eventually } from "../support/http.js";
+import { captureLog } from "../support/log-capture.js";
+
+const allBytes = Uint8Array.from({ length: 256 }, (_, i) => i);
+const cacheKey = "k".repeat(43);
+
+describe("Redis cache store", function () {
+  this.timeout(30_000);
+  let redis: TestRedis;
+  let conn: RedisConnection;
+  let store: CacheStore;
+  let peek: Redis;
+
+  before(async () => {
+    redis = await startRedis();
+    conn = createRedisConnection(redis.url, { name: "cache-test" });
+    store = createRedisCacheStore(conn);
+    await eventually(() => conn.up, 5_000);
+    peek = new Redis(redis.url, { lazyConnect: true, maxRetriesPerRequest: 0 });
+  });
+  after(async () => {
+    peek.disconnect();
+    await conn.close();
+    await redis.stop();
+  });
+
+  it("returns the binary payload and the cost from one value, with the TTL set", async () => {
+    await store.put("t:1", { payload: allBytes, costUsd: "0.000125" }, 60);
+    assert.deepEqual(await store.get("t:1"), { payload: allBytes, costUsd: "0.000125" });
+    const ttl = await peek.ttl("t:1");
+    assert.ok(ttl > 55 && ttl <= 60, `ttl ${ttl}`);
+    assert.deepEqual(await peek.getBuffer("t:1"), encodeEntry({ payload: allBytes, costUsd: "0.000125" }));
+  });
+
+  it("reads a value it cannot decode as a miss", async () => {
+    await peek.set("t:bad", "not an entry");
+    await peek.set("t:short", Buffer.from([1, 200, 48]));
+    assert.equal(await store.get("t:bad"), undefined);
+    assert.equal(await store.get("t:short"), undefined);
+  });
+
+  it("stores under the scope key, with the project as the hash tag", async () => {
+    const cache = createDirectClient(CacheService, createCacheService({ store, defaultTtlSeconds: 60, maxEntryBytes: 1 << 20 }));
+    await cache.putEntry({ projectId: "proj_a", keyMode: KeyMode.TEST, cacheKey, payload: allBytes, costUsd: "1" });
+    assert.deepEqual(await peek.keys("svc:cache:*"), [`svc:cache:{proj_a}:test:${cacheKey}`]);
+  });
+
+  it("treats a stalled Redis as down until a probe finds it answering again", async () => {
+    await store.put("t:stall", { payload: allBytes, costUsd: "0" }, 60);
+    const lines = await captureLog(async () => {
+      await peek.call("CLIENT", "PAUSE", "1500", "ALL");
+      assert.equal(await store.get("t:stall"), undefined); // the command timeout (1 s) ends it
+      assert.equal(conn.up, false);
+      await eventually(() => conn.up, 5_000);
+    });
+    assert.deepEqual((await store.get("t:stall"))?.payload, allBytes);
+    assert.equal(lines.filter((l) => l.includes("redis unreachable (cache-test)")).length, 1);
+    assert.equal(lines.filter((l) => l.includes("redis is back (cache-test)")).length, 1);
+  });
+
+  it("answers misses at once while Redis is down, logs once, and recovers when it is back", async () => {
+    const cache = createDirectClient(CacheService, createCacheService({ store, defaultTtlSeconds: 60, maxEntryBytes: 1 << 20 }));
+    const entry = { projectId: "proj_o", keyMode: KeyMode.LIVE, cacheKey };
+    await cache.putEntry({ ...entry, payload: allBytes, costUsd: "0.25" });
+    assert.equal((await cache.getEntry(entry)).hit, true);
+
+    const lines = await captureLog(async () => {
+      await redis.stop();
+      const started = Date.now();
+      for (let i = 0; i < 50; i++) {
+        const res = await cache.getEntry(entry);
+        assert.equal(res.hit, false);
+      }
+      await cache.putEntry({ ...entry, payload: allBytes, costUsd: "0.25" });
+      assert.ok(Date.now() - started < 500, `50 lookups and a write took ${Date.now() - started} ms during the outage`);
+      await new Promise((r) => setTimeout(r, 1_500)); // reconnect attempts keep failing meanwhile
+
+      redis = await startRedis(redis.port);
+      await eventually(() => conn.up, 10_000);
+    });
+    assert.equal(lines.filter((l) => l.includes("redis unreachable (cache-test)")).length, 1);
+    assert.equal(lines.filter((l) => l.includes("redis is back (cache-test)")).length, 1);
+
+    // The restarted Redis is empty: the next answer is stored and served again, by the same service.
+    assert.equal((await cache.getEntry(entry)).hit, false);
+    await cache.putEntry({ ...entry, payload: allBytes, costUsd: "0.25" });
+    const res = await cache.getEntry(entry);
+    assert.equal(res.hit, true);
+    assert.deepEqual(res.payload, allBytes);
+    assert.equal(res.costUsd, "0.25");
+  });
+});

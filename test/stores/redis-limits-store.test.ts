@@ -1,0 +1,130 @@
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { Redis } from "ioredis";
+import { createDirectClient } from "../../src/core/direct-client.js";
+import { randomBase62 } from "../../src/core/ids.js";
+import { createLimitsService } from "../../src/core/limits/limits-service.js";
+import { Decision, LimitsService } from "../../src/gen/svc/limits/v1/limits_service_pb.js";
+import { createRedisConnection, type RedisConnection } from "../../src/stores/redis-connection.js";
+import { createRedisLimitsStore } from "../../src/stores/redis-limits-store.js";
+import { connectionUp } from "../support/limits-backends.js";
+import { startRedis, type TestRedis } from "../support/redis.js";
+import { captureLog } from "../support/log-capture.js";
+
+const burst = fileURLToPath(new URL("../support/admit-burst.ts", import.meta.url));
+
+/** Starts the burst script in a child process and resolves once it is connected. */
+function startBurst(url: string, projectId: string, n: number, rpm: number) {
+  const child = spawn(process.execPath, ["--import", "tsx", burst, url, projectId, String(n), String(rpm)], { stdio: ["pipe", "pipe", "inherit"] });
+  let out = "";
+  const line = (want: RegExp) =>
+    new Promise<string>((resolve, reject) => {
+      const check = () => {
+        const m = want.exec(out);
+        if (m) resolve(m[0]);
+      };
+      child.stdout!.on("data", (d: Buffer) => {
+        out += d.toString();
+        check();
+      });
+      child.once("exit", (code) => reject(new Error(`burst exited ${code}: ${out}`)));
+      check();
+    });
+  return { ready: line(/ready\n/), result: line(/\{.*\}\n/).then((l) => JSON.parse(l) as { allowed: number; degraded: number }), go: () => child.stdin!.end("go\n") };
+}
+
+async function eventually(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe("Redis limits store", function () {
+  this.timeout(30_000);
+  let redis: TestRedis;
+  let conn: RedisConnection;
+
+  beforeEach(async () => {
+    redis = await startRedis();
+    conn = createRedisConnection(redis.url, { name: `limits-${randomBase62(6)}` });
+    await connectionUp(conn);
+  });
+  afterEach(async () => {
+    await conn.close();
+    await redis.stop();
+  });
+
+  const service = (failClosed = false) => createDirectClient(LimitsService, createLimitsService({ store: createRedisLimitsStore(conn), failClosed }));
+
+  it("admits exactly 60 of 200 concurrent requests from two processes at 60/minute", async () => {
+    const projectId = `proj_${randomBase62(12)}`;
+    const a = startBurst(redis.url, projectId, 100, 60);
+    const b = startBurst(redis.url, projectId, 100, 60);
+    await Promise.all([a.ready, b.ready]);
+    a.go();
+    b.go();
+    const [ra, rb] = await Promise.all([a.result, b.result]);
+    assert.equal(ra.degraded + rb.degraded, 0);
+    assert.equal(ra.allowed + rb.allowed, 60);
+  });
+
+  it("runs its script again after SCRIPT FLUSH (EVALSHA falls back to EVAL on NOSCRIPT)", async () => {
+    const limits = service();
+    const projectId = "proj_flush";
+    assert.equal((await limits.admit({ projectId, limits: { requestsPerMinute: 2 } })).decision, Decision.ALLOWED);
+    const admin = new Redis(redis.url);
+    await admin.script("FLUSH");
+    await admin.quit();
+    const r = await limits.admit({ projectId, limits: { requestsPerMinute: 2 } });
+    assert.equal(r.decision, Decision.ALLOWED);
+    assert.equal(r.degraded, false);
+    assert.equal(r.remaining, 0);
+  });
+
+  it("keeps every key of a project under one hash tag, for Redis Cluster", async () => {
+    const limits = service();
+    const projectId = "proj_tagged";
+    const r = await limits.admit({ projectId, userId: "u{1}", maxCostUsd: "1", limits: { requestsPerMinute: 5, requestsPerDay: 5, userRequestsPerMinute: 5 } });
+    await limits.settle({ projectId, reservationId: r.reservationId, costUsd: "0.5" });
+    await limits.admit({ projectId, maxCostUsd: "1", limits: {} });
+    const keys = await conn.redis.keys("*");
+    assert.ok(keys.length >= 6, keys.join(" "));
+    for (const k of keys) assert.ok(k.startsWith("{svc:lim:proj_tagged}:"), k);
+  });
+
+  it("fails open while Redis is down, logs the outage once, and enforces limits again when it is back", async () => {
+    const limits = service();
+    const req = { projectId: "proj_outage", limits: { requestsPerMinute: 2 } };
+    const logs = await captureLog(async () => {
+      await redis.stop();
+      await eventually(async () => !conn.up);
+      const rs = await Promise.all(Array.from({ length: 20 }, () => limits.admit(req)));
+      assert.ok(rs.every((r) => r.decision === Decision.ALLOWED && r.degraded));
+      assert.equal((await limits.settle({ projectId: req.projectId, reservationId: "", costUsd: "1" })).recorded, false);
+    });
+    assert.equal(logs.filter((l) => l.includes("redis unreachable")).length, 1);
+
+    redis = await startRedis(redis.port); // the same address, so the service reconnects by itself
+    await eventually(async () => !(await limits.admit(req)).degraded);
+    const after = [await limits.admit(req), await limits.admit(req)];
+    assert.deepEqual(after.map((r) => r.decision), [Decision.ALLOWED, Decision.PLAN_LIMITED]);
+  });
+
+  it("fails closed when configured, with a decision of its own, and recovers without a restart", async () => {
+    const limits = service(true);
+    const req = { projectId: "proj_closed", limits: { requestsPerMinute: 5 } };
+    await redis.stop();
+    await eventually(async () => !conn.up);
+    const r = await limits.admit(req);
+    assert.equal(r.decision, Decision.UNAVAILABLE);
+    assert.equal(r.degraded, true);
+    assert.equal(r.retryAfterSeconds, 1);
+    await assert.rejects(limits.getUsage({ projectId: req.projectId }), /unreachable/);
+
+    redis = await startRedis(redis.port);
+    await eventually(async () => (await limits.admit(req)).decision === Decision.ALLOWED);
+  });
+});

@@ -1,0 +1,18 @@
+/**
+ * Collects this process's log lines (JSON on stderr) while `fn` runs, instead of printing them, so
+ * a test can check what was logged, and how often, without cluttering the output.
+ */
+export async function captureLog(fn: () => Promise<void>): Promise<string[]> {
+  const lines: string[] = [];
+  const write = process.stderr.write;
+  process.stderr.write = ((chunk: string | Uint8Array) => {
+    lines.push(String(chunk));
+    return true;
+  }) as typeof process.stderr.write;
+  try {
+    await fn();
+  } finally {
+    process.stderr.write = write;
+  }
+  return lines;
+}

@@ -1,0 +1,88 @@
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const bin = fileURLToPath(new URL("../../bin/svc.js", import.meta.url));
+
+/** rm -rf that waits out a process still writing into the directory (up to ~10 s). */
+async function removeDir(dir: string): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return rmSync(dir, { recursive: true, force: true });
+    } catch (e) {
+      if (attempt >= 100 || (e as NodeJS.ErrnoException).code !== "ENOTEMPTY") throw e;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
+
+export interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+export interface SvcServe {
+  grpcUrl: string;
+  gatewayUrl: string;
+  managementUrl: string;
+  /** Runs the `svc` command against this server (its --server is added). */
+  svc(...args: string[]): Promise<Run>;
+  /** Stops it with SIGTERM (a clean shutdown), then starts it again on the same data dir and settings. */
+  restart(): Promise<SvcServe>;
+  stop(): Promise<void>;
+}
+
+/** Starts `svc serve --demo` in a child process with a private data dir and free ports; `extraEnv` adds settings. */
+export async function startSvcServe(extraEnv: Record<string, string> = {}, dataDir = mkdtempSync(join(tmpdir(), "svc-cli-"))): Promise<SvcServe> {
+  const env = { PATH: process.env.PATH, SVC_DATA_DIR: join(dataDir, "data"), SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", ...extraEnv };
+  const server: ChildProcess = spawn(process.execPath, [bin, "serve", "--demo"], { env, cwd: dataDir, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  const [grpcUrl, gatewayUrl, managementUrl] = await new Promise<[string, string, string]>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`svc serve did not start: ${out}`)), 30_000);
+    server.stdout!.on("data", (d: Buffer) => {
+      out += d.toString();
+      const core = /core gRPC\s+(\S+)/.exec(out);
+      const gw = /gateway\s+(\S+)\/v1/.exec(out);
+      const mgmt = /management\s+(\S+)\/v1/.exec(out);
+      if (core && gw && mgmt) {
+        clearTimeout(timer);
+        resolve([core[1]!, gw[1]!, mgmt[1]!]);
+      }
+    });
+    server.once("exit", (code) => reject(new Error(`svc serve exited ${code}: ${out}`)));
+  });
+  const kill = async (signal: NodeJS.Signals) => {
+    if (server.exitCode !== null || server.signalCode !== null) return;
+    const exited = new Promise((r) => server.once("exit", r));
+    server.kill(signal);
+    await exited;
+  };
+  return {
+    grpcUrl,
+    gatewayUrl,
+    managementUrl,
+    svc: (...args) =>
+      new Promise((resolve) => {
+        execFile(process.execPath, [bin, ...args, "--server", grpcUrl], { env, cwd: dataDir }, (err, stdout, stderr) => {
+          resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, stdout, stderr });
+        });
+      }),
+    async restart() {
+      await kill("SIGTERM");
+      if (server.exitCode !== 0) throw new Error(`svc serve exited ${server.exitCode ?? server.signalCode} on SIGTERM: ${out}`);
+      return startSvcServe(extraEnv, dataDir);
+    },
+    async stop() {
+      // A clean stop: the server stops its telemetry engine (a child process writing into the
+      // data dir) before it exits. SIGKILL only if it hangs; the engine then leaves on its own
+      // when the IPC channel closes, and may still be writing: the removal is retried meanwhile.
+      const hung = setTimeout(() => server.kill("SIGKILL"), 15_000);
+      await kill("SIGTERM");
+      clearTimeout(hung);
+      await removeDir(dataDir);
+    },
+  };
+}
