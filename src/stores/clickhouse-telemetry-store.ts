@@ -24,7 +24,7 @@ export interface ClickHouseTelemetryStoreOptions {
 
 // Table names come from these maps only, never from a caller.
 const LOGS: Record<ModeName, string> = { live: "request_logs_live", test: "request_logs_test" };
-const LIST_COLUMNS = `project_id, toUnixTimestamp64Milli(time) AS time_ms, request_id, key_id, endpoint, model, provider,
+const LIST_COLUMNS = `project_id, toUnixTimestamp64Micro(time) AS time_us, request_id, key_id, endpoint, model, provider,
   stream, status, error_type, error_code, cache, user_id, metadata, prompt_tokens, completion_tokens,
   toString(cost_usd) AS cost_usd, toString(cost_saved_usd) AS cost_saved_usd, latency_ms, ttfb_ms, upstream_latency_ms`;
 
@@ -152,10 +152,10 @@ export function createClickHouseTelemetryStore(opts: ClickHouseTelemetryStoreOpt
       const params: Record<string, unknown> = { project: q.projectId, limit: q.limit + 1 };
       const where = [`project_id = {project:String}`, ...filterSql(q.filter, params)];
       if (q.after) {
-        params.cursor_ms = q.after.timeMs;
+        params.cursor_us = q.after.timeUs;
         params.cursor_id = q.after.requestId;
-        where.push(`time <= fromUnixTimestamp64Milli({cursor_ms:Int64}, 'UTC')`);
-        where.push(`(time, request_id) < (fromUnixTimestamp64Milli({cursor_ms:Int64}, 'UTC'), {cursor_id:String})`);
+        where.push(`time <= fromUnixTimestamp64Micro({cursor_us:Int64}, 'UTC')`);
+        where.push(`(time, request_id) < (fromUnixTimestamp64Micro({cursor_us:Int64}, 'UTC'), {cursor_id:String})`);
       }
       const rows = await select<RawLog>(
         `SELECT ${LIST_COLUMNS} FROM ${LOGS[q.mode]} WHERE ${where.join(" AND ")}
@@ -168,7 +168,7 @@ export function createClickHouseTelemetryStore(opts: ClickHouseTelemetryStoreOpt
       for (let i = 0; i < rows.length && logs.length < q.limit; i++) {
         const r = rows[i]!;
         const prev = rows[i - 1];
-        if (prev && prev.request_id === r.request_id && Number(prev.time_ms) === Number(r.time_ms)) continue;
+        if (prev && prev.request_id === r.request_id && Number(prev.time_us) === Number(r.time_us)) continue;
         logs.push(toRecord(r, false));
       }
       return { logs, more: rows.length > q.limit };
@@ -225,8 +225,8 @@ function filterSql(f: LogFilter, params: Record<string, unknown>): string[] {
   return out;
 }
 
-interface RawLog extends Omit<LogRecord, "time_ms" | "status" | "prompt_tokens" | "completion_tokens" | "latency_ms" | "ttfb_ms" | "upstream_latency_ms" | "stream"> {
-  time_ms: number | string;
+interface RawLog extends Omit<LogRecord, "time_us" | "status" | "prompt_tokens" | "completion_tokens" | "latency_ms" | "ttfb_ms" | "upstream_latency_ms" | "stream"> {
+  time_us: number | string;
   status: number | string;
   stream: boolean | number;
   prompt_tokens: number | string;
@@ -241,7 +241,7 @@ interface RawLog extends Omit<LogRecord, "time_ms" | "status" | "prompt_tokens" 
 function toRecord(r: RawLog, bodies: boolean): LogRecord {
   return {
     project_id: r.project_id,
-    time_ms: Number(r.time_ms),
+    time_us: Number(r.time_us),
     request_id: r.request_id,
     key_id: r.key_id,
     endpoint: r.endpoint,

@@ -7,7 +7,7 @@ import type { ModeName } from "./registry-store.js";
  */
 export interface LogRow {
   project_id: string;
-  /** UTC, `YYYY-MM-DD HH:MM:SS.mmm`. */
+  /** UTC, `YYYY-MM-DD HH:MM:SS.ffffff` (fewer fractional digits read as zeros). */
   time: string;
   request_id: string;
   key_id: string;
@@ -35,9 +35,9 @@ export interface LogRow {
   response_body: string;
 }
 
-/** A log as read back: a LogRow with its time in epoch milliseconds. */
+/** A log as read back: a LogRow with its time in epoch microseconds. */
 export interface LogRecord extends Omit<LogRow, "time" | "bodies_expire_at"> {
-  time_ms: number;
+  time_us: number;
 }
 
 /** Filters of a log listing; every one set must match. */
@@ -58,7 +58,8 @@ export interface LogFilter {
 
 /** Where a page starts: strictly after (older than) this log in newest-first order. */
 export interface LogCursor {
-  timeMs: number;
+  /** Epoch microseconds. */
+  timeUs: number;
   requestId: string;
 }
 

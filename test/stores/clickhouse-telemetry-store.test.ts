@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { randomBase62 } from "../../src/core/ids.js";
+import { utcMicrosText } from "../../src/core/telemetry/micros.js";
 import type { LogRow } from "../../src/stores/telemetry-store.js";
 import { allLogs, forEachEngine, logRow, T0 } from "../support/telemetry.js";
 
@@ -28,9 +29,19 @@ describe("ClickHouse telemetry store", function () {
       assert.equal(await engine().store.insert("live", [row], token()), 1);
       const got = await engine().store.getLog(p, "live", row.request_id);
       const { time, bodies_expire_at, ...rest } = row;
-      assert.deepEqual(got, { ...rest, time_ms: T0 + 1000 });
+      assert.deepEqual(got, { ...rest, time_us: (T0 + 1000) * 1000 });
       const [listed] = await allLogs(engine().store, p);
-      assert.deepEqual(listed, { ...rest, time_ms: T0 + 1000, request_body: "", response_body: "" });
+      assert.deepEqual(listed, { ...rest, time_us: (T0 + 1000) * 1000, request_body: "", response_body: "" });
+    });
+
+    it("keeps microseconds: logs one microsecond apart list in time order, not request-id order", async () => {
+      const p = project();
+      const us = (T0 + 5) * 1000;
+      // Request ids in the opposite order to their times, so an order by id alone would fail.
+      const rows = [3, 2, 1].map((n, i) => logRow(n, { project_id: p, time: utcMicrosText(us + i) }));
+      await engine().store.insert("live", rows, token());
+      const listed = await allLogs(engine().store, p);
+      assert.deepEqual(listed.map((l) => [l.request_id, l.time_us]), rows.map((r, i) => [r.request_id, us + i]).reverse());
     });
 
     it("lists newest first and applies each filter", async () => {
@@ -60,7 +71,7 @@ describe("ClickHouse telemetry store", function () {
 
     it("keeps pages stable while newer logs arrive", async () => {
       const p = project();
-      // Two logs share a millisecond: the cursor orders them by request id.
+      // Two logs share a time: the cursor orders them by request id.
       const rows = Array.from({ length: 10 }, (_, i) => logRow(i, { project_id: p, timeMs: T0 + Math.floor(i / 2) * 1000 }));
       await engine().store.insert("live", rows, token());
       const first = await engine().store.listLogs({ projectId: p, mode: "live", filter: {}, limit: 3 });
@@ -68,12 +79,12 @@ describe("ClickHouse telemetry store", function () {
       const last = first.logs[2]!;
       await engine().store.insert("live", [logRow(100, { project_id: p, timeMs: T0 + 60_000 }), logRow(101, { project_id: p, timeMs: T0 + 120_000 })], token());
       const seen = ids(first.logs);
-      let after = { timeMs: last.time_ms, requestId: last.request_id };
+      let after = { timeUs: last.time_us, requestId: last.request_id };
       for (;;) {
         const page = await engine().store.listLogs({ projectId: p, mode: "live", filter: {}, limit: 3, after });
         seen.push(...ids(page.logs));
         if (!page.more) break;
-        after = { timeMs: page.logs[2]!.time_ms, requestId: page.logs[2]!.request_id };
+        after = { timeUs: page.logs[2]!.time_us, requestId: page.logs[2]!.request_id };
       }
       assert.deepEqual(seen, ids(rows).reverse());
     });

@@ -9,7 +9,7 @@
 CREATE TABLE IF NOT EXISTS request_logs_live
 (
     project_id String,
-    time DateTime64(3, 'UTC') CODEC(Delta, ZSTD(1)),
+    time DateTime64(6, 'UTC') CODEC(Delta, ZSTD(1)),
     request_id String,
     key_id String,
     endpoint LowCardinality(String),
@@ -48,7 +48,7 @@ SETTINGS non_replicated_deduplication_window = 10000;
 CREATE TABLE IF NOT EXISTS request_logs_test
 (
     project_id String,
-    time DateTime64(3, 'UTC') CODEC(Delta, ZSTD(1)),
+    time DateTime64(6, 'UTC') CODEC(Delta, ZSTD(1)),
     request_id String,
     key_id String,
     endpoint LowCardinality(String),

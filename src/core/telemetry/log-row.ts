@@ -1,15 +1,18 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
 import { type RequestLog, RequestLogSchema } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import type { ModeName } from "../../stores/registry-store.js";
 import type { LogRecord, LogRow } from "../../stores/telemetry-store.js";
 import { invalidRequest } from "../errors.js";
+import { microsOfTimestamp, timestampFromMicros, utcMicrosText } from "./micros.js";
 
 /** Ids are letters, digits, `_` and `-`, like every id the gateway makes. */
 export const ID = /^[A-Za-z0-9_-]{1,128}$/;
 /** Fits Decimal(18, 12): at most 6 integer and 12 fractional digits. */
 const COST_USD = /^\d{1,6}(\.\d{1,12})?$/;
+
+/** Before 2200-01-01, where DateTime64(6) ends (2262) with room for the bodies' TTL. */
+const MAX_TIME_US = Date.UTC(2200, 0, 1) * 1000;
 
 /** Bounds that keep one log from bloating the store; longer values are cut, never refused. */
 export const LIMITS = {
@@ -32,9 +35,6 @@ export function checkId(v: string, field: string): string {
   return v;
 }
 
-/** UTC `YYYY-MM-DD HH:MM:SS.mmm`, the text a DateTime64(3, 'UTC') column reads. */
-const utcText = (ms: number) => new Date(ms).toISOString().slice(0, 23).replace("T", " ");
-
 const cut = (v: string, n: number) => (v.length > n ? v.slice(0, n) : v);
 
 const cost = (v: string, field: string) => {
@@ -55,8 +55,8 @@ const nonNegative = (v: number, field: string) => {
  */
 export function rowOfLog(l: RequestLog, opts: { bodyTtlDays: number; nowMs: number }): { mode: ModeName; row: LogRow } {
   const mode = modeName(l.keyMode);
-  const timeMs = l.time ? timestampMs(l.time) : opts.nowMs;
-  if (!Number.isFinite(timeMs) || timeMs < 0) throw invalidRequest("invalid_value", "`time` is out of range.");
+  const timeUs = l.time ? microsOfTimestamp(l.time) : opts.nowMs * 1000;
+  if (!Number.isFinite(timeUs) || timeUs < 0 || timeUs >= MAX_TIME_US) throw invalidRequest("invalid_value", "`time` is out of range.");
   if (l.status < 0 || l.status > 999) throw invalidRequest("invalid_value", "`status` must be an HTTP status.");
   const metadata: Record<string, string> = {};
   let pairs = 0;
@@ -66,7 +66,7 @@ export function rowOfLog(l: RequestLog, opts: { bodyTtlDays: number; nowMs: numb
   }
   const row: LogRow = {
     project_id: checkId(l.projectId, "project_id"),
-    time: utcText(timeMs),
+    time: utcMicrosText(timeUs),
     request_id: checkId(l.requestId, "request_id"),
     key_id: cut(l.keyId, LIMITS.text),
     endpoint: cut(l.endpoint, LIMITS.text),
@@ -86,7 +86,7 @@ export function rowOfLog(l: RequestLog, opts: { bodyTtlDays: number; nowMs: numb
     latency_ms: nonNegative(l.latencyMs, "latency_ms"),
     ttfb_ms: nonNegative(l.ttfbMs, "ttfb_ms"),
     upstream_latency_ms: nonNegative(l.upstreamLatencyMs, "upstream_latency_ms"),
-    bodies_expire_at: utcText(timeMs + opts.bodyTtlDays * 86_400_000).slice(0, 19),
+    bodies_expire_at: utcMicrosText(timeUs + opts.bodyTtlDays * 86_400_000_000).slice(0, 19),
     request_body: cut(l.requestBody, LIMITS.bodyChars),
     response_body: cut(l.responseBody, LIMITS.bodyChars),
   };
@@ -97,7 +97,7 @@ export function rowOfLog(l: RequestLog, opts: { bodyTtlDays: number; nowMs: numb
 export function logOfRecord(r: LogRecord, mode: ModeName): RequestLog {
   return create(RequestLogSchema, {
     requestId: r.request_id,
-    time: timestampFromMs(r.time_ms),
+    time: timestampFromMicros(r.time_us),
     projectId: r.project_id,
     keyId: r.key_id,
     keyMode: mode === "live" ? KeyMode.LIVE : KeyMode.TEST,

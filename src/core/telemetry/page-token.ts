@@ -9,7 +9,7 @@ import { invalidRequest } from "../errors.js";
  * filters is refused instead of silently paging another listing.
  */
 export function encodePageToken(last: LogCursor, query: unknown): string {
-  return Buffer.from(JSON.stringify([1, last.timeMs, last.requestId, fingerprint(query)])).toString("base64url");
+  return Buffer.from(JSON.stringify([2, last.timeUs, last.requestId, fingerprint(query)])).toString("base64url");
 }
 
 export function decodePageToken(token: string, query: unknown): LogCursor {
@@ -19,13 +19,13 @@ export function decodePageToken(token: string, query: unknown): LogCursor {
   } catch {
     parsed = undefined;
   }
-  if (!Array.isArray(parsed) || parsed[0] !== 1 || typeof parsed[1] !== "number" || typeof parsed[2] !== "string") {
+  if (!Array.isArray(parsed) || parsed[0] !== 2 || !Number.isSafeInteger(parsed[1]) || typeof parsed[2] !== "string") {
     throw invalidRequest("invalid_page_token", "`page_token` is not a token this listing returned.");
   }
   if (parsed[3] !== fingerprint(query)) {
     throw invalidRequest("invalid_page_token", "`page_token` belongs to a listing with other filters.");
   }
-  return { timeMs: parsed[1], requestId: parsed[2] };
+  return { timeUs: parsed[1], requestId: parsed[2] };
 }
 
 const fingerprint = (query: unknown) => createHash("sha256").update(JSON.stringify(query)).digest("base64url").slice(0, 12);

@@ -62,7 +62,7 @@ export function createTelemetryService({ store, writer, prompts, bodyTtlDays, no
       const last = logs.at(-1);
       return {
         logs: logs.map((r) => logOfRecord(r, mode)),
-        nextPageToken: more && last ? encodePageToken({ timeMs: last.time_ms, requestId: last.request_id }, scope) : "",
+        nextPageToken: more && last ? encodePageToken({ timeUs: last.time_us, requestId: last.request_id }, scope) : "",
       };
     },
 

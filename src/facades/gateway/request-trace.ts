@@ -1,8 +1,8 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
 import type { Completion, Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { RequestLogSchema } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
+import { arrivalMicros, timestampFromMicros } from "../../core/telemetry/micros.js";
 
 export type RequestLogInit = MessageInitShape<typeof RequestLogSchema>;
 
@@ -17,7 +17,8 @@ const cut = (s: string): string =>
  * (issue 4: one record per request, success or error). Times are from the request's arrival.
  */
 export class RequestTrace {
-  readonly startMs = Date.now();
+  /** Arrival, epoch microseconds; strictly increasing within the process (see micros.ts). */
+  readonly startUs = arrivalMicros();
   readonly #t0 = performance.now();
   projectId = "";
   keyId = "";
@@ -80,7 +81,7 @@ export class RequestTrace {
     const latencyMs = performance.now() - this.#t0;
     return {
       requestId: this.requestId,
-      time: timestampFromMs(this.startMs),
+      time: timestampFromMicros(this.startUs),
       projectId: this.projectId,
       keyId: this.keyId,
       keyMode: this.keyMode,

@@ -2,6 +2,7 @@ import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
 import type { AnalyticsMetrics, GetAnalyticsResponse, Prompt, RequestLog } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { AnalyticsGranularity } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
+import { isoMicros } from "../../core/telemetry/micros.js";
 
 /** The JSON shapes of the management API (documented in docs/management-api.md). */
 
@@ -13,7 +14,7 @@ export function logJson(l: RequestLog, full: boolean): Record<string, unknown> {
   const out: Record<string, unknown> = {
     id: l.requestId,
     object: "request_log",
-    time: iso(l.time),
+    time: l.time ? isoMicros(l.time) : null,
     project_id: l.projectId,
     key_id: l.keyId,
     key_mode: l.keyMode === KeyMode.TEST ? "test" : "live",

@@ -1,0 +1,40 @@
+import { create } from "@bufbuild/protobuf";
+import { type Timestamp, TimestampSchema } from "@bufbuild/protobuf/wkt";
+
+/**
+ * Request times are epoch microseconds (a JS number holds them exactly until the year 2255). Logs
+ * list newest first by this time, so a millisecond clock would leave two requests that start in the
+ * same millisecond (a cache hit answers in less) in request-id order rather than arrival order.
+ */
+let lastArrivalUs = 0;
+
+/**
+ * Now, in epoch microseconds, strictly increasing within this process: the wall clock's
+ * millisecond, moved on by a microsecond when an earlier call already had it (or a later time, if the
+ * wall clock stepped back). Requests one process took in turn list in the order they arrived.
+ */
+export function arrivalMicros(): number {
+  const us = Date.now() * 1000;
+  lastArrivalUs = us > lastArrivalUs ? us : lastArrivalUs + 1;
+  return lastArrivalUs;
+}
+
+export function timestampFromMicros(us: number): Timestamp {
+  const seconds = Math.floor(us / 1_000_000);
+  return create(TimestampSchema, { seconds: BigInt(seconds), nanos: (us - seconds * 1_000_000) * 1000 });
+}
+
+export function microsOfTimestamp(t: Timestamp): number {
+  return Number(t.seconds) * 1_000_000 + Math.floor(t.nanos / 1000);
+}
+
+/** UTC `YYYY-MM-DD HH:MM:SS.ffffff`, the text a DateTime64(6, 'UTC') column reads. */
+export function utcMicrosText(us: number): string {
+  const ms = Math.floor(us / 1000);
+  return `${new Date(ms).toISOString().slice(0, 19).replace("T", " ")}.${String(us - Math.floor(ms / 1000) * 1_000_000).padStart(6, "0")}`;
+}
+
+/** RFC 3339 UTC with microseconds, `YYYY-MM-DDTHH:MM:SS.ffffffZ`: a log's time as the management API shows it. */
+export function isoMicros(t: Timestamp): string {
+  return `${utcMicrosText(microsOfTimestamp(t)).replace(" ", "T")}Z`;
+}
