@@ -71,7 +71,9 @@ export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Su
   try {
     await serve(req, res, s, deps, flights, trace);
   } finally {
-    if (deps.record) {
+    // Logs are filed per project: a request refused before its key named one (401) has none, and is
+    // not recorded (the access log and the 401 answer are its trace).
+    if (deps.record && trace.projectId) {
       try {
         deps.record(trace.toLog());
       } catch (e) {

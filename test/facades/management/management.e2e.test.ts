@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { postJson, rawRequest, type RawResponse } from "../../support/http.js";
+import { captureLog } from "../../support/log-capture.js";
 
 /** Polls `fn` until `ok` holds (logs are written off the request path), or fails after `ms`. */
 async function until<T>(fn: () => Promise<T>, ok: (v: T) => boolean, ms = 5000): Promise<T> {
@@ -157,6 +158,17 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
     const unauth = await get("/v1/logs", "svc_sk_live_nope");
     assert.equal(unauth.status, 401);
     assert.equal(unauth.json().error.code, "invalid_api_key");
+  });
+
+  it("records no log, and warns of nothing, for a request whose key is refused", async () => {
+    let res: RawResponse | undefined;
+    const lines = await captureLog(async () => {
+      res = await postJson(chatUrl(), "svc_sk_live_notakey", { model: "chat-4o", messages: [{ role: "user", content: "who am I" }] });
+      await new Promise((r) => setTimeout(r, 200));
+    });
+    assert.equal(res!.status, 401);
+    assert.deepEqual(lines.filter((l) => l.includes("request log")), []);
+    assert.equal((await get(`/v1/logs/${String(res!.headers["x-svc-request-id"])}`)).status, 404);
   });
 
   it("serves the project's prompts: the latest version, or ?version=N, and 404 for unknown names", async () => {
