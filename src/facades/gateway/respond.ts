@@ -80,6 +80,7 @@ export async function writeStream(
   // current tick's promise jobs have run, instead of a syscall per event.
   let corked = false;
   const uncork = () => {
+    if (!corked) return;
     corked = false;
     res.uncork();
   };
@@ -111,6 +112,9 @@ export async function writeStream(
     // Ends the core's stream early when the client left, so it releases the upstream connection.
     await rest.return?.();
   }
+  // Uncorked before end(): on Node 22+ end() while corked puts the last chunk (and the trailer)
+  // on the wire ahead of the corked events, which the client then reads as a broken response.
+  uncork();
   if (!res.destroyed) {
     svc["X-Svc-Cost"] = cost;
     res.addTrailers({ "X-Svc-Cost": cost });
