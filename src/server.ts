@@ -128,7 +128,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         cacheEnabled: config.cache.enabled,
         maxRequestBytes: config.maxRequestBytes,
         // The writer queues in memory and never waits on the store: a request never waits for its log.
-        record: (entry) => void telemetry.recordRequest({ log: entry }).catch((e) => log.warn("request log dropped", { err: String(e) })),
+        record: (entry) => void telemetry.recordRequest({ $typeName: "svc.telemetry.v1.RecordRequestRequest", log: entry }).catch((e) => log.warn("request log dropped", { err: String(e) })),
       }), config.gatewayPort, config.host);
     cleanups.push(gateway.close);
     const management = await serveHttp(createManagementApp({ auth, telemetry }).callback(), config.managementPort, config.host);

@@ -28,10 +28,18 @@ export function microsOfTimestamp(t: Timestamp): number {
   return Number(t.seconds) * 1_000_000 + Math.floor(t.nanos / 1000);
 }
 
+let cachedSecond = NaN;
+let cachedSecondText = "";
+
 /** UTC `YYYY-MM-DD HH:MM:SS.ffffff`, the text a DateTime64(6, 'UTC') column reads. */
 export function utcMicrosText(us: number): string {
-  const ms = Math.floor(us / 1000);
-  return `${new Date(ms).toISOString().slice(0, 19).replace("T", " ")}.${String(us - Math.floor(ms / 1000) * 1_000_000).padStart(6, "0")}`;
+  const second = Math.floor(us / 1_000_000);
+  // Consecutive logs mostly fall in the same second: its text is made once (toISOString is costly).
+  if (second !== cachedSecond) {
+    cachedSecondText = new Date(second * 1000).toISOString().slice(0, 19).replace("T", " ");
+    cachedSecond = second;
+  }
+  return `${cachedSecondText}.${String(us - second * 1_000_000).padStart(6, "0")}`;
 }
 
 /** RFC 3339 UTC with microseconds, `YYYY-MM-DDTHH:MM:SS.ffffffZ`: a log's time as the management API shows it. */

@@ -6,6 +6,7 @@ import type { CacheService } from "../../gen/svc/cache/v1/cache_service_pb.js";
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
 import type { ProjectLimits } from "../../gen/svc/common/v1/project_limits_pb.js";
 import { type AdmitResponse, Decision, type LimitsService } from "../../gen/svc/limits/v1/limits_service_pb.js";
+import type { RequestLog } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import {
   ApiStyle,
   type Completion,
@@ -23,7 +24,7 @@ import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
 import { apiKeyOf, checkProviderVersion, metadataOf, readJsonBody, userIdOf } from "./request-input.js";
-import { type RequestLogInit, RequestTrace } from "./request-trace.js";
+import { RequestTrace } from "./request-trace.js";
 import { type SvcHeaders, writeCompletion, writeError, writeStream } from "./respond.js";
 
 export interface GatewayDeps {
@@ -36,7 +37,7 @@ export interface GatewayDeps {
   cacheEnabled: boolean;
   maxRequestBytes: number;
   /** Takes each request's log record (telemetry); must not block or throw. */
-  record?: (log: RequestLogInit) => void;
+  record?: (log: RequestLog) => void;
   /** Whether request and response bodies go into the log records. */
   logBodies?: boolean;
 }

@@ -14,6 +14,8 @@ describe("request times in microseconds", () => {
     const us = Date.UTC(2026, 10, 20, 12, 0, 5, 7) * 1000 + 42;
     assert.equal(utcMicrosText(us), "2026-11-20 12:00:05.007042");
     assert.equal(utcMicrosText(Date.UTC(1999, 11, 31, 23, 59, 59) * 1000 + 999_999), "1999-12-31 23:59:59.999999");
+    assert.equal(utcMicrosText(us + 1_000_000), "2026-11-20 12:00:06.007042", "the next second, after another second's text");
+    assert.equal(utcMicrosText(us), "2026-11-20 12:00:05.007042");
     const ts = timestampFromMicros(us);
     assert.equal(ts.seconds, BigInt(Math.floor(us / 1e6)));
     assert.equal(ts.nanos, 7_042_000);
