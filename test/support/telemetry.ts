@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ClickHouseClient } from "@clickhouse/client";
+import { utcMicrosText } from "../../src/core/telemetry/micros.js";
 import { connectClickHouseServer, openChdb } from "../../src/stores/clickhouse-client.js";
 import { createClickHouseTelemetryStore } from "../../src/stores/clickhouse-telemetry-store.js";
 import type { ModeName } from "../../src/stores/registry-store.js";
@@ -11,15 +12,13 @@ import { startTestClickHouse, type TestClickHouse } from "./clickhouse.js";
 /** 2026-11-20 12:00:00 UTC: the tests' clock. */
 export const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
 
-const utc = (ms: number) => new Date(ms).toISOString().slice(0, 23).replace("T", " ");
-
 /** A stored log row: request `n` of project `proj_a` at T0 + n seconds, unless overridden. */
 export function logRow(n: number, over: Partial<LogRow> & { timeMs?: number } = {}): LogRow {
   const { timeMs, ...rest } = over;
   const ms = timeMs ?? T0 + n * 1000;
   return {
     project_id: "proj_a",
-    time: utc(ms),
+    time: utcMicrosText(ms * 1000),
     request_id: `req_${String(n).padStart(6, "0")}`,
     key_id: "key_1",
     endpoint: "/v1/chat/completions",
@@ -39,7 +38,7 @@ export function logRow(n: number, over: Partial<LogRow> & { timeMs?: number } = 
     latency_ms: 100,
     ttfb_ms: 10,
     upstream_latency_ms: 90,
-    bodies_expire_at: utc(ms + 30 * 86_400_000).slice(0, 19),
+    bodies_expire_at: utcMicrosText((ms + 30 * 86_400_000) * 1000).slice(0, 19),
     request_body: `{"n":${n}}`,
     response_body: "{}",
     ...rest,
