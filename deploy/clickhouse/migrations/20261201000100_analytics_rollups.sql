@@ -55,24 +55,8 @@ SELECT
 FROM request_logs_live
 GROUP BY project_id, bucket;
 
-CREATE TABLE IF NOT EXISTS analytics_live_1h
-(
-    project_id String,
-    bucket DateTime('UTC'),
-    dim LowCardinality(String),
-    value String,
-    requests SimpleAggregateFunction(sum, UInt64),
-    errors SimpleAggregateFunction(sum, UInt64),
-    cache_hits SimpleAggregateFunction(sum, UInt64),
-    prompt_tokens SimpleAggregateFunction(sum, UInt64),
-    completion_tokens SimpleAggregateFunction(sum, UInt64),
-    cost_usd SimpleAggregateFunction(sum, Decimal(38, 12)),
-    latency_ms AggregateFunction(quantiles(0.5, 0.95, 0.99), Float32)
-)
-ENGINE = AggregatingMergeTree
-PARTITION BY toYYYYMM(bucket)
-ORDER BY (project_id, dim, value, bucket)
-SETTINGS non_replicated_deduplication_window = 10000, index_granularity = 1024;
+-- Every rollup table has the columns, key and settings of the per-minute one.
+CREATE TABLE IF NOT EXISTS analytics_live_1h AS analytics_live_1m;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS analytics_live_1h_mv TO analytics_live_1h AS
 SELECT
@@ -94,20 +78,8 @@ ARRAY JOIN arrayConcat(
             arraySlice(arrayFilter(p -> length(p.1) <= 64 AND length(p.2) <= 256, CAST(metadata, 'Array(Tuple(String, String))')), 1, 16))) AS d
 GROUP BY project_id, bucket, dim, value;
 
-CREATE TABLE IF NOT EXISTS analytics_live_1d
-(
-    project_id String,
-    bucket DateTime('UTC'),
-    dim LowCardinality(String),
-    value String,
-    requests SimpleAggregateFunction(sum, UInt64),
-    errors SimpleAggregateFunction(sum, UInt64),
-    cache_hits SimpleAggregateFunction(sum, UInt64),
-    prompt_tokens SimpleAggregateFunction(sum, UInt64),
-    completion_tokens SimpleAggregateFunction(sum, UInt64),
-    cost_usd SimpleAggregateFunction(sum, Decimal(38, 12)),
-    latency_ms AggregateFunction(quantiles(0.5, 0.95, 0.99), Float32)
-)
+-- Partitioned by year: a day table holds few rows per month.
+CREATE TABLE IF NOT EXISTS analytics_live_1d AS analytics_live_1m
 ENGINE = AggregatingMergeTree
 PARTITION BY toYear(bucket)
 ORDER BY (project_id, dim, value, bucket)
