@@ -9,6 +9,7 @@
  *   BENCH_RATE         open-loop rate, requests per second (default 200)
  *   BENCH_CONCURRENCY  closed-loop connections (default 32)
  *   BENCH_CPU_PROF=dir run the gateway child under --cpu-prof, profiles written to dir
+ *   BENCH_GATEWAY_NODE_ARGS  extra node options for the gateway child, space-separated (e.g. V8 heap flags)
  *
  * It reports; it never fails on a number (benchmarks report, tests judge). Exit code 1 only when
  * the bench itself could not run.
@@ -77,6 +78,7 @@ async function main(): Promise<void> {
     const upstream = fake.info.url as string;
     const childEnv = { BENCH_UPSTREAM: upstream, SVC_LOG_LEVEL: env.SVC_LOG_LEVEL ?? "warn" };
     const profArgs = env.BENCH_CPU_PROF ? ["--cpu-prof", `--cpu-prof-dir=${env.BENCH_CPU_PROF}`] : [];
+    profArgs.push(...(env.BENCH_GATEWAY_NODE_ARGS ?? "").split(" ").filter(Boolean));
     const [floor, gateway, load] = await Promise.all([
       startChild("floor proxy", "./floor-proxy.ts", { env: childEnv }),
       startChild("gateway", "./gateway-target.ts", { env: childEnv, execArgv: profArgs }),

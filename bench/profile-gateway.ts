@@ -69,6 +69,8 @@ if (files.length !== 1) throw new Error(`expected one main-thread profile in ${d
 const profile = JSON.parse(readFileSync(join(dir, files[0]!), "utf8")) as CpuProfile;
 
 const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+const parentOf = new Map<number, number>();
+for (const n of profile.nodes) for (const c of n.children ?? []) parentOf.set(c, n.id);
 const label = (id: number) => {
   const cf = byId.get(id)!.callFrame;
   const url = cf.url.replace(/^.*node_modules\//, "").replace(/^file:\/\/.*?\/(src|bench)\//, "$1/");
@@ -85,6 +87,8 @@ function areaOf(url: string, fn: string): string {
 for (const w of windows) {
   const self = new Map<string, number>();
   const area = new Map<string, number>();
+  // Inclusive time: each sample counts once for every distinct function of the project on its stack.
+  const inclusive = new Map<string, number>();
   let total = 0;
   let t = profile.startTime;
   for (let i = 0; i < profile.samples.length; i++) {
@@ -96,6 +100,14 @@ for (const w of windows) {
     total += dt;
     self.set(l.fn, (self.get(l.fn) ?? 0) + dt);
     area.set(l.file, (area.get(l.file) ?? 0) + dt);
+    const seen = new Set<string>();
+    for (let id: number | undefined = profile.samples[i]!; id !== undefined; id = parentOf.get(id)) {
+      const f = label(id);
+      if (f.file.startsWith("src/") && !seen.has(f.fn)) {
+        seen.add(f.fn);
+        inclusive.set(f.fn, (inclusive.get(f.fn) ?? 0) + dt);
+      }
+    }
   }
   const n = w.res.ok + w.res.errors;
   const cpuUs = w.b.user - w.a.user + (w.b.system - w.a.system);
@@ -106,6 +118,7 @@ for (const w of windows) {
   console.log(`-- heap used: before ${mb(w.heap[0])}, after the load ${mb(w.heap[1])}, after a full GC ${mb(w.heap[2])}`);
   console.log(`-- self time by area (busy main thread = 100%)\n${show(area, 20)}`);
   console.log(`-- self time by function\n${show(self, TOP)}`);
+  console.log(`-- inclusive time of the project's functions (with all they call)\n${show(inclusive, TOP)}`);
 }
 if (process.env.BENCH_PROFILE_KEEP === "1") console.log(`\nprofile kept: ${join(dir, files[0]!)}`);
 else rmSync(dir, { recursive: true, force: true });

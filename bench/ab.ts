@@ -1,0 +1,68 @@
+/**
+ * A/B of two gateways side by side in one run: saturated phases alternate between them (A B, then
+ * B A, ...), so the machine's drift hits both alike. On this machine the same build reads ±30%
+ * between whole bench runs, which hides a change of a few percent; alternating phases does not.
+ *
+ *   npm run build && node dist/bench/ab.js
+ *   BENCH_AB_BASE=dir        B is the gateway-target.js of another build's dist/bench (e.g. a
+ *                            worktree of the previous commit, built); default: this build for both
+ *   BENCH_AB_ARGS_A / _B     extra node options for A / B, space-separated (e.g. V8 flags)
+ *   BENCH_ROUNDS             rounds (default 6), BENCH_SECONDS per phase (default 3)
+ *   BENCH_STREAM=1           stream requests instead of non-stream
+ *   BENCH_CONCURRENCY        closed-loop connections (default 32)
+ *
+ * Prints per-round throughput and CPU µs per request of each, and the medians of B / A.
+ */
+import { resolve } from "node:path";
+import { cpuDelta, startChild, type Child } from "./proc.js";
+import type { LoadResult, LoadSpec } from "./load.js";
+import { benchChatRequest } from "./request.js";
+import { median } from "./stats.js";
+
+const env = process.env;
+const ROUNDS = Number(env.BENCH_ROUNDS || 6);
+const SECONDS = Number(env.BENCH_SECONDS || 3);
+const CONCURRENCY = Number(env.BENCH_CONCURRENCY || 32);
+const stream = env.BENCH_STREAM === "1";
+const args = (v: string | undefined) => (v ?? "").split(" ").filter(Boolean);
+
+const children: Child[] = [];
+try {
+  const fake = await startChild("fake upstream", "./fake-upstream.ts");
+  children.push(fake);
+  const childEnv = { BENCH_UPSTREAM: fake.info.url as string, SVC_LOG_LEVEL: env.SVC_LOG_LEVEL ?? "warn" };
+  const bScript = env.BENCH_AB_BASE ? resolve(env.BENCH_AB_BASE, "gateway-target.js") : "./gateway-target.ts";
+  const [a, b, load] = await Promise.all([
+    startChild("gateway A", "./gateway-target.ts", { env: childEnv, execArgv: args(env.BENCH_AB_ARGS_A) }),
+    startChild("gateway B", bScript, { env: childEnv, execArgv: args(env.BENCH_AB_ARGS_B) }),
+    startChild("load generator", "./load.ts"),
+  ]);
+  children.push(a, b, load);
+  console.log(`A: this build ${env.BENCH_AB_ARGS_A ?? ""}`);
+  console.log(`B: ${env.BENCH_AB_BASE ? bScript : "this build"} ${env.BENCH_AB_ARGS_B ?? ""}`);
+  console.log(`${ROUNDS} rounds of ${SECONDS} s saturated ${stream ? "stream" : "non-stream"} phases (x${CONCURRENCY}), alternating.\n`);
+
+  const spec = (g: Child, seconds: number): LoadSpec => ({ ...benchChatRequest(g.info.url as string, g.info.key as string, stream), mode: "closed", concurrency: CONCURRENCY, seconds });
+  for (const g of [a, b]) await load.call("run", spec(g, 2)); // warm-up
+
+  const rows: Record<"A" | "B", Array<{ rps: number; cpu: number; engine: number }>> = { A: [], B: [] };
+  for (let round = 1; round <= ROUNDS; round++) {
+    const order: Array<["A" | "B", Child]> = round % 2 ? [["A", a], ["B", b]] : [["B", b], ["A", a]];
+    const line: string[] = [];
+    for (const [name, g] of order) {
+      const c0 = await g.cpu();
+      const res = await load.call<LoadResult>("run", spec(g, SECONDS));
+      const d = cpuDelta(c0, await g.cpu());
+      const n = Math.max(1, res.ok + res.errors);
+      rows[name].push({ rps: res.throughput, cpu: d.us / n, engine: d.childrenUs / n });
+      line.push(`${name} ${res.throughput.toFixed(0).padStart(5)} req/s ${(d.us / n).toFixed(0).padStart(4)} (+${(d.childrenUs / n).toFixed(0)}) µs/req${res.errors ? ` ! ${res.errors} errors` : ""}`);
+    }
+    console.log(`  round ${round}  ${line.join("   ")}`);
+  }
+  const ratio = (f: (r: { rps: number; cpu: number; engine: number }) => number) => median(rows.A.map((r, i) => f(rows.B[i]!) / f(r)));
+  const med = (name: "A" | "B", f: (r: { rps: number; cpu: number; engine: number }) => number) => median(rows[name].map(f));
+  console.log(`\nmedian  A ${med("A", (r) => r.rps).toFixed(0)} req/s ${med("A", (r) => r.cpu).toFixed(0)} µs/req   B ${med("B", (r) => r.rps).toFixed(0)} req/s ${med("B", (r) => r.cpu).toFixed(0)} µs/req`);
+  console.log(`B / A per round, median: throughput ${ratio((r) => r.rps).toFixed(3)}, gateway CPU per request ${ratio((r) => r.cpu).toFixed(3)}`);
+} finally {
+  await Promise.all(children.map((c) => c.stop().catch(() => {})));
+}
