@@ -7,7 +7,7 @@
  *   npm run build && node dist/bench/telemetry-engine-cpu.js
  *   BENCH_RATE     logged requests per second (default 1500, about the gateway's saturated rate here)
  *   BENCH_SECONDS  measured seconds (default 20, after 5 s of warm-up)
- *   BENCH_FLUSH_MS the writer's flush interval (default 500, SVC_TELEMETRY_FLUSH_INTERVAL_MS)
+ *   BENCH_FLUSH_MS the writer's flush interval (default 1000, as SVC_TELEMETRY_FLUSH_INTERVAL_MS)
  */
 import { randomUUID } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -21,7 +21,7 @@ import { logRow } from "../test/support/telemetry.js";
 
 const RATE = Number(process.env.BENCH_RATE || 1500);
 const SECONDS = Number(process.env.BENCH_SECONDS || 20);
-const FLUSH_MS = Number(process.env.BENCH_FLUSH_MS || 500);
+const FLUSH_MS = Number(process.env.BENCH_FLUSH_MS || 1000);
 const WARMUP_S = 5;
 
 /** CPU seconds (user + system, all threads) of a process, from /proc/<pid>/stat. */

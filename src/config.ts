@@ -234,8 +234,8 @@ function telemetry(env: NodeJS.ProcessEnv, dataDir: string): TelemetryConfig {
   return {
     clickhouseUrl: env.SVC_CLICKHOUSE_URL ? url(env.SVC_CLICKHOUSE_URL, "SVC_CLICKHOUSE_URL") : undefined,
     bodyTtlDays: pick("SVC_TELEMETRY_BODY_TTL_DAYS", 30, 3650),
-    batchSize: pick("SVC_TELEMETRY_BATCH_SIZE", 1000, 100_000),
-    flushIntervalMs: pick("SVC_TELEMETRY_FLUSH_INTERVAL_MS", 500, 60_000),
+    batchSize: pick("SVC_TELEMETRY_BATCH_SIZE", 10_000, 100_000),
+    flushIntervalMs: pick("SVC_TELEMETRY_FLUSH_INTERVAL_MS", 1000, 60_000),
     spoolDir: env.SVC_TELEMETRY_SPOOL_DIR ? resolve(env.SVC_TELEMETRY_SPOOL_DIR) : join(dataDir, "telemetry-spool"),
     spoolMaxBytes: pick("SVC_TELEMETRY_SPOOL_MAX_BYTES", 1024 ** 3, Number.MAX_SAFE_INTEGER),
   };

@@ -3,12 +3,12 @@ import { join, resolve } from "node:path";
 import { ConfigError, loadConfig } from "../src/config.js";
 
 describe("telemetry configuration", () => {
-  it("defaults to chDB under the data dir, 30-day bodies, 1000-row batches every 500 ms and a 1 GiB spool", () => {
+  it("defaults to chDB under the data dir, 30-day bodies, batches of up to 10000 rows every second and a 1 GiB spool", () => {
     assert.deepEqual(loadConfig({ SVC_DATA_DIR: "/tmp/svc-x" }).telemetry, {
       clickhouseUrl: undefined,
       bodyTtlDays: 30,
-      batchSize: 1000,
-      flushIntervalMs: 500,
+      batchSize: 10_000,
+      flushIntervalMs: 1000,
       spoolDir: join("/tmp/svc-x", "telemetry-spool"),
       spoolMaxBytes: 1024 ** 3,
     });

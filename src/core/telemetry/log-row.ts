@@ -4,7 +4,7 @@ import { type RequestLog, RequestLogSchema } from "../../gen/svc/telemetry/v1/te
 import type { ModeName } from "../../stores/registry-store.js";
 import type { LogRecord, LogRow } from "../../stores/telemetry-store.js";
 import { invalidRequest } from "../errors.js";
-import { microsOfTimestamp, timestampFromMicros, utcMicrosText } from "./micros.js";
+import { microsOfTimestamp, timestampFromMicros, utcMicrosText, utcSecondText } from "./micros.js";
 
 /** Ids are letters, digits, `_` and `-`, like every id the gateway makes. */
 export const ID = /^[A-Za-z0-9_-]{1,128}$/;
@@ -86,7 +86,7 @@ export function rowOfLog(l: RequestLog, opts: { bodyTtlDays: number; nowMs: numb
     latency_ms: nonNegative(l.latencyMs, "latency_ms"),
     ttfb_ms: nonNegative(l.ttfbMs, "ttfb_ms"),
     upstream_latency_ms: nonNegative(l.upstreamLatencyMs, "upstream_latency_ms"),
-    bodies_expire_at: utcMicrosText(timeUs + opts.bodyTtlDays * 86_400_000_000).slice(0, 19),
+    bodies_expire_at: utcSecondText(timeUs + opts.bodyTtlDays * 86_400_000_000),
     request_body: cut(l.requestBody, LIMITS.bodyChars),
     response_body: cut(l.responseBody, LIMITS.bodyChars),
   };

@@ -28,18 +28,36 @@ export function microsOfTimestamp(t: Timestamp): number {
   return Number(t.seconds) * 1_000_000 + Math.floor(t.nanos / 1000);
 }
 
-let cachedSecond = NaN;
-let cachedSecondText = "";
+/**
+ * UTC `YYYY-MM-DD HH:MM:SS` of whole epoch seconds, remembering the last second it formatted:
+ * consecutive logs mostly fall in the same second, so its text is made once (toISOString is costly).
+ * One per kind of time, so that two kinds formatted in turn do not evict each other.
+ */
+class SecondText {
+  #second = NaN;
+  #text = "";
+
+  of(second: number): string {
+    if (second !== this.#second) {
+      this.#text = new Date(second * 1000).toISOString().slice(0, 19).replace("T", " ");
+      this.#second = second;
+    }
+    return this.#text;
+  }
+}
+
+const timeSeconds = new SecondText();
+const expirySeconds = new SecondText();
 
 /** UTC `YYYY-MM-DD HH:MM:SS.ffffff`, the text a DateTime64(6, 'UTC') column reads. */
 export function utcMicrosText(us: number): string {
   const second = Math.floor(us / 1_000_000);
-  // Consecutive logs mostly fall in the same second: its text is made once (toISOString is costly).
-  if (second !== cachedSecond) {
-    cachedSecondText = new Date(second * 1000).toISOString().slice(0, 19).replace("T", " ");
-    cachedSecond = second;
-  }
-  return `${cachedSecondText}.${String(us - second * 1_000_000).padStart(6, "0")}`;
+  return `${timeSeconds.of(second)}.${String(us - second * 1_000_000).padStart(6, "0")}`;
+}
+
+/** UTC `YYYY-MM-DD HH:MM:SS` of the second holding `us` (a DateTime column): a log's body expiry. */
+export function utcSecondText(us: number): string {
+  return expirySeconds.of(Math.floor(us / 1_000_000));
 }
 
 /** RFC 3339 UTC with microseconds, `YYYY-MM-DDTHH:MM:SS.ffffffZ`: a log's time as the management API shows it. */

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { arrivalMicros, microsOfTimestamp, timestampFromMicros, utcMicrosText } from "../../../src/core/telemetry/micros.js";
+import { arrivalMicros, microsOfTimestamp, timestampFromMicros, utcMicrosText, utcSecondText } from "../../../src/core/telemetry/micros.js";
 
 describe("request times in microseconds", () => {
   it("gives every arrival a later time than the one before, though many share a millisecond", () => {
@@ -16,6 +16,13 @@ describe("request times in microseconds", () => {
     assert.equal(utcMicrosText(Date.UTC(1999, 11, 31, 23, 59, 59) * 1000 + 999_999), "1999-12-31 23:59:59.999999");
     assert.equal(utcMicrosText(us + 1_000_000), "2026-11-20 12:00:06.007042", "the next second, after another second's text");
     assert.equal(utcMicrosText(us), "2026-11-20 12:00:05.007042");
+    // A log's time and its body expiry, formatted in turn (each remembers its own last second).
+    const expiry = us + 30 * 86_400_000_000;
+    for (let i = 0; i < 2; i++) {
+      assert.equal(utcMicrosText(us + i), `2026-11-20 12:00:05.00704${2 + i}`);
+      assert.equal(utcSecondText(expiry + i), "2026-12-20 12:00:05");
+    }
+    assert.equal(utcSecondText(Date.UTC(2027, 0, 1) * 1000 - 1), "2026-12-31 23:59:59", "the second holding the time, never rounded up");
     const ts = timestampFromMicros(us);
     assert.equal(ts.seconds, BigInt(Math.floor(us / 1e6)));
     assert.equal(ts.nanos, 7_042_000);
