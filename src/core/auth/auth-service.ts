@@ -138,7 +138,7 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
       if (!k) throw invalidApiKey();
       const p = await store.getProject(k.projectId);
       if (!p) throw invalidApiKey();
-      return { key: toKey(k), project: toProject(p) };
+      return { $typeName: "svc.auth.v1.VerifyKeyResponse", key: toKey(k), project: toProject(p) };
     },
   };
 }

@@ -30,6 +30,8 @@ const PROJECT_ID = /^[A-Za-z0-9_-]{1,128}$/;
 const CACHE_KEY = /^[A-Za-z0-9_-]{16,128}$/;
 const COST_USD = /^\d{1,30}(\.\d{1,30})?$/;
 const STORE_ERROR_LOG_INTERVAL_MS = 60_000;
+// Answers are complete messages: the in-process client passes them on without a create() per call.
+const noPayload = new Uint8Array(0);
 
 /**
  * Creates the CacheService implementation over a store. Lookups and writes are best effort: a
@@ -52,11 +54,11 @@ export function createCacheService({ store, defaultTtlSeconds, maxEntryBytes }: 
       const key = scopeKeyOf(checkProject(req.projectId), modeOf(req.keyMode), checkCacheKey(req.cacheKey));
       try {
         const entry = await store.get(key);
-        if (entry) return { hit: true, payload: entry.payload, costUsd: entry.costUsd };
+        if (entry) return { $typeName: "svc.cache.v1.GetEntryResponse", hit: true, payload: entry.payload, costUsd: entry.costUsd };
       } catch (err) {
         storeFailed("get", err);
       }
-      return { hit: false };
+      return { $typeName: "svc.cache.v1.GetEntryResponse", hit: false, payload: noPayload, costUsd: "" };
     },
 
     async putEntry(req) {
@@ -71,7 +73,7 @@ export function createCacheService({ store, defaultTtlSeconds, maxEntryBytes }: 
       } catch (err) {
         storeFailed("put", err);
       }
-      return {};
+      return { $typeName: "svc.cache.v1.PutEntryResponse" };
     },
   };
 }

@@ -1,4 +1,3 @@
-import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { ProviderConfig } from "../../config.js";
 import {
@@ -7,13 +6,12 @@ import {
   ProxyService,
   type StreamChatRequest,
   type StreamChatResponse,
-  StreamChatResponseSchema,
   type Usage,
-  UsageSchema,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { apiError, invalidRequest } from "../errors.js";
 import { newRequestId } from "../ids.js";
 import { SseParser } from "../sse.js";
+import { completionEvent, usage as canonicalUsage } from "./canonical.js";
 import { costPico, formatUsd, parsePrice, type Prices } from "./cost.js";
 import type { ModelRoute } from "./models.js";
 import type { UpstreamHttp, UpstreamResponse } from "./upstream-http.js";
@@ -75,7 +73,7 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
       try {
         if (res.status >= 400) throw upstreamError(route.adapter, res.status, await res.text());
         if (!req.stream) {
-          yield create(StreamChatResponseSchema, { event: { case: "completion", value: await completion(route, req, res) } });
+          yield completionEvent(await completion(route, req, res));
           return;
         }
         yield* stream(route, req, res);
@@ -147,7 +145,7 @@ function settleUsage(usage: Usage | undefined, req: StreamChatRequest, outChars:
   if (usage && (usage.inputTokens > 0 || usage.outputTokens > 0)) return usage;
   let inChars = req.system.length;
   for (const m of req.messages) for (const b of m.blocks) inChars += b.text.length + b.toolInputJson.length;
-  return create(UsageSchema, { inputTokens: Math.ceil(inChars / 4), outputTokens: Math.ceil(outChars() / 4), extraJson: usage?.extraJson ?? "" });
+  return canonicalUsage({ inputTokens: Math.ceil(inChars / 4), outputTokens: Math.ceil(outChars() / 4), extraJson: usage?.extraJson ?? "" });
 }
 
 /** True when the error is the client going away, which is not the upstream's fault. */

@@ -47,7 +47,7 @@ export function createTelemetryService({ store, writer, prompts, bodyTtlDays, no
       if (!req.log) throw invalidRequest("missing_required_field", "`log` is required.");
       const { mode, row } = rowOfLog(req.log, { bodyTtlDays, nowMs: now() });
       writer.record(mode, row);
-      return {};
+      return { $typeName: "svc.telemetry.v1.RecordRequestResponse" };
     },
 
     async listLogs(req) {

@@ -1,12 +1,6 @@
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import {
-  ApiStyle,
-  BlockType,
-  type ChatMessageSchema,
-  type ContentBlockSchema,
-  type ToolDefinitionSchema,
-} from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { ApiStyle, BlockType, type ChatMessage, type ContentBlock, type ToolDefinition } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject, type JsonObject } from "../../core/json.js";
+import { chatMessage, contentBlock, toolDefinition } from "../../core/proxy/canonical.js";
 import type { ParsedChatRequest } from "./codec.js";
 import {
   fail,
@@ -24,9 +18,6 @@ import {
   wrongType,
 } from "./validate.js";
 
-type MessageInit = MessageInitShape<typeof ChatMessageSchema>;
-type BlockInit = MessageInitShape<typeof ContentBlockSchema>;
-type ToolInit = MessageInitShape<typeof ToolDefinitionSchema>;
 
 const chat = ApiStyle.CHAT_COMPLETIONS;
 const roles = ["system", "developer", "user", "assistant", "tool", "function"] as const;
@@ -62,6 +53,7 @@ export function parseChatCompletionsRequest(body: unknown): ParsedChatRequest {
   return {
     style: chat,
     model,
+    system: "",
     messages,
     temperature,
     maxTokens: maxTokens ?? maxCompletionTokens,
@@ -86,19 +78,19 @@ function checkStreamOptions(b: JsonObject, stream: boolean): void {
   if (!stream) fail("invalid_value", "`stream_options` is only allowed when `stream` is true.");
 }
 
-function parseMessage(v: unknown, path: string): MessageInit {
+function parseMessage(v: unknown, path: string): ChatMessage {
   const m = requireObject(v, path);
   const role = requireOneOf(m, "role", roles, `${path}.role`);
   if (role === "tool") return parseToolMessage(m, path);
   const known = new Set(["role", "content"]);
-  const blocks: BlockInit[] = [];
+  const blocks: ContentBlock[] = [];
   let contentIsString = false;
   const content = m.content;
   const calls = role === "assistant" ? optionalArray(m, "tool_calls", `${path}.tool_calls`) : undefined;
   if (calls) known.add("tool_calls");
   if (typeof content === "string") {
     contentIsString = true;
-    blocks.push({ type: BlockType.TEXT, text: content, style: chat });
+    blocks.push(contentBlock({ type: BlockType.TEXT, text: content, style: chat }));
   } else if (Array.isArray(content)) {
     content.forEach((p, j) => blocks.push(parsePart(p, `${path}.content[${j}]`)));
   } else if (content === undefined || content === null) {
@@ -109,60 +101,60 @@ function parseMessage(v: unknown, path: string): MessageInit {
     wrongType(`${path}.content`, "a string or an array of content parts", content);
   }
   calls?.forEach((c, j) => blocks.push(parseToolCall(c, `${path}.tool_calls[${j}]`)));
-  return { role, blocks, contentIsString, extraJson: extraJson(m, known) };
+  return chatMessage({ role, blocks, contentIsString, extraJson: extraJson(m, known) });
 }
 
 /** A `tool` message is one tool-result block; an array content is also kept whole for the same style. */
-function parseToolMessage(m: JsonObject, path: string): MessageInit {
+function parseToolMessage(m: JsonObject, path: string): ChatMessage {
   const toolCallId = requireString(m, "tool_call_id", `${path}.tool_call_id`);
   const content = m.content;
-  let block: BlockInit;
+  let block: ContentBlock;
   if (typeof content === "string") {
-    block = { type: BlockType.TOOL_RESULT, toolCallId, text: content, style: chat };
+    block = contentBlock({ type: BlockType.TOOL_RESULT, toolCallId, text: content, style: chat });
   } else if (Array.isArray(content)) {
     const parts = content.map((p, j) => parsePart(p, `${path}.content[${j}]`));
     const text = parts.map((p) => (p.type === BlockType.TEXT ? p.text : "")).join("");
-    block = { type: BlockType.TOOL_RESULT, toolCallId, text, rawJson: JSON.stringify(content), style: chat };
+    block = contentBlock({ type: BlockType.TOOL_RESULT, toolCallId, text, rawJson: JSON.stringify(content), style: chat });
   } else if (content === undefined || content === null) {
     return missing(`${path}.content`);
   } else {
     return wrongType(`${path}.content`, "a string or an array of content parts", content);
   }
   const known = new Set(["role", "content", "tool_call_id"]);
-  return { role: "tool", blocks: [block], contentIsString: typeof content === "string", extraJson: extraJson(m, known) };
+  return chatMessage({ role: "tool", blocks: [block], contentIsString: typeof content === "string", extraJson: extraJson(m, known) });
 }
 
-function parsePart(v: unknown, path: string): BlockInit {
+function parsePart(v: unknown, path: string): ContentBlock {
   const part = requireObject(v, path);
   const type = requireString(part, "type", `${path}.type`);
   if (type === "text") {
     const text = requireString(part, "text", `${path}.text`);
-    return { type: BlockType.TEXT, text, extraJson: extraJson(part, kTextPartKnown), style: chat };
+    return contentBlock({ type: BlockType.TEXT, text, extraJson: extraJson(part, kTextPartKnown), style: chat });
   }
   const rawJson = JSON.stringify(part);
-  return { type: type === "image_url" ? BlockType.IMAGE : BlockType.OTHER, rawJson, style: chat };
+  return contentBlock({ type: type === "image_url" ? BlockType.IMAGE : BlockType.OTHER, rawJson, style: chat });
 }
 
-function parseToolCall(v: unknown, path: string): BlockInit {
+function parseToolCall(v: unknown, path: string): ContentBlock {
   const call = requireObject(v, path);
   const id = requireString(call, "id", `${path}.id`);
   if (call.type !== undefined) requireOneOf(call, "type", ["function"], `${path}.type`);
   const fn = requireObject(call.function, `${path}.function`);
-  return {
+  return contentBlock({
     type: BlockType.TOOL_USE,
     toolCallId: id,
     toolName: requireString(fn, "name", `${path}.function.name`),
     toolInputJson: requireString(fn, "arguments", `${path}.function.arguments`),
     extraJson: extraJson(call, kToolCallKnown),
     style: chat,
-  };
+  });
 }
 
 /**
  * A function tool. Unnamed fields of the tool stay at the top of extra_json and those of the function
  * (e.g. `strict`) under its `function` key, so the adapter can put each back where it was.
  */
-function parseTool(v: unknown, path: string): ToolInit {
+function parseTool(v: unknown, path: string): ToolDefinition {
   const t = requireObject(v, path);
   requireOneOf(t, "type", ["function"], `${path}.type`);
   const fn = requireObject(t.function, `${path}.function`);
@@ -176,10 +168,10 @@ function parseTool(v: unknown, path: string): ToolInit {
   const toolExtra: JsonObject = JSON.parse(extraJson(t, kToolKnown) || "{}");
   const fnExtra = extraJson(fn, kFunctionKnown);
   if (fnExtra) toolExtra.function = JSON.parse(fnExtra);
-  return {
+  return toolDefinition({
     name,
     description,
     inputSchemaJson: isObject(params) ? JSON.stringify(params) : "",
     extraJson: Object.keys(toolExtra).length ? JSON.stringify(toolExtra) : "",
-  };
+  });
 }

@@ -12,13 +12,13 @@ import {
 import type { ErrorInfo } from "../../core/errors.js";
 import { isObject, parseExtra } from "../../core/json.js";
 import { formatSse } from "../../core/sse.js";
-import type { ParsedChatRequest, StreamRenderer } from "./codec.js";
+import type { RenderedRequest, StreamRenderer } from "./codec.js";
 import { answerParts, createdOr, finishName, renderUsage, sameStyleExtra } from "./chat-completions-render.js";
 
 const done = formatSse("[DONE]");
 
 /** Whether the client asked for the final usage chunk (`stream_options.include_usage`). */
-function wantsUsage(req: ParsedChatRequest): boolean {
+function wantsUsage(req: RenderedRequest): boolean {
   try {
     const opts = parseExtra(req.extraJson ?? "").stream_options;
     return isObject(opts) && opts.include_usage === true;
@@ -42,7 +42,7 @@ class ChatStreamRenderer implements StreamRenderer {
   /** Canonical block index -> position among tool calls (OpenAI's tool_calls[].index). */
   readonly #toolIndex = new Map<number, number>();
 
-  constructor(req: ParsedChatRequest) {
+  constructor(req: RenderedRequest) {
     this.#includeUsage = wantsUsage(req);
     this.#model = req.model ?? "";
   }
@@ -131,4 +131,4 @@ class ChatStreamRenderer implements StreamRenderer {
   }
 }
 
-export const createChatStreamRenderer = (req: ParsedChatRequest): StreamRenderer => new ChatStreamRenderer(req);
+export const createChatStreamRenderer = (req: RenderedRequest): StreamRenderer => new ChatStreamRenderer(req);

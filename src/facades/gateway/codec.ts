@@ -1,9 +1,15 @@
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { Completion, StreamChatRequestSchema, StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import type { Completion, StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import type { ChatRequestBody } from "../../core/proxy/canonical.js";
 import type { ErrorInfo } from "../../core/errors.js";
 
-/** The canonical fields a facade codec fills from a client body (who-is-asking fields are set by the facade). */
-export type ParsedChatRequest = MessageInitShape<typeof StreamChatRequestSchema>;
+/**
+ * The canonical fields a facade codec fills from a client body, as complete messages (who-is-asking
+ * fields are set by the facade, `chatRequest()` in core/proxy/canonical.ts).
+ */
+export type ParsedChatRequest = ChatRequestBody;
+
+/** The request a stream renderer is made for (it reads the model the client named and the extra fields). */
+export type RenderedRequest = Partial<ParsedChatRequest>;
 
 /** Renders one streamed answer as SSE text for one client style. */
 export interface StreamRenderer {
@@ -24,5 +30,5 @@ export interface ClientCodec {
   /** Renders a whole answer as the style's JSON response object. */
   renderCompletion(completion: Completion): object;
   /** Creates a renderer for one streamed answer of the given request. */
-  createStreamRenderer(req: ParsedChatRequest): StreamRenderer;
+  createStreamRenderer(req: RenderedRequest): StreamRenderer;
 }

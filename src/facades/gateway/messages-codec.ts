@@ -1,23 +1,22 @@
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import {
   ApiStyle,
   type BlockDelta,
   BlockType,
-  type ChatMessageSchema,
+  type ChatMessage,
   type Completion,
   type ContentBlock,
-  ContentBlockSchema,
   type FinishReason,
   type StreamChatResponse,
-  type ToolDefinitionSchema,
+  type ToolDefinition,
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ErrorInfo } from "../../core/errors.js";
 import { extraJson, parseExtra, type JsonObject } from "../../core/json.js";
+import { chatMessage, contentBlock, toolDefinition } from "../../core/proxy/canonical.js";
 import { blockFromWire, blockToWire, joinTexts } from "../../core/proxy/upstreams/anthropic/blocks.js";
 import { stopReasonFromFinish } from "../../core/proxy/upstreams/anthropic/stop-reason.js";
 import { formatSse } from "../../core/sse.js";
-import type { ClientCodec, ParsedChatRequest, StreamRenderer } from "./codec.js";
+import type { ClientCodec, ParsedChatRequest, RenderedRequest, StreamRenderer } from "./codec.js";
 import {
   fail,
   missing,
@@ -53,8 +52,6 @@ const MESSAGE_KEYS = new Set(["role", "content"]);
 const TOOL_KEYS = new Set(["name", "description", "input_schema"]);
 const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 
-type MessageInit = MessageInitShape<typeof ChatMessageSchema>;
-type ToolInit = MessageInitShape<typeof ToolDefinitionSchema>;
 
 // ---- request ----------------------------------------------------------------------------------
 
@@ -96,7 +93,7 @@ function parseSystem(v: unknown): string {
   return joinTexts(v);
 }
 
-function parseMessage(v: unknown, i: number): MessageInit {
+function parseMessage(v: unknown, i: number): ChatMessage {
   const path = `messages[${i}]`;
   const m = requireObject(v, path);
   const role = requireOneOf(m, "role", ["user", "assistant"], `${path}.role`);
@@ -104,13 +101,13 @@ function parseMessage(v: unknown, i: number): MessageInit {
   let blocks: ContentBlock[];
   if (content === undefined || content === null) return missing(`${path}.content`);
   if (typeof content === "string") {
-    blocks = [create(ContentBlockSchema, { type: BlockType.TEXT, text: content, style: ApiStyle.MESSAGES })];
+    blocks = [contentBlock({ type: BlockType.TEXT, text: content, style: ApiStyle.MESSAGES })];
   } else if (Array.isArray(content)) {
     blocks = content.map((b, j) => blockFromWire(checkBlock(b, `${path}.content[${j}]`)));
   } else {
     return wrongType(`${path}.content`, "a string or an array of content blocks", content);
   }
-  return { role, blocks, contentIsString: typeof content === "string", extraJson: extraJson(m, MESSAGE_KEYS) };
+  return chatMessage({ role, blocks, contentIsString: typeof content === "string", extraJson: extraJson(m, MESSAGE_KEYS) });
 }
 
 /** Checks the fields a block type needs; block types this gateway does not know pass whole. */
@@ -133,22 +130,22 @@ function checkBlock(v: unknown, path: string): JsonObject {
 }
 
 /** Custom tools (no type, or "custom") are canonical tool definitions; server tools ride whole. */
-function parseTool(v: unknown, i: number): ToolInit {
+function parseTool(v: unknown, i: number): ToolDefinition {
   const path = `tools[${i}]`;
   const t = requireObject(v, path);
   const type = optionalString(t, "type", `${path}.type`);
   if (type !== undefined && type !== "custom") {
-    return { name: "", extraJson: JSON.stringify(t) };
+    return toolDefinition({ name: "", extraJson: JSON.stringify(t) });
   }
   const name = requireString(t, "name", `${path}.name`);
   if (!TOOL_NAME.test(name)) fail("invalid_value", `\`${path}.name\` must match ^[a-zA-Z0-9_-]{1,64}$, got '${name.slice(0, 80)}'.`);
   const schema = requireObject(t.input_schema, `${path}.input_schema`);
-  return {
+  return toolDefinition({
     name,
     description: optionalString(t, "description", `${path}.description`) ?? "",
     inputSchemaJson: JSON.stringify(schema),
     extraJson: extraJson(t, TOOL_KEYS),
-  };
+  });
 }
 
 /** Sampling fields the canonical model does not name: checked here, carried in extra_json. */
@@ -202,7 +199,7 @@ class MessagesStreamRenderer implements StreamRenderer {
   #next = 0;
   readonly #index = new Map<number, number>();
 
-  constructor(req: ParsedChatRequest) {
+  constructor(req: RenderedRequest) {
     this.#model = req.model ?? "";
   }
 
@@ -268,7 +265,7 @@ class MessagesStreamRenderer implements StreamRenderer {
 
   #delta(d: BlockDelta): string {
     // Text for a block that was never opened (a lenient upstream) opens a text block rather than vanish.
-    if (!this.#index.has(d.index) && d.text) return this.#open(d.index, create(ContentBlockSchema, { type: BlockType.TEXT, text: d.text }));
+    if (!this.#index.has(d.index) && d.text) return this.#open(d.index, contentBlock({ type: BlockType.TEXT, text: d.text }));
     const at = this.#index.get(d.index);
     if (at === undefined) return "";
     if (d.text) return textDelta(at, d.text);

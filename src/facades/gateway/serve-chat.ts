@@ -1,8 +1,8 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
 import type { AuthService } from "../../gen/svc/auth/v1/auth_service_pb.js";
-import type { CacheService } from "../../gen/svc/cache/v1/cache_service_pb.js";
+import type { CacheService, GetEntryRequest } from "../../gen/svc/cache/v1/cache_service_pb.js";
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
 import type { ProjectLimits } from "../../gen/svc/common/v1/project_limits_pb.js";
 import { type AdmitResponse, Decision, type LimitsService } from "../../gen/svc/limits/v1/limits_service_pb.js";
@@ -13,10 +13,9 @@ import {
   CompletionSchema,
   type ProxyService,
   type StreamChatRequest,
-  StreamChatRequestSchema,
-  StreamChatResponseSchema,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { cacheKeyOf } from "../../core/cache/cache-key.js";
+import { chatRequest, completionEvent } from "../../core/proxy/canonical.js";
 import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
 import type { Pricing } from "../../core/proxy/pricing.js";
 import { log } from "../../logger.js";
@@ -90,7 +89,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
   let bodies = false;
   let limitHeaders: Record<string, string> | undefined;
   try {
-    const { key, project } = await deps.auth.verifyKey({ secret: apiKeyOf(req) });
+    const { key, project } = await deps.auth.verifyKey({ $typeName: "svc.auth.v1.VerifyKeyRequest", secret: apiKeyOf(req) });
     bodies = deps.record !== undefined && deps.logBodies !== false && project!.logBodies;
     trace.projectId = project!.id;
     trace.keyId = key!.id;
@@ -111,17 +110,9 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     const asked = cachePolicyOf(req);
     const policy = deps.cacheEnabled ? asked : cacheOff;
     const parsed = s.codec.parseRequest(body.value);
-    const chat = create(StreamChatRequestSchema, {
-      ...parsed,
-      requestId,
-      projectId: project!.id,
-      keyId: key!.id,
-      keyMode: key!.mode,
-      userId,
-      metadata,
-    });
+    const chat = chatRequest(parsed, { requestId, projectId: project!.id, keyId: key!.id, keyMode: key!.mode, userId, metadata });
     const cached = policy.lookup || policy.store;
-    const scope = { projectId: chat.projectId, keyMode: chat.keyMode, cacheKey: cached ? cacheKeyOf(chat) : "" };
+    const scope: GetEntryRequest = { $typeName: "svc.cache.v1.GetEntryRequest", projectId: chat.projectId, keyMode: chat.keyMode, cacheKey: cached ? cacheKeyOf(chat) : "" };
 
     let hit: Completion | undefined;
     if (policy.lookup) {
@@ -241,7 +232,7 @@ async function serveHit(
   trace.cache = "HIT";
   trace.costSavedUsd = c.costUsd || "0";
   trace.answered(c);
-  const answer = create(StreamChatResponseSchema, { event: { case: "completion", value: { ...c, costUsd: "0" } } });
+  const answer = completionEvent({ ...c, costUsd: "0" });
   trace.firstByte();
   if (parsed.stream) {
     await writeStream(res, svc, extra, codec, parsed, answer, emptyEvents);
@@ -255,9 +246,10 @@ async function serveHit(
 const emptyEvents: AsyncIterator<never> = { next: async () => ({ done: true, value: undefined }) };
 
 /** Stores an answer off the request's path: the client already has it, and the cache never fails a request. */
-function store(deps: GatewayDeps, scope: { projectId: string; keyMode: KeyMode; cacheKey: string }, c: Completion, policy: CachePolicy): void {
+function store(deps: GatewayDeps, scope: GetEntryRequest, c: Completion, policy: CachePolicy): void {
+  const { projectId, keyMode, cacheKey } = scope;
   deps.cache
-    .putEntry({ ...scope, payload: toBinary(CompletionSchema, c), costUsd: c.costUsd, ttlSeconds: policy.ttlSeconds })
+    .putEntry({ $typeName: "svc.cache.v1.PutEntryRequest", projectId, keyMode, cacheKey, payload: toBinary(CompletionSchema, c), costUsd: c.costUsd, ttlSeconds: policy.ttlSeconds })
     .catch((e) => log.warn("cache store failed", { err: String(e) }));
 }
 

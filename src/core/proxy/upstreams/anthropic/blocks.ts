@@ -1,13 +1,11 @@
-import { create } from "@bufbuild/protobuf";
 import {
   ApiStyle,
   BlockType,
   type ContentBlock,
-  ContentBlockSchema,
   type Usage,
-  UsageSchema,
 } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject, parseExtra, type JsonObject } from "../../../json.js";
+import { contentBlock, usage } from "../../canonical.js";
 
 /**
  * Conversions between messages-style content blocks (https://docs.anthropic.com/en/api/messages) and
@@ -37,9 +35,9 @@ export function blockFromWire(b: JsonObject): ContentBlock {
   const style = ApiStyle.MESSAGES;
   switch (b.type) {
     case "text":
-      return create(ContentBlockSchema, { type: BlockType.TEXT, text: String(b.text ?? ""), extraJson: extraJson(b, TEXT_KEYS), style });
+      return contentBlock({ type: BlockType.TEXT, text: String(b.text ?? ""), extraJson: extraJson(b, TEXT_KEYS), style });
     case "tool_use":
-      return create(ContentBlockSchema, {
+      return contentBlock({
         type: BlockType.TOOL_USE,
         toolCallId: String(b.id ?? ""),
         toolName: String(b.name ?? ""),
@@ -51,7 +49,7 @@ export function blockFromWire(b: JsonObject): ContentBlock {
       const c = b.content;
       const text = typeof c === "string" ? c : Array.isArray(c) ? joinTexts(c) : "";
       const keys = typeof c === "string" || c === undefined ? new Set([...TOOL_RESULT_KEYS, "content"]) : TOOL_RESULT_KEYS;
-      return create(ContentBlockSchema, {
+      return contentBlock({
         type: BlockType.TOOL_RESULT,
         toolCallId: String(b.tool_use_id ?? ""),
         text,
@@ -61,9 +59,9 @@ export function blockFromWire(b: JsonObject): ContentBlock {
       });
     }
     case "image":
-      return create(ContentBlockSchema, { type: BlockType.IMAGE, rawJson: JSON.stringify(b), style });
+      return contentBlock({ type: BlockType.IMAGE, rawJson: JSON.stringify(b), style });
     default:
-      return create(ContentBlockSchema, { type: BlockType.OTHER, rawJson: JSON.stringify(b), style });
+      return contentBlock({ type: BlockType.OTHER, rawJson: JSON.stringify(b), style });
   }
 }
 
@@ -106,8 +104,8 @@ export function blockToWire(b: ContentBlock): JsonObject | undefined {
 
 /** A messages-style usage object as canonical Usage; the other counters (cache, server tools) ride in extra_json. */
 export function usageFromWire(u: unknown): Usage {
-  if (!isObject(u)) return create(UsageSchema, {});
-  return create(UsageSchema, {
+  if (!isObject(u)) return usage({});
+  return usage({
     inputTokens: count(u.input_tokens),
     outputTokens: count(u.output_tokens),
     extraJson: extraJson(u, USAGE_KEYS),

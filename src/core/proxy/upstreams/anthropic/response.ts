@@ -1,7 +1,7 @@
-import { create } from "@bufbuild/protobuf";
-import { ApiStyle, type Completion, CompletionSchema, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { ApiStyle, type Completion, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { apiError } from "../../../errors.js";
 import { extraJson, isObject } from "../../../json.js";
+import { completion } from "../../canonical.js";
 import { blockFromWire, usageFromWire } from "./blocks.js";
 import { finishFromStopReason } from "./stop-reason.js";
 
@@ -21,7 +21,7 @@ export const invalidResponse = (what: string) =>
 export function parseMessagesCompletion(body: unknown, req: StreamChatRequest): Completion {
   if (!isObject(body)) throw invalidResponse("the body is not a JSON object");
   if (!Array.isArray(body.content)) throw invalidResponse("`content` is not an array");
-  return create(CompletionSchema, {
+  return completion({
     id: typeof body.id === "string" ? body.id : "",
     model: req.model,
     created: nowSeconds(),

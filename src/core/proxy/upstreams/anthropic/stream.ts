@@ -1,4 +1,3 @@
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import {
   ApiStyle,
   BlockType,
@@ -6,19 +5,17 @@ import {
   FinishReason,
   type StreamChatRequest,
   type StreamChatResponse,
-  StreamChatResponseSchema,
-  UsageSchema,
 } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject, parseExtra, type JsonObject } from "../../../json.js";
 import type { SseEvent } from "../../../sse.js";
+import { streamEvent, usage } from "../../canonical.js";
 import type { StreamConverter } from "../adapter.js";
 import { blockFromWire, usageFromWire } from "./blocks.js";
 import { convertStreamError } from "./error.js";
 import { invalidResponse, MESSAGE_KEYS, nowSeconds } from "./response.js";
 import { finishFromStopReason } from "./stop-reason.js";
 
-type Event = MessageInitShape<typeof StreamChatResponseSchema>["event"];
-const ev = (event: Event): StreamChatResponse => create(StreamChatResponseSchema, { event });
+const ev = streamEvent;
 
 /**
  * Converts a messages-style stream (https://docs.anthropic.com/en/api/messages-streaming) into
@@ -122,7 +119,7 @@ export class MessagesStreamConverter implements StreamConverter {
       value: {
         finishReason: this.#finish,
         stopSequence: this.#stopSequence,
-        usage: create(UsageSchema, { inputTokens: this.#inputTokens, outputTokens: this.#outputTokens, extraJson: extra }),
+        usage: usage({ inputTokens: this.#inputTokens, outputTokens: this.#outputTokens, extraJson: extra }),
       },
     });
   }

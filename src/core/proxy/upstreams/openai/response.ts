@@ -1,17 +1,8 @@
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import {
-  ApiStyle,
-  BlockType,
-  CompletionSchema,
-  type Completion,
-  type ContentBlockSchema,
-  type StreamChatRequest,
-} from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { ApiStyle, BlockType, type Completion, type ContentBlock, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject, type JsonObject } from "../../../json.js";
+import { completion, contentBlock } from "../../canonical.js";
 import { invalidUpstreamResponse } from "./error.js";
 import { toFinishReason, toUsage } from "./usage.js";
-
-type BlockInit = MessageInitShape<typeof ContentBlockSchema>;
 
 const kTopKnown: ReadonlySet<string> = new Set(["id", "object", "created", "model", "choices", "usage"]);
 const kMessageKnown: ReadonlySet<string> = new Set(["role", "content", "tool_calls"]);
@@ -26,7 +17,7 @@ export function parseOpenAiCompletion(body: unknown, req: StreamChatRequest): Co
   const choice = body.choices.find((c) => isObject(c) && c.index === 0) ?? body.choices[0];
   if (!isObject(choice)) throw invalidUpstreamResponse("no choice");
   const message = isObject(choice.message) ? choice.message : {};
-  return create(CompletionSchema, {
+  return completion({
     id: typeof body.id === "string" ? body.id : "",
     model: req.model,
     created: typeof body.created === "number" && body.created > 0 ? Math.trunc(body.created) : 0,
@@ -39,10 +30,10 @@ export function parseOpenAiCompletion(body: unknown, req: StreamChatRequest): Co
   });
 }
 
-function blocksOf(message: JsonObject): BlockInit[] {
-  const blocks: BlockInit[] = [];
+function blocksOf(message: JsonObject): ContentBlock[] {
+  const blocks: ContentBlock[] = [];
   if (typeof message.content === "string" && message.content !== "") {
-    blocks.push({ type: BlockType.TEXT, text: message.content });
+    blocks.push(contentBlock({ type: BlockType.TEXT, text: message.content }));
   }
   if (Array.isArray(message.tool_calls)) {
     for (const call of message.tool_calls) if (isObject(call)) blocks.push(toolUseBlock(call));
@@ -50,12 +41,12 @@ function blocksOf(message: JsonObject): BlockInit[] {
   return blocks;
 }
 
-function toolUseBlock(call: JsonObject): BlockInit {
+function toolUseBlock(call: JsonObject): ContentBlock {
   const fn = isObject(call.function) ? call.function : {};
-  return {
+  return contentBlock({
     type: BlockType.TOOL_USE,
     toolCallId: typeof call.id === "string" ? call.id : "",
     toolName: typeof fn.name === "string" ? fn.name : "",
     toolInputJson: typeof fn.arguments === "string" ? fn.arguments : "",
-  };
+  });
 }

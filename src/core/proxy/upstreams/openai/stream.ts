@@ -1,15 +1,14 @@
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import {
   ApiStyle,
   BlockType,
   FinishReason,
-  StreamChatResponseSchema,
   type StreamChatRequest,
   type StreamChatResponse,
   type Usage,
 } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject, type JsonObject } from "../../../json.js";
 import type { SseEvent } from "../../../sse.js";
+import { streamEvent } from "../../canonical.js";
 import type { StreamConverter } from "../adapter.js";
 import { convertOpenAiStreamError, invalidUpstreamResponse } from "./error.js";
 import { toFinishReason, toUsage } from "./usage.js";
@@ -20,8 +19,7 @@ import { toFinishReason, toUsage } from "./usage.js";
  */
 const kChunkKnown: ReadonlySet<string> = new Set(["id", "object", "created", "model", "choices", "usage", "obfuscation"]);
 
-type Event = MessageInitShape<typeof StreamChatResponseSchema>["event"];
-const ev = (event: Event): StreamChatResponse => create(StreamChatResponseSchema, { event });
+const ev = streamEvent;
 
 /**
  * Converts OpenAI `chat.completion.chunk` SSE (https://platform.openai.com/docs/api-reference/chat-streaming)

@@ -1,6 +1,6 @@
-import { create } from "@bufbuild/protobuf";
-import { FinishReason, UsageSchema, type Usage } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { FinishReason, type Usage } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject } from "../../../json.js";
+import { usage as canonicalUsage } from "../../canonical.js";
 
 /** Usage fields the canonical model names; `total_tokens` is derivable, so it is not carried. */
 const kUsageKnown: ReadonlySet<string> = new Set(["prompt_tokens", "completion_tokens", "total_tokens"]);
@@ -13,7 +13,7 @@ const count = (v: unknown): number => (typeof v === "number" && Number.isFinite(
  */
 export function toUsage(usage: unknown): Usage | undefined {
   if (!isObject(usage)) return undefined;
-  return create(UsageSchema, {
+  return canonicalUsage({
     inputTokens: count(usage.prompt_tokens),
     outputTokens: count(usage.completion_tokens),
     extraJson: extraJson(usage, kUsageKnown),

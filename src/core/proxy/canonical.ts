@@ -1,0 +1,172 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import {
+  ApiStyle,
+  BlockType,
+  type ChatMessage,
+  type Completion,
+  type ContentBlock,
+  FinishReason,
+  type StreamChatRequest,
+  type StreamChatResponse,
+  type StreamChatResponseSchema,
+  type ToolDefinition,
+  type Usage,
+} from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+
+/**
+ * Complete canonical messages built as literals, for the request path. Protobuf's `create()` walks
+ * the schema for every message and fills fields in whatever order the init has them; a literal is
+ * several times cheaper (a chat request of one message: ~10 µs through `create()`) and always has
+ * the same shape, which keeps the code that reads it fast too. Every field is set (the type checker
+ * holds each literal to its schema); a field the caller leaves out gets its protobuf default.
+ */
+
+type Fields<T> = Partial<Omit<T, "$typeName">>;
+
+export function contentBlock(b: Fields<ContentBlock>): ContentBlock {
+  return {
+    $typeName: "svc.proxy.v1.ContentBlock",
+    type: b.type ?? BlockType.UNSPECIFIED,
+    text: b.text ?? "",
+    toolCallId: b.toolCallId ?? "",
+    toolName: b.toolName ?? "",
+    toolInputJson: b.toolInputJson ?? "",
+    isError: b.isError ?? false,
+    rawJson: b.rawJson ?? "",
+    extraJson: b.extraJson ?? "",
+    style: b.style ?? ApiStyle.UNSPECIFIED,
+  };
+}
+
+export function chatMessage(m: Fields<ChatMessage>): ChatMessage {
+  return {
+    $typeName: "svc.proxy.v1.ChatMessage",
+    role: m.role ?? "",
+    blocks: m.blocks ?? [],
+    contentIsString: m.contentIsString ?? false,
+    extraJson: m.extraJson ?? "",
+  };
+}
+
+export function toolDefinition(t: Fields<ToolDefinition>): ToolDefinition {
+  return {
+    $typeName: "svc.proxy.v1.ToolDefinition",
+    name: t.name ?? "",
+    description: t.description ?? "",
+    inputSchemaJson: t.inputSchemaJson ?? "",
+    extraJson: t.extraJson ?? "",
+  };
+}
+
+/** The fields of a chat request a client's body gives (what a facade codec parses). */
+export type ChatRequestBody = Pick<StreamChatRequest, "style" | "model" | "system" | "messages" | "temperature" | "maxTokens" | "stream" | "tools" | "extraJson">;
+
+/** The fields that say who is asking, which the facade sets. */
+export type ChatRequestCaller = Pick<StreamChatRequest, "requestId" | "projectId" | "keyId" | "keyMode" | "userId" | "metadata">;
+
+/** A complete chat request from a parsed body and its caller. */
+export function chatRequest(body: ChatRequestBody, who: ChatRequestCaller): StreamChatRequest {
+  return {
+    $typeName: "svc.proxy.v1.StreamChatRequest",
+    requestId: who.requestId,
+    projectId: who.projectId,
+    keyId: who.keyId,
+    keyMode: who.keyMode,
+    style: body.style,
+    model: body.model,
+    system: body.system,
+    messages: body.messages,
+    temperature: body.temperature,
+    maxTokens: body.maxTokens,
+    stream: body.stream,
+    tools: body.tools,
+    extraJson: body.extraJson,
+    userId: who.userId,
+    metadata: who.metadata,
+  };
+}
+
+export function usage(u: Fields<Usage>): Usage {
+  return { $typeName: "svc.proxy.v1.Usage", inputTokens: u.inputTokens ?? 0, outputTokens: u.outputTokens ?? 0, extraJson: u.extraJson ?? "" };
+}
+
+export function completion(c: Fields<Completion>): Completion {
+  return {
+    $typeName: "svc.proxy.v1.Completion",
+    id: c.id ?? "",
+    model: c.model ?? "",
+    created: c.created ?? 0,
+    blocks: c.blocks ?? [],
+    finishReason: c.finishReason ?? FinishReason.UNSPECIFIED,
+    stopSequence: c.stopSequence ?? "",
+    usage: c.usage,
+    costUsd: c.costUsd ?? "",
+    upstreamStyle: c.upstreamStyle ?? ApiStyle.UNSPECIFIED,
+    extraJson: c.extraJson ?? "",
+    messageExtraJson: c.messageExtraJson ?? "",
+  };
+}
+
+/** The one event of a non-stream answer. */
+export function completionEvent(value: Completion): StreamChatResponse {
+  return { $typeName: "svc.proxy.v1.StreamChatResponse", event: { case: "completion", value } };
+}
+
+/** A stream event as the adapters describe it: nested messages may be given as plain fields. */
+export type StreamEventInit = MessageInitShape<typeof StreamChatResponseSchema>["event"];
+
+/** A complete stream event: the `create(StreamChatResponseSchema, { event })` of the adapters, as literals. */
+export function streamEvent(e: StreamEventInit): StreamChatResponse {
+  return { $typeName: "svc.proxy.v1.StreamChatResponse", event: eventValue(e) };
+}
+
+function eventValue(e: StreamEventInit): StreamChatResponse["event"] {
+  switch (e?.case) {
+    case "messageStart": {
+      const s = e.value;
+      return {
+        case: "messageStart",
+        value: {
+          $typeName: "svc.proxy.v1.MessageStart",
+          id: s.id ?? "",
+          model: s.model ?? "",
+          created: s.created ?? 0,
+          usage: s.usage ? usage(s.usage) : undefined,
+          upstreamStyle: s.upstreamStyle ?? ApiStyle.UNSPECIFIED,
+          extraJson: s.extraJson ?? "",
+        },
+      };
+    }
+    case "blockStart":
+      return {
+        case: "blockStart",
+        value: { $typeName: "svc.proxy.v1.BlockStart", index: e.value.index ?? 0, block: e.value.block ? contentBlock(e.value.block) : undefined },
+      };
+    case "blockDelta": {
+      const d = e.value;
+      return {
+        case: "blockDelta",
+        value: { $typeName: "svc.proxy.v1.BlockDelta", index: d.index ?? 0, text: d.text ?? "", partialJson: d.partialJson ?? "", rawJson: d.rawJson ?? "" },
+      };
+    }
+    case "blockStop":
+      return { case: "blockStop", value: { $typeName: "svc.proxy.v1.BlockStop", index: e.value.index ?? 0 } };
+    case "messageEnd": {
+      const m = e.value;
+      return {
+        case: "messageEnd",
+        value: {
+          $typeName: "svc.proxy.v1.MessageEnd",
+          finishReason: m.finishReason ?? FinishReason.UNSPECIFIED,
+          stopSequence: m.stopSequence ?? "",
+          usage: m.usage ? usage(m.usage) : undefined,
+          costUsd: m.costUsd ?? "",
+        },
+      };
+    }
+    case "completion":
+      return { case: "completion", value: completion({ ...e.value, blocks: e.value.blocks?.map(contentBlock), usage: e.value.usage ? usage(e.value.usage) : undefined }) };
+    default:
+      return { case: undefined };
+  }
+}
