@@ -66,9 +66,11 @@ export function createMemoryCacheStore({ maxBytes, now = Date.now }: MemoryCache
       const payload = entry.payload.slice();
       slots.set(key, { payload, costUsd: entry.costUsd, expiresAt: now() + ttlSeconds * 1000, size });
       bytes += size;
-      for (const [k, slot] of slots) {
-        if (bytes <= maxBytes) break;
-        drop(k, slot);
+      if (bytes > maxBytes) {
+        for (const [k, slot] of slots) {
+          if (bytes <= maxBytes) break;
+          drop(k, slot);
+        }
       }
     },
 
