@@ -1,12 +1,5 @@
-import { create } from "@bufbuild/protobuf";
-import {
-  BlockType,
-  type Completion,
-  CompletionSchema,
-  type ContentBlock,
-  ContentBlockSchema,
-  type StreamChatResponse,
-} from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { BlockType, type Completion, type ContentBlock, type StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { completion, contentBlock } from "./canonical.js";
 
 /**
  * Builds the whole answer from a stream's canonical events, so a streamed answer can be cached and
@@ -24,7 +17,7 @@ export class CompletionAssembler {
     const e = ev.event;
     switch (e.case) {
       case "messageStart":
-        this.#c = create(CompletionSchema, {
+        this.#c = completion({
           id: e.value.id,
           model: e.value.model,
           created: e.value.created,
@@ -36,7 +29,7 @@ export class CompletionAssembler {
       case "blockStart": {
         const b = e.value.block;
         if (!b || (b.type !== BlockType.TEXT && b.type !== BlockType.TOOL_USE) || b.rawJson !== "") this.#ok = false;
-        else this.#blocks.set(e.value.index, create(ContentBlockSchema, { type: b.type, text: b.text, toolCallId: b.toolCallId, toolName: b.toolName, toolInputJson: b.toolInputJson, style: b.style }));
+        else this.#blocks.set(e.value.index, contentBlock({ type: b.type, text: b.text, toolCallId: b.toolCallId, toolName: b.toolName, toolInputJson: b.toolInputJson, style: b.style }));
         break;
       }
       case "blockDelta": {
