@@ -8,14 +8,12 @@ import {
 } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject, parseExtra, type JsonObject } from "../../../json.js";
 import type { SseEvent } from "../../../sse.js";
-import { streamEvent, usage } from "../../canonical.js";
+import { streamEvent, usage as canonicalUsage } from "../../canonical.js";
 import type { StreamConverter } from "../adapter.js";
 import { blockFromWire, usageFromWire } from "./blocks.js";
 import { convertStreamError } from "./error.js";
 import { invalidResponse, MESSAGE_KEYS, nowSeconds } from "./response.js";
 import { finishFromStopReason } from "./stop-reason.js";
-
-const ev = streamEvent;
 
 /**
  * Converts a messages-style stream (https://docs.anthropic.com/en/api/messages-streaming) into
@@ -57,11 +55,11 @@ export class MessagesStreamConverter implements StreamConverter {
         return [this.#start(data.message)];
       case "content_block_start":
         if (!isObject(data.content_block)) throw invalidResponse("`content_block_start` has no content_block");
-        return [ev({ case: "blockStart", value: { index: index(data), block: startBlock(data.content_block) } })];
+        return [streamEvent({ case: "blockStart", value: { index: index(data), block: startBlock(data.content_block) } })];
       case "content_block_delta":
-        return [ev({ case: "blockDelta", value: { index: index(data), ...delta(data.delta) } })];
+        return [streamEvent({ case: "blockDelta", value: { index: index(data), ...delta(data.delta) } })];
       case "content_block_stop":
-        return [ev({ case: "blockStop", value: { index: index(data) } })];
+        return [streamEvent({ case: "blockStop", value: { index: index(data) } })];
       case "message_delta":
         this.#delta(data);
         return [];
@@ -87,7 +85,7 @@ export class MessagesStreamConverter implements StreamConverter {
     this.#inputTokens = usage.inputTokens;
     this.#outputTokens = usage.outputTokens;
     this.#usageExtra = parseExtra(usage.extraJson);
-    return ev({
+    return streamEvent({
       case: "messageStart",
       value: {
         id: typeof m.id === "string" ? m.id : "",
@@ -114,12 +112,12 @@ export class MessagesStreamConverter implements StreamConverter {
 
   #end(): StreamChatResponse {
     const extra = Object.keys(this.#usageExtra).length ? JSON.stringify(this.#usageExtra) : "";
-    return ev({
+    return streamEvent({
       case: "messageEnd",
       value: {
         finishReason: this.#finish,
         stopSequence: this.#stopSequence,
-        usage: usage({ inputTokens: this.#inputTokens, outputTokens: this.#outputTokens, extraJson: extra }),
+        usage: canonicalUsage({ inputTokens: this.#inputTokens, outputTokens: this.#outputTokens, extraJson: extra }),
       },
     });
   }

@@ -19,8 +19,6 @@ import { toFinishReason, toUsage } from "./usage.js";
  */
 const kChunkKnown: ReadonlySet<string> = new Set(["id", "object", "created", "model", "choices", "usage", "obfuscation"]);
 
-const ev = streamEvent;
-
 /**
  * Converts OpenAI `chat.completion.chunk` SSE (https://platform.openai.com/docs/api-reference/chat-streaming)
  * into canonical events. OpenAI streams a flat delta per chunk; the canonical model wants numbered
@@ -75,7 +73,7 @@ class OpenAiStreamConverter implements StreamConverter {
   #start(chunk: JsonObject, out: StreamChatResponse[]): void {
     this.#started = true;
     const created = typeof chunk.created === "number" && chunk.created > 0 ? Math.trunc(chunk.created) : 0;
-    out.push(ev({
+    out.push(streamEvent({
       case: "messageStart",
       value: {
         id: typeof chunk.id === "string" ? chunk.id : "",
@@ -101,7 +99,7 @@ class OpenAiStreamConverter implements StreamConverter {
 
   #text(text: string, chunk: JsonObject, out: StreamChatResponse[]): void {
     if (this.#open?.type !== BlockType.TEXT) this.#openBlock(BlockType.TEXT, {}, chunk, out);
-    out.push(ev({ case: "blockDelta", value: { index: this.#open!.index, text } }));
+    out.push(streamEvent({ case: "blockDelta", value: { index: this.#open!.index, text } }));
   }
 
   #toolCall(call: JsonObject, chunk: JsonObject, out: StreamChatResponse[]): void {
@@ -116,7 +114,7 @@ class OpenAiStreamConverter implements StreamConverter {
       this.#toolBlocks.set(key, index);
     }
     if (typeof fn.arguments === "string" && fn.arguments !== "") {
-      out.push(ev({ case: "blockDelta", value: { index, partialJson: fn.arguments } }));
+      out.push(streamEvent({ case: "blockDelta", value: { index, partialJson: fn.arguments } }));
     }
   }
 
@@ -125,12 +123,12 @@ class OpenAiStreamConverter implements StreamConverter {
     this.#closeBlock(out);
     const index = this.#nextIndex++;
     this.#open = { index, type };
-    out.push(ev({ case: "blockStart", value: { index, block: { type, ...fields } } }));
+    out.push(streamEvent({ case: "blockStart", value: { index, block: { type, ...fields } } }));
     return index;
   }
 
   #closeBlock(out: StreamChatResponse[]): void {
-    if (this.#open) out.push(ev({ case: "blockStop", value: { index: this.#open.index } }));
+    if (this.#open) out.push(streamEvent({ case: "blockStop", value: { index: this.#open.index } }));
     this.#open = undefined;
   }
 
@@ -139,7 +137,7 @@ class OpenAiStreamConverter implements StreamConverter {
     const out: StreamChatResponse[] = [];
     if (!this.#started) this.#start({}, out);
     this.#closeBlock(out);
-    out.push(ev({ case: "messageEnd", value: { finishReason: this.#finish, usage: this.#usage } }));
+    out.push(streamEvent({ case: "messageEnd", value: { finishReason: this.#finish, usage: this.#usage } }));
     return out;
   }
 }
