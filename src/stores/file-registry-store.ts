@@ -75,7 +75,8 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
       return k;
     },
     async findKeyByHash(hash) {
-      return byHash.get(hash);
+      const key = byHash.get(hash);
+      return key && { key, project: projects.get(key.projectId) };
     },
     async close() {
       await file.idle();

@@ -1,6 +1,6 @@
 import { Redis } from "ioredis";
 import { log } from "../logger.js";
-import type { KeyRecord, ProjectRecord, RegistryStore } from "./registry-store.js";
+import type { KeyRecord, KeyWithProject, ProjectRecord, RegistryStore } from "./registry-store.js";
 
 /**
  * The cluster registry in Redis. Every key shares the `{svc:reg}` hash tag so the one Lua script
@@ -46,14 +46,31 @@ if v ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
 return 1`;
 
+// KEYS: hash. ARGV: key prefix, project prefix. Verification in one round trip: the key's JSON and
+// its project's JSON (nil when the project is gone), or nil when no key has this hash. The key and
+// project keys are not in KEYS, but they share the hash tag, so they are in the same cluster slot.
+const findKeyScript = `
+local id = redis.call('GET', KEYS[1])
+if not id then return false end
+local k = redis.call('GET', ARGV[1] .. id)
+if not k then return false end
+return {k, redis.call('GET', ARGV[2] .. cjson.decode(k).projectId)}`;
+
 type ScriptedRedis = Redis & {
   svcReplaceProject(k1: string, before: string, after: string): Promise<number>;
   svcCreateKey(k1: string, k2: string, k3: string, max: number, at: number, id: string, json: string): Promise<number>;
   svcDeleteKey(k1: string, setPrefix: string, hashPrefix: string): Promise<string | null>;
+  svcFindKey(k1: string, keyPrefix: string, projectPrefix: string): Promise<[string, string | null] | null>;
 };
 
 /** How many verified keys (and their projects) are remembered for an outage; the oldest go first. */
 const KNOWN_GOOD_MAX = 10_000;
+
+/** A record read from Redis with the JSON it was read from. */
+interface Known<V> {
+  text: string;
+  value: V;
+}
 
 export function createRedisRegistryStore(url: string): RegistryStore {
   const redis = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 2 }) as ScriptedRedis;
@@ -61,13 +78,21 @@ export function createRedisRegistryStore(url: string): RegistryStore {
   // keys and projects this replica verified last are served from memory until Redis is back. A key
   // cannot be deleted during the outage either, so this only ever serves what was valid when Redis
   // was last reachable. Logged once per outage.
-  const knownKeys = new Map<string, KeyRecord>();
-  const knownProjects = new Map<string, ProjectRecord>();
-  const remember = <V>(m: Map<string, V>, k: string, v: V | undefined) => {
+  //
+  // The same copies keep a record that reads back unchanged the same object, so the auth service's
+  // per-record messages (built once per record object) are not rebuilt on every request.
+  const knownKeys = new Map<string, Known<KeyRecord>>();
+  const knownProjects = new Map<string, Known<ProjectRecord>>();
+  /** Remembers the record read as `text` (null: none), reusing the remembered one when it is unchanged. */
+  const remember = <V>(m: Map<string, Known<V>>, k: string, text: string | null): V | undefined => {
+    const was = m.get(k);
+    if (was !== undefined && was.text === text) return was.value;
     m.delete(k);
-    if (v === undefined) return;
+    if (text === null) return undefined;
     if (m.size >= KNOWN_GOOD_MAX) m.delete(m.keys().next().value!);
-    m.set(k, v);
+    const value = JSON.parse(text) as V;
+    m.set(k, { text, value });
+    return value;
   };
   let outage = false;
   redis.on("error", (e: Error) => {
@@ -80,14 +105,13 @@ export function createRedisRegistryStore(url: string): RegistryStore {
     outage = false;
   });
   /** Reads through Redis when it is up; from the known-good copy when it is not. */
-  async function read<V>(m: Map<string, V>, k: string, load: () => Promise<V | undefined>): Promise<V | undefined> {
-    if (redis.status !== "ready" && m.has(k)) return m.get(k);
+  async function read<V, R>(m: Map<string, Known<V>>, k: string, fallback: (v: V) => R, load: () => Promise<R | undefined>): Promise<R | undefined> {
+    const known = m.get(k);
+    if (redis.status !== "ready" && known) return fallback(known.value);
     try {
-      const v = await load();
-      remember(m, k, v);
-      return v;
+      return await load();
     } catch (e) {
-      if (m.has(k)) return m.get(k);
+      if (known) return fallback(known.value);
       throw e;
     }
   }
@@ -95,6 +119,7 @@ export function createRedisRegistryStore(url: string): RegistryStore {
   redis.defineCommand("svcCreateKey", { numberOfKeys: 3, lua: createKeyScript });
   redis.defineCommand("svcDeleteKey", { numberOfKeys: 1, lua: deleteKeyScript });
   redis.defineCommand("svcReplaceProject", { numberOfKeys: 1, lua: replaceProjectScript });
+  redis.defineCommand("svcFindKey", { numberOfKeys: 1, lua: findKeyScript });
 
   const parse = <T>(v: string | null): T | undefined => (v === null ? undefined : (JSON.parse(v) as T));
 
@@ -103,7 +128,7 @@ export function createRedisRegistryStore(url: string): RegistryStore {
       await redis.multi().set(kProject(p.id), JSON.stringify(p)).zadd(kProjects, p.createdAt, p.id).exec();
     },
     async getProject(id) {
-      return read(knownProjects, id, async () => parse<ProjectRecord>(await redis.get(kProject(id))));
+      return read(knownProjects, id, (p) => p, async () => remember(knownProjects, id, await redis.get(kProject(id))));
     },
     async updateProject(id, change) {
       // Optimistic: read, change, write if unchanged; a concurrent update makes it try again.
@@ -113,7 +138,7 @@ export function createRedisRegistryStore(url: string): RegistryStore {
         const next = change(JSON.parse(before) as ProjectRecord);
         const done = await redis.svcReplaceProject(kProject(id), before, JSON.stringify(next));
         if (done === 1) {
-          if (knownProjects.has(id)) remember(knownProjects, id, next);
+          if (knownProjects.has(id)) remember(knownProjects, id, JSON.stringify(next));
           return next;
         }
         if (done === -1) return undefined;
@@ -142,9 +167,12 @@ export function createRedisRegistryStore(url: string): RegistryStore {
       return k;
     },
     async findKeyByHash(hash) {
-      return read(knownKeys, hash, async () => {
-        const id = await redis.get(kHash(hash));
-        return id === null ? undefined : parse<KeyRecord>(await redis.get(kKey(id)));
+      const withProject = (key: KeyRecord): KeyWithProject => ({ key, project: knownProjects.get(key.projectId)?.value });
+      return read(knownKeys, hash, withProject, async () => {
+        const found = await redis.svcFindKey(kHash(hash), `${T}:key:`, `${T}:project:`);
+        const key = remember(knownKeys, hash, found ? found[0] : null);
+        if (!found || !key) return undefined;
+        return { key, project: remember(knownProjects, key.projectId, found[1]) };
       });
     },
     async close() {

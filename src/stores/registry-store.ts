@@ -35,6 +35,12 @@ export interface KeyRecord {
   createdAt: number;
 }
 
+/** A key as found for verification, with the project it belongs to. */
+export interface KeyWithProject {
+  key: KeyRecord;
+  project: ProjectRecord | undefined;
+}
+
 /**
  * Where projects and keys live: a file under the data dir (embedded) or Redis (cluster). Every
  * method reads the store itself, not a copy, so a deleted key fails on every replica at once.
@@ -54,6 +60,10 @@ export interface RegistryStore {
   listKeys(projectId: string): Promise<KeyRecord[]>;
   /** Deletes a key; returns it, or undefined when there was none. */
   deleteKey(id: string): Promise<KeyRecord | undefined>;
-  findKeyByHash(hash: string): Promise<KeyRecord | undefined>;
+  /**
+   * The key with this secret hash and its project (undefined when the project is gone), or
+   * undefined when there is no such key: what verifying a request's key needs, in one read.
+   */
+  findKeyByHash(hash: string): Promise<KeyWithProject | undefined>;
   close(): Promise<void>;
 }

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { Redis } from "ioredis";
 import { createRedisRegistryStore } from "../../src/stores/redis-registry-store.js";
 import type { KeyRecord, RegistryStore } from "../../src/stores/registry-store.js";
 import { startRedis, type TestRedis } from "../support/redis.js";
@@ -33,7 +34,34 @@ describe("Redis registry store", () => {
     await a.createProject({ id: "proj_1", name: "one", plan: "pro", createdAt: 1 });
     assert.equal((await b.getProject("proj_1"))?.name, "one");
     assert.ok(await a.createKey(key("key_1", "proj_1", 1), 10));
-    assert.equal((await b.findKeyByHash("hash-key_1"))?.id, "key_1");
+    const found = await b.findKeyByHash("hash-key_1");
+    assert.equal(found?.key.id, "key_1");
+    assert.equal(found?.project?.name, "one");
+  });
+
+  it("finds a key whose project is gone without its project", async () => {
+    await a.createProject({ id: "proj_gone", name: "gone", plan: "pro", createdAt: 5 });
+    await a.createKey(key("key_gone", "proj_gone", 5), 10);
+    const raw = new Redis(redis.url);
+    await raw.del("{svc:reg}:project:proj_gone");
+    raw.disconnect();
+    const found = await b.findKeyByHash("hash-key_gone");
+    assert.equal(found?.key.id, "key_gone");
+    assert.equal(found?.project, undefined);
+  });
+
+  it("gives the same record objects while the stored ones are unchanged, new ones after a change", async () => {
+    await a.createProject({ id: "proj_same", name: "same", plan: "pro", createdAt: 6 });
+    await a.createKey(key("key_same", "proj_same", 6), 10);
+    const first = await b.findKeyByHash("hash-key_same");
+    const again = await b.findKeyByHash("hash-key_same");
+    assert.equal(again?.key, first?.key);
+    assert.equal(again?.project, first?.project);
+    await a.updateProject("proj_same", (p) => ({ ...p, name: "renamed" }));
+    const changed = await b.findKeyByHash("hash-key_same");
+    assert.equal(changed?.key, first?.key);
+    assert.notEqual(changed?.project, first?.project);
+    assert.equal(changed?.project?.name, "renamed");
   });
 
   it("makes a key deleted on one replica unknown on the other at once", async () => {

@@ -134,11 +134,9 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
     async verifyKey(req) {
       const mode = modeOfSecret(req.secret);
       if (mode === undefined) throw invalidApiKey(req.secret ? "Invalid API key." : "Missing API key: send it in the X-Svc-Api-Key header.");
-      const k = await store.findKeyByHash(hashSecretForLookup(req.secret));
-      if (!k) throw invalidApiKey();
-      const p = await store.getProject(k.projectId);
-      if (!p) throw invalidApiKey();
-      return { $typeName: "svc.auth.v1.VerifyKeyResponse", key: toKey(k), project: toProject(p) };
+      const found = await store.findKeyByHash(hashSecretForLookup(req.secret));
+      if (!found?.project) throw invalidApiKey();
+      return { $typeName: "svc.auth.v1.VerifyKeyResponse", key: toKey(found.key), project: toProject(found.project) };
     },
   };
 }
