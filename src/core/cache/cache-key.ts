@@ -3,9 +3,9 @@ import {
   ApiStyle,
   type ChatMessage,
   type ContentBlock,
-  type StreamChatRequest,
   type ToolDefinition,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import type { ChatRequestBody } from "../proxy/canonical.js";
 import { canonicalText, frame, parseForKey, writeCanonical } from "./canonical-form.js";
 
 /**
@@ -46,7 +46,7 @@ import { canonicalText, frame, parseForKey, writeCanonical } from "./canonical-f
  * their ids), temperature, max_tokens, tools and every other pass-through field. A parameter the
  * table does not know makes the key differ, which costs a miss, never a wrong answer.
  */
-export function cacheKeyOf(req: StreamChatRequest): string {
+export function cacheKeyOf(req: ChatRequestBody): string {
   const rules = rulesByStyle.get(req.style) ?? noRules;
   const material =
     `[${frame(KEY_VERSION)},${req.style},${frame(req.model)},${frame(req.system)},` +

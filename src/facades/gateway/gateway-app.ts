@@ -6,7 +6,7 @@ import { newRequestId } from "../../core/ids.js";
 import { errorMiddleware, methodNotAllowed } from "../http-errors.js";
 import { chatCompletionsCodec } from "./chat-completions-codec.js";
 import { messagesCodec } from "./messages-codec.js";
-import { type Flights, type GatewayDeps, serveChat, type Surface } from "./serve-chat.js";
+import { type GatewayDeps, type GatewayState, newGatewayState, serveChat, type Surface } from "./serve-chat.js";
 
 export type { GatewayDeps } from "./serve-chat.js";
 
@@ -26,17 +26,17 @@ const byPath = new Map(surfaces.map((s) => [s.path, s]));
  * unknown paths, wrong methods, path spellings the router also accepts) goes to the Koa app.
  */
 export function createGatewayHandler(deps: GatewayDeps): RequestListener {
-  const flights: Flights = new Map();
-  const koa = createGatewayApp(deps, flights).callback();
+  const state = newGatewayState();
+  const koa = createGatewayApp(deps, state).callback();
   return (req, res) => {
     const s = req.method === "POST" ? byPath.get(req.url!) : undefined;
-    if (s) void serveChat(req, res, s, deps, flights, newRequestId());
+    if (s) void serveChat(req, res, s, deps, state, newRequestId());
     else void koa(req, res);
   };
 }
 
 /** The Koa app for every gateway request that is not on the hot path. */
-export function createGatewayApp(deps: GatewayDeps, flights: Flights = new Map()): Koa {
+export function createGatewayApp(deps: GatewayDeps, state: GatewayState = newGatewayState()): Koa {
   const app = new Koa();
   const router = new Router();
 
@@ -57,7 +57,7 @@ export function createGatewayApp(deps: GatewayDeps, flights: Flights = new Map()
   for (const s of surfaces) {
     router.post(s.path, async (ctx) => {
       ctx.respond = false;
-      await serveChat(ctx.req, ctx.res, s, deps, flights, ctx.state.requestId as string);
+      await serveChat(ctx.req, ctx.res, s, deps, state, ctx.state.requestId as string);
     });
     router.all(s.path, (ctx) => {
       ctx.set("Allow", "POST");

@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
 import type { AuthService } from "../../gen/svc/auth/v1/auth_service_pb.js";
-import type { CacheService, GetEntryRequest } from "../../gen/svc/cache/v1/cache_service_pb.js";
+import type { CacheService, GetEntryRequest, GetEntryResponse } from "../../gen/svc/cache/v1/cache_service_pb.js";
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
 import type { ProjectLimits } from "../../gen/svc/common/v1/project_limits_pb.js";
 import { type AdmitResponse, Decision, type LimitsService } from "../../gen/svc/limits/v1/limits_service_pb.js";
@@ -22,7 +22,7 @@ import { log } from "../../logger.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
-import { apiKeyOf, checkProviderVersion, metadataOf, readJsonBody, userIdOf } from "./request-input.js";
+import { apiKeyOf, checkProviderVersion, type JsonBody, metadataOf, readJsonBody, userIdOf } from "./request-input.js";
 import { RequestTrace } from "./request-trace.js";
 import { type SvcHeaders, writeCompletion, writeError, writeStream } from "./respond.js";
 
@@ -57,6 +57,14 @@ export interface Surface {
  */
 export type Flights = Map<string, Promise<Completion | undefined>>;
 
+/** What one gateway's requests share: identical requests in flight, and the identities of recent keys. */
+export interface GatewayState {
+  flights: Flights;
+  identities: Identities;
+}
+
+export const newGatewayState = (): GatewayState => ({ flights: new Map(), identities: new Identities() });
+
 const hasLimits = (l: ProjectLimits | undefined): l is ProjectLimits =>
   l !== undefined && (l.requestsPerMinute !== undefined || l.requestsPerDay !== undefined || l.userRequestsPerMinute !== undefined || l.monthlySpendCapUsd !== undefined);
 
@@ -64,12 +72,14 @@ const hasLimits = (l: ProjectLimits | undefined): l is ProjectLimits =>
  * Serves one gateway request; never throws (errors become the spec's error response). Order:
  * key, body, cache lookup, admission (live keys: rate limits and the spend-cap reservation, which
  * a hit does not need), an identical request already in flight, else the upstream; then the answer
- * is stored and the reservation settled to the real cost.
+ * is stored and the reservation settled to the real cost. The body is read, parsed and looked up
+ * in the cache while the key is verified (`ahead`), but nothing of it is used, and none of its
+ * errors is answered, before the key is known good.
  */
-export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, flights: Flights, requestId: string): Promise<void> {
+export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, state: GatewayState, requestId: string): Promise<void> {
   const trace = new RequestTrace(requestId, s.path);
   try {
-    await serve(req, res, s, deps, flights, trace);
+    await serve(req, res, s, deps, state, trace);
   } finally {
     // Logs are filed per project: a request refused before its key named one (401) has none, and is
     // not recorded (the access log and the 401 answer are its trace).
@@ -83,18 +93,30 @@ export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Su
   }
 }
 
-async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, flights: Flights, trace: RequestTrace): Promise<void> {
+async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, { flights, identities }: GatewayState, trace: RequestTrace): Promise<void> {
   const requestId = trace.requestId;
   const svc: SvcHeaders = { "X-Svc-Request-Id": requestId, "X-Svc-Cache": "MISS", "X-Svc-Cost": "0" };
   let bodies = false;
   let limitHeaders: Record<string, string> | undefined;
   try {
-    const { key, project } = await deps.auth.verifyKey({ $typeName: "svc.auth.v1.VerifyKeyRequest", secret: apiKeyOf(req) });
+    const secret = apiKeyOf(req);
+    const verifying = deps.auth.verifyKey({ $typeName: "svc.auth.v1.VerifyKeyRequest", secret });
+    const early = ahead(req, s, deps, identities.get(secret));
+    let verified: Awaited<typeof verifying>;
+    try {
+      verified = await verifying;
+    } catch (e) {
+      identities.forget(secret);
+      throw e;
+    }
+    const { key, project } = verified;
+    identities.remember(secret, project!.id, key!.mode);
     bodies = deps.record !== undefined && deps.logBodies !== false && project!.logBodies;
     trace.projectId = project!.id;
     trace.keyId = key!.id;
     trace.keyMode = key!.mode;
-    const body = await readJsonBody(req, deps.maxRequestBytes);
+    const pre = await early;
+    const body = pre.body ?? fail(pre.error);
     if (bodies) trace.requestBody = body.text;
     const v = body.value as { model?: unknown; stream?: unknown } | null;
     if (typeof v?.model === "string") {
@@ -109,14 +131,16 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     if (s.style === ApiStyle.MESSAGES) checkProviderVersion(req);
     const asked = cachePolicyOf(req);
     const policy = deps.cacheEnabled ? asked : cacheOff;
-    const parsed = s.codec.parseRequest(body.value);
+    const parsed = pre.parsed ?? fail(pre.error);
     const chat = chatRequest(parsed, { requestId, projectId: project!.id, keyId: key!.id, keyMode: key!.mode, userId, metadata });
     const cached = policy.lookup || policy.store;
-    const scope: GetEntryRequest = { $typeName: "svc.cache.v1.GetEntryRequest", projectId: chat.projectId, keyMode: chat.keyMode, cacheKey: cached ? cacheKeyOf(chat) : "" };
+    const scope: GetEntryRequest = { $typeName: "svc.cache.v1.GetEntryRequest", projectId: chat.projectId, keyMode: chat.keyMode, cacheKey: cached ? pre.cacheKey || cacheKeyOf(parsed) : "" };
 
     let hit: Completion | undefined;
     if (policy.lookup) {
-      const got = await deps.cache.getEntry(scope);
+      // The lookup made while the key was verified, when it was made for this key's scope.
+      const guessed = pre.guess?.projectId === scope.projectId && pre.guess.keyMode === scope.keyMode ? await pre.lookup : undefined;
+      const got = guessed ?? (await deps.cache.getEntry(scope));
       if (got.hit) hit = fromBinary(CompletionSchema, got.payload);
     }
 
@@ -165,6 +189,88 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     if (bodies) trace.responseBody = body;
   }
 }
+
+/** A key's project and mode: fixed for as long as the key exists. */
+interface Identity {
+  projectId: string;
+  keyMode: KeyMode;
+}
+
+/**
+ * The identity of each key verified lately, by secret, so a request's cache lookup can start while
+ * its key is being verified (on Redis, both are a round trip). A guess only picks where to look:
+ * the answer found is used only once the key is verified, and only when the verified key's project
+ * and mode are the guessed ones; a key that fails verification is forgotten.
+ */
+export class Identities {
+  static readonly MAX = 10_000;
+  readonly #bySecret = new Map<string, Identity>();
+
+  get(secret: string): Identity | undefined {
+    return this.#bySecret.get(secret);
+  }
+
+  remember(secret: string, projectId: string, keyMode: KeyMode): void {
+    if (this.#bySecret.has(secret)) return;
+    if (this.#bySecret.size >= Identities.MAX) this.#bySecret.delete(this.#bySecret.keys().next().value!);
+    this.#bySecret.set(secret, { projectId, keyMode });
+  }
+
+  forget(secret: string): void {
+    this.#bySecret.delete(secret);
+  }
+}
+
+/** What a request works out while its key is being verified. */
+interface Ahead {
+  /** The body, or undefined with `error` when it could not be read. */
+  body: JsonBody | undefined;
+  /** The parsed request, or undefined with `error` when the body is not a valid request. */
+  parsed: ParsedChatRequest | undefined;
+  error: unknown;
+  /** The cache key ("" when the cache is off or the body did not parse). */
+  cacheKey: string;
+  /** The scope the lookup below was made in, from an earlier verification of the same key. */
+  guess: Identity | undefined;
+  lookup: Promise<GetEntryResponse | undefined> | undefined;
+}
+
+/**
+ * Reads and parses the body, and looks the answer up in the cache under the key's guessed
+ * identity, before the key's verdict. Never rejects: errors are kept and thrown in their turn, after
+ * the key is known good (a bad key is a 401 whatever the body).
+ */
+async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess: Identity | undefined): Promise<Ahead> {
+  const out: Ahead = { body: undefined, parsed: undefined, error: undefined, cacheKey: "", guess: undefined, lookup: undefined };
+  try {
+    out.body = await readJsonBody(req, deps.maxRequestBytes);
+    out.parsed = s.codec.parseRequest(out.body.value);
+  } catch (e) {
+    out.error = e;
+    return out;
+  }
+  if (deps.cacheEnabled) {
+    out.cacheKey = cacheKeyOf(out.parsed);
+    if (guess && lookupAsked(req)) {
+      out.guess = guess;
+      out.lookup = deps.cache.getEntry({ $typeName: "svc.cache.v1.GetEntryRequest", projectId: guess.projectId, keyMode: guess.keyMode, cacheKey: out.cacheKey }).catch(() => undefined);
+    }
+  }
+  return out;
+}
+
+/** Whether the request's cache policy asks for a lookup; a bad header is refused later, in its turn. */
+function lookupAsked(req: IncomingMessage): boolean {
+  try {
+    return cachePolicyOf(req).lookup;
+  } catch {
+    return false;
+  }
+}
+
+const fail = (e: unknown): never => {
+  throw e;
+};
 
 /**
  * Calls the core's proxy and writes its answer, JSON or SSE. Returns the whole answer when it is

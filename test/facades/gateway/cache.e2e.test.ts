@@ -46,6 +46,21 @@ for (const mode of ["memory", "redis"] as const) {
       assert.equal(upstreamCalls(p), 1);
     });
 
+    it("refuses a deleted key on its very next request, though its answer is cached and its key was just used", async () => {
+      const own = await gw.project(Plan.ENTERPRISE);
+      const p = fresh();
+      assert.equal((await postJson(url, own.live, chat(p))).headers["x-svc-cache"], "MISS");
+      assert.equal((await postJson(url, own.live, chat(p))).headers["x-svc-cache"], "HIT");
+      await gw.admin.deleteKey({ keyId: own.liveKeyId });
+      const after = await postJson(url, own.live, chat(p));
+      assert.equal(after.status, 401, after.text);
+      assert.equal(after.json().error.code, "invalid_api_key");
+      assert.equal(after.headers["x-svc-cache"], "MISS");
+      // Whatever the body: the key is judged first.
+      const bad = await postJson(url, own.live, { model: "chat-4o-mini" });
+      assert.equal(bad.status, 401, bad.text);
+    });
+
     it("keys on the canonical request: key order and default-valued parameters do not matter", async () => {
       const p = fresh();
       await postJson(url, keys.live, { messages: [{ content: p, role: "user" }], model: "chat-4o-mini" });
