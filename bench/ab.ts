@@ -10,8 +10,10 @@
  *   BENCH_ROUNDS             rounds (default 6), BENCH_SECONDS per phase (default 3)
  *   BENCH_STREAM=1           stream requests instead of non-stream
  *   BENCH_CONCURRENCY        closed-loop connections (default 32)
+ *   BENCH_HITS=1             the same prompt every time: the cache-hit path instead of the miss path
+ *   BENCH_RATE=N             open loop at N req/s instead of saturating: compares p50 latency too
  *
- * Prints per-round throughput and CPU µs per request of each, and the medians of B / A.
+ * Prints per-round throughput (or p50 latency) and CPU µs per request of each, and the medians of B / A.
  */
 import { resolve } from "node:path";
 import { cpuDelta, startChild, type Child } from "./proc.js";
@@ -24,6 +26,8 @@ const ROUNDS = Number(env.BENCH_ROUNDS || 6);
 const SECONDS = Number(env.BENCH_SECONDS || 3);
 const CONCURRENCY = Number(env.BENCH_CONCURRENCY || 32);
 const stream = env.BENCH_STREAM === "1";
+const hits = env.BENCH_HITS === "1";
+const RATE = Number(env.BENCH_RATE || 0);
 const args = (v: string | undefined) => (v ?? "").split(" ").filter(Boolean);
 
 const children: Child[] = [];
@@ -40,12 +44,21 @@ try {
   children.push(a, b, load);
   console.log(`A: this build ${env.BENCH_AB_ARGS_A ?? ""}`);
   console.log(`B: ${env.BENCH_AB_BASE ? bScript : "this build"} ${env.BENCH_AB_ARGS_B ?? ""}`);
-  console.log(`${ROUNDS} rounds of ${SECONDS} s saturated ${stream ? "stream" : "non-stream"} phases (x${CONCURRENCY}), alternating.\n`);
+  const how = RATE > 0 ? `${RATE} req/s` : `saturated (x${CONCURRENCY})`;
+  console.log(`${ROUNDS} rounds of ${SECONDS} s ${how} ${stream ? "stream" : "non-stream"} ${hits ? "cache-hit" : "cache-miss"} phases, alternating.\n`);
 
-  const spec = (g: Child, seconds: number): LoadSpec => ({ ...benchChatRequest(g.info.url as string, g.info.key as string, stream), mode: "closed", concurrency: CONCURRENCY, seconds });
+  const spec = (g: Child, seconds: number): LoadSpec => ({
+    ...benchChatRequest(g.info.url as string, g.info.key as string, stream),
+    mode: RATE > 0 ? "rate" : "closed",
+    rate: RATE || undefined,
+    concurrency: CONCURRENCY,
+    seconds,
+    unique: !hits,
+  });
   for (const g of [a, b]) await load.call("run", spec(g, 2)); // warm-up
 
-  const rows: Record<"A" | "B", Array<{ rps: number; cpu: number; engine: number }>> = { A: [], B: [] };
+  type Row = { rps: number; p50: number; cpu: number; engine: number };
+  const rows: Record<"A" | "B", Row[]> = { A: [], B: [] };
   for (let round = 1; round <= ROUNDS; round++) {
     const order: Array<["A" | "B", Child]> = round % 2 ? [["A", a], ["B", b]] : [["B", b], ["A", a]];
     const line: string[] = [];
@@ -54,15 +67,18 @@ try {
       const res = await load.call<LoadResult>("run", spec(g, SECONDS));
       const d = cpuDelta(c0, await g.cpu());
       const n = Math.max(1, res.ok + res.errors);
-      rows[name].push({ rps: res.throughput, cpu: d.us / n, engine: d.childrenUs / n });
-      line.push(`${name} ${res.throughput.toFixed(0).padStart(5)} req/s ${(d.us / n).toFixed(0).padStart(4)} (+${(d.childrenUs / n).toFixed(0)}) µs/req${res.errors ? ` ! ${res.errors} errors` : ""}`);
+      rows[name].push({ rps: res.throughput, p50: res.latP50, cpu: d.us / n, engine: d.childrenUs / n });
+      const speed = RATE > 0 ? `p50 ${res.latP50.toFixed(3)} ms` : `${res.throughput.toFixed(0).padStart(5)} req/s`;
+      line.push(`${name} ${speed} ${(d.us / n).toFixed(0).padStart(4)} (+${(d.childrenUs / n).toFixed(0)}) µs/req${res.errors ? ` ! ${res.errors} errors` : ""}`);
     }
     console.log(`  round ${round}  ${line.join("   ")}`);
   }
-  const ratio = (f: (r: { rps: number; cpu: number; engine: number }) => number) => median(rows.A.map((r, i) => f(rows.B[i]!) / f(r)));
-  const med = (name: "A" | "B", f: (r: { rps: number; cpu: number; engine: number }) => number) => median(rows[name].map(f));
-  console.log(`\nmedian  A ${med("A", (r) => r.rps).toFixed(0)} req/s ${med("A", (r) => r.cpu).toFixed(0)} µs/req   B ${med("B", (r) => r.rps).toFixed(0)} req/s ${med("B", (r) => r.cpu).toFixed(0)} µs/req`);
-  console.log(`B / A per round, median: throughput ${ratio((r) => r.rps).toFixed(3)}, gateway CPU per request ${ratio((r) => r.cpu).toFixed(3)}`);
+  const ratio = (f: (r: Row) => number) => median(rows.A.map((r, i) => f(rows.B[i]!) / f(r)));
+  const med = (name: "A" | "B", f: (r: Row) => number) => median(rows[name].map(f));
+  const speed = (name: "A" | "B") => (RATE > 0 ? `p50 ${med(name, (r) => r.p50).toFixed(3)} ms` : `${med(name, (r) => r.rps).toFixed(0)} req/s`);
+  console.log(`\nmedian  A ${speed("A")} ${med("A", (r) => r.cpu).toFixed(0)} µs/req   B ${speed("B")} ${med("B", (r) => r.cpu).toFixed(0)} µs/req`);
+  const speedRatio = RATE > 0 ? `p50 latency ${ratio((r) => r.p50).toFixed(3)}` : `throughput ${ratio((r) => r.rps).toFixed(3)}`;
+  console.log(`B / A per round, median: ${speedRatio}, gateway CPU per request ${ratio((r) => r.cpu).toFixed(3)}`);
 } finally {
   await Promise.all(children.map((c) => c.stop().catch(() => {})));
 }
