@@ -8,6 +8,7 @@ import {
   type StreamChatResponse,
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { cancelOf } from "../cancel.js";
 import { apiError, invalidRequest } from "../errors.js";
 import { newRequestId } from "../ids.js";
 import { SseParser } from "../sse.js";
@@ -69,7 +70,7 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
         apiKey: route.provider.apiKey,
         upstreamModel: route.model.upstreamModel,
       };
-      const res = await deps.http.send(route.adapter.buildRequest(req, target), ctx.signal);
+      const res = await deps.http.send(route.adapter.buildRequest(req, target), cancelOf(ctx));
       try {
         if (res.status >= 400) throw upstreamError(route.adapter, res.status, await res.text());
         if (!req.stream) {

@@ -2,6 +2,7 @@ import { StringDecoder } from "node:string_decoder";
 import { Agent, errors as undiciErrors, type Dispatcher } from "undici";
 import { ConnectError, Code } from "@connectrpc/connect";
 import type { Timeouts } from "../../config.js";
+import type { CancelSignal } from "../cancel.js";
 import { apiError } from "../errors.js";
 import type { UpstreamHttpRequest } from "./upstreams/adapter.js";
 
@@ -17,7 +18,7 @@ export interface UpstreamResponse {
 
 /** Sends adapter-built requests upstream over keep-alive pools, with the configured timeouts. */
 export interface UpstreamHttp {
-  send(req: UpstreamHttpRequest, signal: AbortSignal): Promise<UpstreamResponse>;
+  send(req: UpstreamHttpRequest, cancel: CancelSignal): Promise<UpstreamResponse>;
   close(): Promise<void>;
 }
 
@@ -44,10 +45,10 @@ export function createUpstreamHttp(timeouts: Timeouts): UpstreamHttp {
   });
 
   return {
-    send(req, clientSignal) {
+    send(req, cancel) {
       return new Promise<UpstreamResponse>((resolve, reject) => {
         const target = targetOf(req.url);
-        const exchange = new Exchange(resolve, reject, clientSignal, timeouts.totalMs);
+        const exchange = new Exchange(resolve, reject, cancel, timeouts.totalMs);
         try {
           agent.dispatch({ origin: target.origin, path: target.path, method: "POST", headers: req.headers, body: req.body }, exchange);
         } catch (e) {
@@ -83,7 +84,7 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   status = 0;
   #resolve: ((r: UpstreamResponse) => void) | undefined;
   #reject: ((e: unknown) => void) | undefined;
-  #signal: AbortSignal;
+  #cancel: CancelSignal;
   #controller: Dispatcher.DispatchController | undefined;
   #timer: NodeJS.Timeout;
   #timedOut = false;
@@ -96,21 +97,21 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   /** While `text()` gathers the body: what it has so far and its limit. */
   #text: { out: string; limit: number; done: (s: string) => void; fail: (e: unknown) => void } | undefined;
 
-  constructor(resolve: (r: UpstreamResponse) => void, reject: (e: unknown) => void, signal: AbortSignal, totalMs: number) {
+  constructor(resolve: (r: UpstreamResponse) => void, reject: (e: unknown) => void, cancel: CancelSignal, totalMs: number) {
     this.#resolve = resolve;
     this.#reject = reject;
-    this.#signal = signal;
+    this.#cancel = cancel;
     this.#timer = setTimeout(() => {
       this.#timedOut = true;
       this.#controller?.abort(new TotalTimeout("total timeout"));
     }, totalMs);
-    // The listener is never removed: the signal belongs to this one call and is dropped with it.
-    if (!signal.aborted) signal.addEventListener("abort", () => this.#controller?.abort(new ClientGone("client closed the request")), { once: true });
+    // The listener is never removed: the cancellation belongs to this one call and is dropped with it.
+    if (!cancel.aborted) cancel.onAbort(() => this.#controller?.abort(new ClientGone("client closed the request")));
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.#controller = controller;
-    if (this.#signal.aborted) controller.abort(new ClientGone("client closed the request"));
+    if (this.#cancel.aborted) controller.abort(new ClientGone("client closed the request"));
   }
 
   onResponseStart(_c: Dispatcher.DispatchController, statusCode: number): void {
@@ -232,7 +233,7 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   /** Maps a transport failure to the core's error: timeouts 504, unreachable 502, client gone Canceled. */
   #failure(e: unknown): ConnectError {
     if (e instanceof ConnectError) return e;
-    if (e instanceof ClientGone || this.#signal.aborted) return new ConnectError("client closed the request", Code.Canceled);
+    if (e instanceof ClientGone || this.#cancel.aborted) return new ConnectError("client closed the request", Code.Canceled);
     if (e instanceof TotalTimeout || this.#timedOut) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not finish within the total timeout.");
     if (e instanceof undiciErrors.ConnectTimeoutError) return apiError(504, "api_error", "upstream_timeout", "Timed out connecting to the upstream provider.");
     if (e instanceof undiciErrors.HeadersTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not start answering in time.");

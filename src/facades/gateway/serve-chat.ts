@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
-import type { Client } from "@connectrpc/connect";
+import { type Client, createContextValues } from "@connectrpc/connect";
 import type { AuthService } from "../../gen/svc/auth/v1/auth_service_pb.js";
 import type { CacheService, GetEntryRequest, GetEntryResponse } from "../../gen/svc/cache/v1/cache_service_pb.js";
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
@@ -15,6 +15,7 @@ import {
   type StreamChatRequest,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { cacheKeyOf } from "../../core/cache/cache-key.js";
+import { Cancellation, cancellationKey } from "../../core/cancel.js";
 import { chatRequest, completionEvent } from "../../core/proxy/canonical.js";
 import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
 import type { Pricing } from "../../core/proxy/pricing.js";
@@ -287,13 +288,13 @@ async function callUpstream(
   trace: RequestTrace,
   bodies: boolean,
 ): Promise<Completion | undefined> {
-  // A client that goes away aborts the upstream call.
-  const abort = new AbortController();
+  // A client that goes away aborts the upstream call (a Cancellation, not an AbortSignal: core/cancel.ts).
+  const cancel = new Cancellation();
   res.once("close", () => {
-    if (!res.writableFinished) abort.abort();
+    if (!res.writableFinished) cancel.abort();
   });
   trace.upstreamStarted();
-  const events = deps.proxy.streamChat(chat, { signal: abort.signal })[Symbol.asyncIterator]();
+  const events = deps.proxy.streamChat(chat, { contextValues: createContextValues().set(cancellationKey, cancel) })[Symbol.asyncIterator]();
   // Errors before the first event are still plain HTTP errors.
   const first = await events.next();
   if (first.done) throw new Error("the proxy ended without an answer");

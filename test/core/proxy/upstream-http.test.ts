@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { Cancellation, signalCancel } from "../../../src/core/cancel.js";
 import { createUpstreamHttp } from "../../../src/core/proxy/upstream-http.js";
 import { toErrorInfo } from "../../../src/core/errors.js";
 
@@ -32,7 +34,7 @@ describe("upstream HTTP client", () => {
 
   it("keeps a multi-byte character whole when it is split across two body chunks", async () => {
     const client = createUpstreamHttp(timeouts);
-    const res = await client.send({ url: `${url}/split`, headers: {}, body: "{}" }, new AbortController().signal);
+    const res = await client.send({ url: `${url}/split`, headers: {}, body: "{}" }, new Cancellation());
     let text = "";
     for await (const chunk of res.body) text += chunk;
     assert.equal(text, 'data: {"t":"café"}\n\n');
@@ -41,7 +43,7 @@ describe("upstream HTTP client", () => {
 
   it("ends an exchange that outlives the total timeout with 504 upstream_timeout", async () => {
     const client = createUpstreamHttp(timeouts);
-    const res = await client.send({ url: `${url}/slow`, headers: {}, body: "{}" }, new AbortController().signal);
+    const res = await client.send({ url: `${url}/slow`, headers: {}, body: "{}" }, new Cancellation());
     await assert.rejects(
       (async () => {
         for await (const _ of res.body);
@@ -50,4 +52,21 @@ describe("upstream HTTP client", () => {
     );
     await client.close();
   });
+
+  for (const [name, make] of [
+    ["a Cancellation (in-process calls)", () => { const c = new Cancellation(); return { cancel: c, abort: () => c.abort() }; }],
+    ["an AbortSignal (calls over the network)", () => { const a = new AbortController(); return { cancel: signalCancel(a.signal), abort: () => a.abort() }; }],
+  ] as const) {
+    it(`stops a stalled exchange when ${name} is cancelled, as Canceled (the client went away)`, async () => {
+      const client = createUpstreamHttp(timeouts);
+      const { cancel, abort } = make();
+      const res = await client.send({ url: `${url}/slow`, headers: {}, body: "{}" }, cancel);
+      const read = (async () => {
+        for await (const _ of res.body);
+      })();
+      setTimeout(abort, 20);
+      await assert.rejects(read, (e: unknown) => e instanceof ConnectError && e.code === Code.Canceled);
+      await client.close();
+    });
+  }
 });
