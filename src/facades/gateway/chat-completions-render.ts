@@ -5,7 +5,7 @@ import {
   type Completion,
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
-import { readExtra, type JsonObject } from "../../core/json.js";
+import { parseExtra, type JsonObject } from "../../core/json.js";
 
 /** Canonical finish reasons in chat-completions words (https://platform.openai.com/docs/api-reference/chat/object). */
 const finishNames: Record<FinishReason, string> = {
@@ -25,7 +25,7 @@ export const createdOr = (created: number): number => created || Math.floor(Date
 
 /** Extras written in the chat-completions style; another style's extras mean nothing to this client. */
 export const sameStyleExtra = (style: ApiStyle, json: string): JsonObject =>
-  style === ApiStyle.CHAT_COMPLETIONS ? readExtra(json) : {};
+  style === ApiStyle.CHAT_COMPLETIONS ? parseExtra(json) : {};
 
 /** The `usage` object; its details (cached tokens, reasoning tokens) only from a same-style upstream. */
 export function renderUsage(usage: Usage | undefined, style: ApiStyle): JsonObject {

@@ -10,7 +10,7 @@ import {
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ErrorInfo } from "../../core/errors.js";
-import { isObject, readExtra } from "../../core/json.js";
+import { isObject, parseExtra } from "../../core/json.js";
 import { formatSse } from "../../core/sse.js";
 import type { RenderedRequest, StreamRenderer } from "./codec.js";
 import { answerParts, createdOr, finishName, renderUsage, sameStyleExtra } from "./chat-completions-render.js";
@@ -20,7 +20,7 @@ const done = formatSse("[DONE]");
 /** Whether the client asked for the final usage chunk (`stream_options.include_usage`). */
 function wantsUsage(req: RenderedRequest): boolean {
   try {
-    const opts = readExtra(req.extraJson ?? "").stream_options;
+    const opts = parseExtra(req.extraJson ?? "").stream_options;
     return isObject(opts) && opts.include_usage === true;
   } catch {
     return false;

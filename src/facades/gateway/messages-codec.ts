@@ -11,7 +11,7 @@ import {
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ErrorInfo } from "../../core/errors.js";
-import { extraJson, readExtra, type JsonObject } from "../../core/json.js";
+import { extraJson, parseExtra, type JsonObject } from "../../core/json.js";
 import { chatMessage, contentBlock, toolDefinition } from "../../core/proxy/canonical.js";
 import { blockFromWire, blockToWire, joinTexts } from "../../core/proxy/upstreams/anthropic/blocks.js";
 import { stopReasonFromFinish } from "../../core/proxy/upstreams/anthropic/stop-reason.js";
@@ -166,7 +166,7 @@ function checkSampling(body: JsonObject): void {
 function renderCompletion(c: Completion): object {
   const same = c.upstreamStyle === ApiStyle.MESSAGES;
   return {
-    ...(same ? readExtra(c.extraJson) : {}),
+    ...(same ? parseExtra(c.extraJson) : {}),
     id: c.id,
     type: "message",
     role: "assistant",
@@ -179,7 +179,7 @@ function renderCompletion(c: Completion): object {
 }
 
 function renderUsage(u: Usage | undefined, same: boolean): JsonObject {
-  return { ...(same && u ? readExtra(u.extraJson) : {}), input_tokens: u?.inputTokens ?? 0, output_tokens: u?.outputTokens ?? 0 };
+  return { ...(same && u ? parseExtra(u.extraJson) : {}), input_tokens: u?.inputTokens ?? 0, output_tokens: u?.outputTokens ?? 0 };
 }
 
 // ---- stream -----------------------------------------------------------------------------------
@@ -232,7 +232,7 @@ class MessagesStreamRenderer implements StreamRenderer {
 
   #start(id: string, model: string, usage: JsonObject, extraJson: string): string {
     const message = {
-      ...(this.#same ? readExtra(extraJson) : {}),
+      ...(this.#same ? parseExtra(extraJson) : {}),
       id,
       type: "message",
       role: "assistant",
