@@ -117,7 +117,8 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     trace.keyId = key!.id;
     trace.keyMode = key!.mode;
     const pre = await early;
-    const body = pre.body ?? fail(pre.error);
+    if (!pre.body) throw pre.error;
+    const body = pre.body;
     if (bodies) trace.requestBody = body.text;
     const v = body.value as { model?: unknown; stream?: unknown } | null;
     if (typeof v?.model === "string") {
@@ -132,10 +133,11 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     if (s.style === ApiStyle.MESSAGES) checkProviderVersion(req);
     const asked = cachePolicyOf(req);
     const policy = deps.cacheEnabled ? asked : cacheOff;
-    const parsed = pre.parsed ?? fail(pre.error);
+    if (!pre.parsed) throw pre.error;
+    const parsed = pre.parsed;
     const chat = chatRequest(parsed, { requestId, projectId: project!.id, keyId: key!.id, keyMode: key!.mode, userId, metadata });
     const cached = policy.lookup || policy.store;
-    const scope: GetEntryRequest = { $typeName: "svc.cache.v1.GetEntryRequest", projectId: chat.projectId, keyMode: chat.keyMode, cacheKey: cached ? pre.cacheKey || cacheKeyOf(parsed) : "" };
+    const scope: GetEntryRequest = { $typeName: "svc.cache.v1.GetEntryRequest", projectId: chat.projectId, keyMode: chat.keyMode, cacheKey: cached ? pre.cacheKey : "" };
 
     let hit: Completion | undefined;
     if (policy.lookup) {
@@ -229,7 +231,7 @@ interface Ahead {
   /** The parsed request, or undefined with `error` when the body is not a valid request. */
   parsed: ParsedChatRequest | undefined;
   error: unknown;
-  /** The cache key ("" when the cache is off or the body did not parse). */
+  /** The cache key ("" when the cache is off (SVC_CACHE_DISABLED) or the body did not parse). */
   cacheKey: string;
   /** The scope the lookup below was made in, from an earlier verification of the same key. */
   guess: Identity | undefined;
@@ -268,10 +270,6 @@ function lookupAsked(req: IncomingMessage): boolean {
     return false;
   }
 }
-
-const fail = (e: unknown): never => {
-  throw e;
-};
 
 /**
  * Calls the core's proxy and writes its answer, JSON or SSE. Returns the whole answer when it is
