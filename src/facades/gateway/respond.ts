@@ -76,13 +76,15 @@ export async function writeStream(
   const renderer = codec.createStreamRenderer(req);
   let cost = "0";
   let failure: ErrorInfo | undefined;
-  // Events that arrive together (one upstream chunk) leave in one write: corked until the
-  // current tick's promise jobs have run, instead of a syscall per event.
-  let corked = false;
-  const uncork = () => {
-    if (!corked) return;
-    corked = false;
-    res.uncork();
+  // Events that arrive together (one upstream chunk) leave in one write: their texts are joined
+  // until the current tick's promise jobs have run, then written once. One write per tick rather
+  // than one per event: each write of a chunked response is framed and copied on its own.
+  let pending = "";
+  const flush = () => {
+    if (!pending) return;
+    const text = pending;
+    pending = "";
+    if (!res.destroyed) res.write(text);
   };
   const emit = (ev: StreamChatResponse) => {
     onEvent?.(ev);
@@ -90,12 +92,8 @@ export async function writeStream(
     else if (ev.event.case === "completion") cost = ev.event.value.costUsd || "0";
     const text = renderer.render(ev);
     if (!text) return;
-    if (!corked) {
-      corked = true;
-      res.cork();
-      process.nextTick(uncork);
-    }
-    res.write(text);
+    if (!pending) process.nextTick(flush);
+    pending += text;
   };
   try {
     emit(first);
@@ -107,14 +105,12 @@ export async function writeStream(
     if (res.destroyed || isCanceled(err)) return undefined;
     failure = toErrorInfo(err);
     if (failure.code === "internal_error") log.error("stream failed", { requestId: svc["X-Svc-Request-Id"], err: String((err as Error)?.stack ?? err) });
-    res.write(renderer.error(failure));
+    pending += renderer.error(failure);
   } finally {
     // Ends the core's stream early when the client left, so it releases the upstream connection.
     await rest.return?.();
   }
-  // Uncorked before end(): on Node 22+ end() while corked puts the last chunk (and the trailer)
-  // on the wire ahead of the corked events, which the client then reads as a broken response.
-  uncork();
+  flush();
   if (!res.destroyed) {
     svc["X-Svc-Cost"] = cost;
     res.addTrailers({ "X-Svc-Cost": cost });
