@@ -11,12 +11,12 @@ import {
 import { cancelOf } from "../cancel.js";
 import { apiError, invalidRequest } from "../errors.js";
 import { newRequestId } from "../ids.js";
-import { SseParser } from "../sse.js";
+import { type SseEvent, SseParser } from "../sse.js";
 import { completionEvent, usage as canonicalUsage } from "./canonical.js";
 import { costPico, formatUsd, parsePrice, type Prices } from "./cost.js";
 import type { ModelRoute } from "./models.js";
 import type { UpstreamHttp, UpstreamResponse } from "./upstream-http.js";
-import type { UpstreamAdapter, UpstreamTarget } from "./upstreams/adapter.js";
+import type { StreamConverter, UpstreamAdapter, UpstreamTarget } from "./upstreams/adapter.js";
 
 export interface ProxyDeps {
   models: Map<string, ModelRoute>;
@@ -77,7 +77,15 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
           yield completionEvent(await completion(route, req, res));
           return;
         }
-        yield* stream(route, req, res);
+        // The events are yielded here rather than through a nested generator (`yield*`): each event
+        // would pay a second generator step and its promises.
+        const events = new UpstreamEvents(route, req);
+        for await (const chunk of res.body) {
+          for (const ev of events.push(chunk)) yield ev;
+          events.check();
+        }
+        for (const ev of events.end()) yield ev;
+        events.check();
       } finally {
         res.dispose();
       }
@@ -114,31 +122,70 @@ async function completion(route: Route, req: StreamChatRequest, res: UpstreamRes
   return c;
 }
 
-async function* stream(route: Route, req: StreamChatRequest, res: UpstreamResponse): AsyncGenerator<StreamChatResponse> {
-  const parser = new SseParser();
-  const converter = route.adapter.createStreamConverter(req);
-  let outChars = 0;
-  const finish = (ev: StreamChatResponse): StreamChatResponse => {
+/**
+ * An upstream stream's text as canonical events: SSE framing, the adapter's conversion, and the
+ * usage and cost settled on `messageEnd`.
+ */
+class UpstreamEvents {
+  readonly #parser = new SseParser();
+  readonly #converter: StreamConverter;
+  #outChars = 0;
+  #failure: unknown;
+
+  constructor(
+    private readonly route: Route,
+    private readonly req: StreamChatRequest,
+  ) {
+    this.#converter = route.adapter.createStreamConverter(req);
+  }
+
+  /**
+   * The events a chunk of the body completes. A failure (an upstream error event, a malformed
+   * chunk) is held until `check()`, so the events before it in the same chunk still go out first.
+   */
+  push(chunk: string): StreamChatResponse[] {
+    const out: StreamChatResponse[] = [];
+    try {
+      for (const sse of this.#parser.push(chunk)) this.#convert(sse, out);
+    } catch (e) {
+      this.#failure = e;
+    }
+    return out;
+  }
+
+  /** The events left when the body has ended; an answer cut short fails at `check()`. */
+  end(): StreamChatResponse[] {
+    const out: StreamChatResponse[] = [];
+    try {
+      for (const sse of this.#parser.end()) this.#convert(sse, out);
+      if (!this.#converter.complete) {
+        throw apiError(502, "api_error", "upstream_stream_incomplete", "The upstream provider ended the stream before the answer was complete.");
+      }
+      for (const ev of this.#converter.end()) out.push(this.#finish(ev));
+    } catch (e) {
+      this.#failure = e;
+    }
+    return out;
+  }
+
+  /** Throws the failure met by the last `push` or `end`, after its events were passed on. */
+  check(): void {
+    if (this.#failure !== undefined) throw this.#failure;
+  }
+
+  #convert(sse: SseEvent, out: StreamChatResponse[]): void {
+    for (const ev of this.#converter.push(sse)) out.push(this.#finish(ev));
+  }
+
+  #finish(ev: StreamChatResponse): StreamChatResponse {
     const e = ev.event;
-    if (e.case === "blockDelta") outChars += e.value.text.length + e.value.partialJson.length;
+    if (e.case === "blockDelta") this.#outChars += e.value.text.length + e.value.partialJson.length;
     else if (e.case === "messageEnd") {
-      e.value.usage = settleUsage(e.value.usage, req, () => outChars);
-      e.value.costUsd = formatUsd(costPico(route.prices, e.value.usage.inputTokens, e.value.usage.outputTokens));
+      e.value.usage = settleUsage(e.value.usage, this.req, () => this.#outChars);
+      e.value.costUsd = formatUsd(costPico(this.route.prices, e.value.usage.inputTokens, e.value.usage.outputTokens));
     }
     return ev;
-  };
-  for await (const chunk of res.body) {
-    for (const sse of parser.push(chunk)) {
-      for (const ev of converter.push(sse)) yield finish(ev);
-    }
   }
-  for (const sse of parser.end()) {
-    for (const ev of converter.push(sse)) yield finish(ev);
-  }
-  if (!converter.complete) {
-    throw apiError(502, "api_error", "upstream_stream_incomplete", "The upstream provider ended the stream before the answer was complete.");
-  }
-  for (const ev of converter.end()) yield finish(ev);
 }
 
 /** The upstream's usage when it gave one; otherwise counted locally (~4 characters a token). */

@@ -1,0 +1,88 @@
+import assert from "node:assert/strict";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { createContextValues } from "@connectrpc/connect";
+import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
+import { ApiStyle, ProxyService } from "../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
+import { Cancellation, cancellationKey } from "../../../src/core/cancel.js";
+import { createDirectClient } from "../../../src/core/direct-client.js";
+import { loadConfig } from "../../../src/config.js";
+import { createProxyService } from "../../../src/core/proxy/proxy-service.js";
+import { createUpstreamHttp } from "../../../src/core/proxy/upstream-http.js";
+import { createAnthropicAdapter } from "../../../src/core/proxy/upstreams/anthropic/adapter.js";
+import { createOpenAiAdapter } from "../../../src/core/proxy/upstreams/openai/adapter.js";
+
+/** An OpenAI-style upstream that answers every request with `body`, written in one piece. */
+async function upstreamSending(body: string): Promise<{ url: string; close(): Promise<void> }> {
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end(body);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const { port } = server.address() as AddressInfo;
+  return { url: `http://127.0.0.1:${port}`, close: () => new Promise((r) => server.close(() => r())) };
+}
+
+const chunk = (delta: object, extra: object = {}) =>
+  `data: ${JSON.stringify({ id: "chatcmpl-1", object: "chat.completion.chunk", created: 1, model: "gpt-4o", choices: [{ index: 0, delta, finish_reason: null }], ...extra })}\n\n`;
+
+describe("ProxyService streams", () => {
+  async function streamFrom(body: string) {
+    const upstream = await upstreamSending(body);
+    const config = loadConfig({ SVC_OPENAI_BASE_URL: `${upstream.url}/v1`, SVC_OPENAI_API_KEY: "k" });
+    const httpClient = createUpstreamHttp(config.timeouts);
+    const adapters = new Map([[ApiStyle.CHAT_COMPLETIONS, createOpenAiAdapter()], [ApiStyle.MESSAGES, createAnthropicAdapter()]]);
+    const proxy = createDirectClient(ProxyService, createProxyService({ models: config.models, providers: config.providers, adapters, http: httpClient }));
+    const req = {
+      requestId: "req_1",
+      projectId: "proj_1",
+      keyId: "key_1",
+      keyMode: KeyMode.LIVE,
+      style: ApiStyle.CHAT_COMPLETIONS,
+      model: "chat-4o",
+      stream: true,
+      messages: [{ role: "user", blocks: [{ type: 1, text: "hi" }], contentIsString: true }],
+    };
+    const events: string[] = [];
+    let error: unknown;
+    try {
+      const calls = proxy.streamChat(req, { contextValues: createContextValues().set(cancellationKey, new Cancellation()) });
+      for await (const ev of calls) {
+        const e = ev.event;
+        events.push(e.case === "blockDelta" ? `delta:${e.value.text}` : e.case === "messageEnd" ? `messageEnd:${e.value.costUsd}` : String(e.case));
+      }
+    } catch (e) {
+      error = e;
+    } finally {
+      await httpClient.close();
+      await upstream.close();
+    }
+    return { events, error };
+  }
+
+  it("passes on the events that came before an upstream error in the same chunk, then fails", async () => {
+    const body = chunk({ role: "assistant", content: "" }) + chunk({ content: "Hel" }) + chunk({ content: "lo" }) +
+      `data: ${JSON.stringify({ error: { message: "overloaded", type: "server_error" } })}\n\n`;
+    const { events, error } = await streamFrom(body);
+    assert.deepEqual(events, ["messageStart", "blockStart", "delta:Hel", "delta:lo"]);
+    assert.ok(error, "the upstream's error event ends the stream with an error");
+  });
+
+  it("passes on every event of a cut-short stream before failing it as incomplete", async () => {
+    const { events, error } = await streamFrom(chunk({ role: "assistant", content: "" }) + chunk({ content: "Hi" }));
+    assert.deepEqual(events, ["messageStart", "blockStart", "delta:Hi"]);
+    assert.match(String((error as Error)?.message), /ended the stream before the answer was complete/);
+  });
+
+  it("settles usage and cost on the final event of a whole stream", async () => {
+    const body = chunk({ role: "assistant", content: "" }) + chunk({ content: "Hi" }) + chunk({}, { choices: [{ index: 0, delta: {}, finish_reason: "stop" }] }) +
+      chunk({}, { choices: [], usage: { prompt_tokens: 1000, completion_tokens: 100, total_tokens: 1100 } }) + "data: [DONE]\n\n";
+    const { events, error } = await streamFrom(body);
+    assert.equal(error, undefined);
+    // chat-4o's list prices: 1,000 input tokens at $2.50/1M and 100 output tokens at $10/1M.
+    assert.deepEqual(events, ["messageStart", "blockStart", "delta:Hi", "blockStop", "messageEnd:0.0035"]);
+  });
+});
