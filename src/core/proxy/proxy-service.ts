@@ -117,6 +117,7 @@ async function completion(route: Route, req: StreamChatRequest, res: UpstreamRes
   }
   const c = route.adapter.parseCompletion(json, req);
   c.model = req.model;
+  if (c.created === 0) c.created = nowSeconds();
   c.usage = settleUsage(c.usage, req, () => c.blocks.reduce((n, b) => n + b.text.length + b.toolInputJson.length, 0));
   c.costUsd = formatUsd(costPico(route.prices, c.usage.inputTokens, c.usage.outputTokens));
   return c;
@@ -180,6 +181,9 @@ class UpstreamEvents {
   #finish(ev: StreamChatResponse): StreamChatResponse {
     const e = ev.event;
     if (e.case === "blockDelta") this.#outChars += e.value.text.length + e.value.partialJson.length;
+    else if (e.case === "messageStart") {
+      if (e.value.created === 0) e.value.created = nowSeconds();
+    }
     else if (e.case === "messageEnd") {
       e.value.usage = settleUsage(e.value.usage, this.req, () => this.#outChars);
       e.value.costUsd = formatUsd(costPico(this.route.prices, e.value.usage.inputTokens, e.value.usage.outputTokens));
@@ -187,6 +191,9 @@ class UpstreamEvents {
     return ev;
   }
 }
+
+/** An answer's creation time when the upstream gives none (the messages style has no such field). */
+const nowSeconds = (): number => Math.floor(Date.now() / 1000);
 
 /** The upstream's usage when it gave one; otherwise counted locally (~4 characters a token). */
 function settleUsage(usage: Usage | undefined, req: StreamChatRequest, outChars: () => number): Usage {

@@ -29,7 +29,21 @@ export interface JsonBody {
 }
 
 /** Reads and parses the JSON body, refusing other content types and bodies over `maxBytes`. */
-export function readJsonBody(req: IncomingMessage, maxBytes: number): Promise<JsonBody> {
+export async function readJsonBody(req: IncomingMessage, maxBytes: number): Promise<JsonBody> {
+  return parseJsonBody(await readBodyText(req, maxBytes));
+}
+
+/** Parses a body read by `readBodyText`. */
+export function parseJsonBody(text: string): JsonBody {
+  try {
+    return { text, value: JSON.parse(text) };
+  } catch (e) {
+    throw invalidRequest("invalid_json", `The request body is not valid JSON: ${(e as Error).message}`);
+  }
+}
+
+/** Reads the body as text, refusing content types other than JSON and bodies over `maxBytes`. */
+export function readBodyText(req: IncomingMessage, maxBytes: number): Promise<string> {
   const type = req.headers["content-type"] ?? "";
   if (!/^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i.test(type)) {
     throw invalidRequest("invalid_content_type", `Content-Type must be application/json, got '${type || "(none)"}'.`);
@@ -54,12 +68,7 @@ export function readJsonBody(req: IncomingMessage, maxBytes: number): Promise<Js
     req.once("error", reject);
     req.once("end", () => {
       if (size > maxBytes) return;
-      const text = chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8");
-      try {
-        resolve({ text, value: JSON.parse(text) });
-      } catch (e) {
-        reject(invalidRequest("invalid_json", `The request body is not valid JSON: ${(e as Error).message}`));
-      }
+      resolve(chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8"));
     });
   });
 }

@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { fromBinary, toBinary } from "@bufbuild/protobuf";
+import { toBinary } from "@bufbuild/protobuf";
 import { type Client, createContextValues } from "@connectrpc/connect";
 import type { AuthService } from "../../gen/svc/auth/v1/auth_service_pb.js";
 import type { CacheService, GetEntryRequest, GetEntryResponse } from "../../gen/svc/cache/v1/cache_service_pb.js";
@@ -23,9 +23,10 @@ import { log } from "../../logger.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
-import { apiKeyOf, checkProviderVersion, type JsonBody, metadataOf, readJsonBody, userIdOf } from "./request-input.js";
+import { apiKeyOf, checkProviderVersion, type JsonBody, metadataOf, parseJsonBody, readBodyText, userIdOf } from "./request-input.js";
+import { CachedAnswer, CachedAnswers, type PreparedRequest, PreparedRequests } from "./hit-memo.js";
 import { RequestTrace } from "./request-trace.js";
-import { type SvcHeaders, writeCompletion, writeError, writeStream } from "./respond.js";
+import { type SvcHeaders, writeCompletion, writeError, writeJson, writeStream } from "./respond.js";
 
 export interface GatewayDeps {
   auth: Client<typeof AuthService>;
@@ -62,9 +63,18 @@ export type Flights = Map<string, Promise<Completion | undefined>>;
 export interface GatewayState {
   flights: Flights;
   identities: Identities;
+  /** Bodies of recent hits, parsed (hit-memo.ts). */
+  prepared: PreparedRequests;
+  /** Stored answers decoded and rendered (hit-memo.ts). */
+  answers: CachedAnswers;
 }
 
-export const newGatewayState = (): GatewayState => ({ flights: new Map(), identities: new Identities() });
+export const newGatewayState = (): GatewayState => ({
+  flights: new Map(),
+  identities: new Identities(),
+  prepared: new PreparedRequests(),
+  answers: new CachedAnswers(),
+});
 
 const hasLimits = (l: ProjectLimits | undefined): l is ProjectLimits =>
   l !== undefined && (l.requestsPerMinute !== undefined || l.requestsPerDay !== undefined || l.userRequestsPerMinute !== undefined || l.monthlySpendCapUsd !== undefined);
@@ -94,7 +104,8 @@ export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Su
   }
 }
 
-async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, { flights, identities }: GatewayState, trace: RequestTrace): Promise<void> {
+async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, state: GatewayState, trace: RequestTrace): Promise<void> {
+  const { flights, identities, prepared, answers } = state;
   const requestId = trace.requestId;
   const svc: SvcHeaders = { "X-Svc-Request-Id": requestId, "X-Svc-Cache": "MISS", "X-Svc-Cost": "0" };
   let bodies = false;
@@ -102,7 +113,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
   try {
     const secret = apiKeyOf(req);
     const verifying = deps.auth.verifyKey({ $typeName: "svc.auth.v1.VerifyKeyRequest", secret });
-    const early = ahead(req, s, deps, identities.get(secret));
+    const early = ahead(req, s, deps, identities.get(secret), prepared);
     let verified: Awaited<typeof verifying>;
     try {
       verified = await verifying;
@@ -139,12 +150,15 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     const cached = policy.lookup || policy.store;
     const scope: GetEntryRequest = { $typeName: "svc.cache.v1.GetEntryRequest", projectId: chat.projectId, keyMode: chat.keyMode, cacheKey: cached ? pre.cacheKey : "" };
 
-    let hit: Completion | undefined;
+    let hit: CachedAnswer | undefined;
     if (policy.lookup) {
       // The lookup made while the key was verified, when it was made for this key's scope.
       const guessed = pre.guess?.projectId === scope.projectId && pre.guess.keyMode === scope.keyMode ? await pre.lookup : undefined;
       const got = guessed ?? (await deps.cache.getEntry(scope));
-      if (got.hit) hit = fromBinary(CompletionSchema, got.payload);
+      if (got.hit) {
+        hit = answers.of(got.payload);
+        if (!pre.prepared) prepared.remember(s.path, body.text, { value: body.value, parsed, cacheKey: pre.cacheKey });
+      }
     }
 
     // Test keys are never limited or capped (spec 8.1); a project with no limit set skips the call.
@@ -162,7 +176,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       const twin = policy.lookup ? flights.get(flightKey) : undefined;
       if (twin) {
         const shared = await twin;
-        if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, shared, trace, bodies);
+        if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
       }
       // No await between the lookup above and this: two identical requests cannot both miss it.
       let land: (c: Completion | undefined) => void = () => {};
@@ -233,6 +247,8 @@ interface Ahead {
   error: unknown;
   /** The cache key ("" when the cache is off (SVC_CACHE_DISABLED) or the body did not parse). */
   cacheKey: string;
+  /** Whether body, parse and cache key came from an earlier hit's (PreparedRequests). */
+  prepared: boolean;
   /** The scope the lookup below was made in, from an earlier verification of the same key. */
   guess: Identity | undefined;
   lookup: Promise<GetEntryResponse | undefined> | undefined;
@@ -243,17 +259,26 @@ interface Ahead {
  * identity, before the key's verdict. Never rejects: errors are kept and thrown in their turn, after
  * the key is known good (a bad key is a 401 whatever the body).
  */
-async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess: Identity | undefined): Promise<Ahead> {
-  const out: Ahead = { body: undefined, parsed: undefined, error: undefined, cacheKey: "", guess: undefined, lookup: undefined };
+async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess: Identity | undefined, prepared: PreparedRequests): Promise<Ahead> {
+  const out: Ahead = { body: undefined, parsed: undefined, error: undefined, cacheKey: "", prepared: false, guess: undefined, lookup: undefined };
+  let known: PreparedRequest | undefined;
   try {
-    out.body = await readJsonBody(req, deps.maxRequestBytes);
-    out.parsed = s.codec.parseRequest(out.body.value);
+    const text = await readBodyText(req, deps.maxRequestBytes);
+    known = deps.cacheEnabled ? prepared.get(s.path, text) : undefined;
+    if (known) {
+      out.body = { text, value: known.value };
+      out.parsed = known.parsed;
+      out.prepared = true;
+    } else {
+      out.body = parseJsonBody(text);
+      out.parsed = s.codec.parseRequest(out.body.value);
+    }
   } catch (e) {
     out.error = e;
     return out;
   }
   if (deps.cacheEnabled) {
-    out.cacheKey = cacheKeyOf(out.parsed);
+    out.cacheKey = known ? known.cacheKey : cacheKeyOf(out.parsed);
     if (guess && lookupAsked(req)) {
       out.guess = guess;
       out.lookup = deps.cache.getEntry({ $typeName: "svc.cache.v1.GetEntryRequest", projectId: guess.projectId, keyMode: guess.keyMode, cacheKey: out.cacheKey }).catch(() => undefined);
@@ -329,21 +354,23 @@ async function serveHit(
   extra: Record<string, string> | undefined,
   codec: ClientCodec,
   parsed: ParsedChatRequest,
-  c: Completion,
+  hit: CachedAnswer,
   trace: RequestTrace,
   bodies: boolean,
 ): Promise<void> {
+  const c = hit.completion;
   svc["X-Svc-Cache"] = "HIT";
   trace.cache = "HIT";
   trace.costSavedUsd = c.costUsd || "0";
   trace.answered(c);
-  const answer = completionEvent({ ...c, costUsd: "0" });
   trace.firstByte();
   if (parsed.stream) {
-    await writeStream(res, svc, extra, codec, parsed, answer, emptyEvents);
-    if (bodies) trace.responseBody = JSON.stringify(codec.renderCompletion(answer.event.value as Completion));
+    await writeStream(res, svc, extra, codec, parsed, completionEvent({ ...c, costUsd: "0" }), emptyEvents);
+    if (bodies) trace.responseBody = hit.json(codec);
   } else {
-    const body = writeCompletion(res, svc, extra, codec, answer);
+    // The svc headers' cost stays "0": a hit costs nothing.
+    const body = hit.json(codec);
+    writeJson(res, 200, extra ? { ...svc, ...extra } : svc, body);
     if (bodies) trace.responseBody = body;
   }
 }

@@ -27,7 +27,7 @@ async function upstreamSending(body: string): Promise<{ url: string; close(): Pr
 }
 
 const chunk = (delta: object, extra: object = {}) =>
-  `data: ${JSON.stringify({ id: "chatcmpl-1", object: "chat.completion.chunk", created: 1, model: "gpt-4o", choices: [{ index: 0, delta, finish_reason: null }], ...extra })}\n\n`;
+  `data: ${JSON.stringify({ id: "chatcmpl-1", object: "chat.completion.chunk", created: 1_700_000_000, model: "gpt-4o", choices: [{ index: 0, delta, finish_reason: null }], ...extra })}\n\n`;
 
 describe("ProxyService streams", () => {
   async function streamFrom(body: string) {
@@ -47,11 +47,13 @@ describe("ProxyService streams", () => {
       messages: [{ role: "user", blocks: [{ type: 1, text: "hi" }], contentIsString: true }],
     };
     const events: string[] = [];
+    let created = -1;
     let error: unknown;
     try {
       const calls = proxy.streamChat(req, { contextValues: createContextValues().set(cancellationKey, new Cancellation()) });
       for await (const ev of calls) {
         const e = ev.event;
+        if (e.case === "messageStart") created = e.value.created;
         events.push(e.case === "blockDelta" ? `delta:${e.value.text}` : e.case === "messageEnd" ? `messageEnd:${e.value.costUsd}` : String(e.case));
       }
     } catch (e) {
@@ -60,7 +62,7 @@ describe("ProxyService streams", () => {
       await httpClient.close();
       await upstream.close();
     }
-    return { events, error };
+    return { events, error, created };
   }
 
   it("passes on the events that came before an upstream error in the same chunk, then fails", async () => {
@@ -84,5 +86,13 @@ describe("ProxyService streams", () => {
     assert.equal(error, undefined);
     // chat-4o's list prices: 1,000 input tokens at $2.50/1M and 100 output tokens at $10/1M.
     assert.deepEqual(events, ["messageStart", "blockStart", "delta:Hi", "blockStop", "messageEnd:0.0035"]);
+  });
+
+  it("gives an answer the upstream left undated the gateway's time, so every rendering of it agrees", async () => {
+    const dated = await streamFrom(chunk({ content: "Hi" }) + "data: [DONE]\n\n");
+    assert.equal(dated.created, 1_700_000_000);
+    const before = Math.floor(Date.now() / 1000);
+    const undated = await streamFrom(chunk({ content: "Hi" }, { created: undefined }) + "data: [DONE]\n\n");
+    assert.ok(undated.created >= before && undated.created <= Math.floor(Date.now() / 1000) + 1, String(undated.created));
   });
 });

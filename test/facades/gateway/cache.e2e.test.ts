@@ -123,6 +123,35 @@ for (const mode of ["memory", "redis"] as const) {
       assert.equal(upstreamCalls(p), 2);
     });
 
+    it("answers repeated hits alike, and a refreshed entry's repeats with the new answer", async () => {
+      // After the first hit, the body's parse and the answer's rendering are reused (hit-memo.ts):
+      // the answers must not change, and must follow the entry when it is replaced.
+      const p = fresh();
+      const first = await postJson(url, keys.live, chat(p));
+      const hits = [];
+      for (let i = 0; i < 3; i++) hits.push(await postJson(url, keys.live, chat(p)));
+      for (const h of hits) {
+        assert.equal(h.headers["x-svc-cache"], "HIT");
+        assert.equal(h.headers["x-svc-cost"], "0");
+        assert.notEqual(h.headers["x-svc-request-id"], first.headers["x-svc-request-id"]);
+        assert.equal(h.text, hits[0]!.text);
+      }
+      assert.deepEqual(hits[0]!.json(), first.json());
+      const streamed = await postJson(url, keys.live, chat(p, { stream: true }));
+      assert.equal(streamed.headers["x-svc-cache"], "HIT");
+      assert.equal(sseEvents(streamed.text).at(-1)!.data, "[DONE]");
+      const fresher = await postJson(url, keys.live, chat(p), { "X-Svc-Cache-Control": "no-cache" });
+      assert.notEqual(fresher.json().id, first.json().id, "the fake gives each answer its own id");
+      const after = await postJson(url, keys.live, chat(p));
+      assert.equal(after.headers["x-svc-cache"], "HIT");
+      assert.deepEqual(after.json(), fresher.json());
+      // The same body from another project, or from a test key, finds nothing: the scope still counts.
+      const other = await gw.project(Plan.ENTERPRISE);
+      assert.equal((await postJson(url, other.live, chat(p))).headers["x-svc-cache"], "MISS");
+      assert.equal((await postJson(url, keys.test, chat(p))).headers["x-svc-cache"], "MISS");
+      assert.equal(upstreamCalls(p), 4);
+    });
+
     it("refuses an unknown cache directive with 400 invalid_cache_control", async () => {
       const res = await postJson(url, keys.live, chat(fresh()), { "X-Svc-Cache-Control": "max-age=abc" });
       assert.equal(res.status, 400);

@@ -63,6 +63,17 @@ describe("rate limits and spend caps (embedded, real HTTP)", function () {
     assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 429);
   });
 
+  it("counts cache hits against the rate limit, repeated ones included", async () => {
+    const keys = await gw.project(Plan.FREE);
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { requestsPerMinute: 4 } });
+    const body = chat();
+    const sent = [];
+    for (let i = 0; i < 5; i++) sent.push(await postJson(url, keys.live, body));
+    assert.deepEqual(sent.map((r) => r.headers["x-svc-cache"]), ["MISS", "HIT", "HIT", "HIT", "MISS"]);
+    assert.deepEqual(sent.map((r) => r.status), [200, 200, 200, 200, 429]);
+    assert.equal(sent[3]!.headers["x-ratelimit-remaining-requests"], "0");
+  });
+
   it("limits each X-Svc-User-Id on its own with user_rate_limit_exceeded (openai SDK sees a RateLimitError)", async () => {
     const keys = await gw.project(Plan.PRO);
     await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { userRequestsPerMinute: 2 } });

@@ -423,7 +423,8 @@ export type MessageStart = Message<"svc.proxy.v1.MessageStart"> & {
   model: string;
 
   /**
-   * The creation time, in seconds since the epoch.
+   * The creation time, in seconds since the epoch: the upstream's, or the gateway's when the
+   * upstream gives none.
    *
    * @generated from field: uint32 created = 3;
    */
@@ -612,7 +613,8 @@ export type Completion = Message<"svc.proxy.v1.Completion"> & {
   model: string;
 
   /**
-   * The creation time, in seconds since the epoch.
+   * The creation time, in seconds since the epoch: the upstream's, or the gateway's when the
+   * upstream gives none.
    *
    * @generated from field: uint32 created = 3;
    */

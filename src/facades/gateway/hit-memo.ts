@@ -1,0 +1,105 @@
+import { fromBinary } from "@bufbuild/protobuf";
+import { type Completion, CompletionSchema } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import type { ClientCodec, ParsedChatRequest } from "./codec.js";
+
+/**
+ * What makes a repeated cache hit cheap: the work a hit does that depends only on bytes it has seen
+ * before. Parsing, validating and hashing a body depends only on the endpoint and the body's text;
+ * decoding and rendering a stored answer only on the payload and the client style. Key checks,
+ * limits, headers and the request log are still done for every request.
+ */
+
+/** A body as the gateway works with it: its JSON value, the codec's parse and its cache key. */
+export interface PreparedRequest {
+  value: unknown;
+  parsed: ParsedChatRequest;
+  cacheKey: string;
+}
+
+/**
+ * Bodies of requests that were answered from the cache, by endpoint and exact text. A repeat of one
+ * (an SDK writes the same call the same way each time) skips JSON.parse, validation and the cache
+ * key's hash. Only hits are kept, so a stream of unique requests never churns it. Bounded: at most
+ * MAX_ENTRIES bodies of at most MAX_BODY_CHARS each (the oldest goes first). Entries are frozen, so
+ * nothing downstream can change what a later request reads.
+ */
+export class PreparedRequests {
+  static readonly MAX_ENTRIES = 1024;
+  static readonly MAX_BODY_CHARS = 8 * 1024;
+  readonly #byPath = new Map<string, Map<string, PreparedRequest>>();
+  #size = 0;
+
+  get(path: string, text: string): PreparedRequest | undefined {
+    return text.length <= PreparedRequests.MAX_BODY_CHARS ? this.#byPath.get(path)?.get(text) : undefined;
+  }
+
+  remember(path: string, text: string, prepared: PreparedRequest): void {
+    if (text.length > PreparedRequests.MAX_BODY_CHARS) return;
+    let bodies = this.#byPath.get(path);
+    if (!bodies) this.#byPath.set(path, (bodies = new Map()));
+    if (bodies.has(text)) return;
+    if (this.#size >= PreparedRequests.MAX_ENTRIES) {
+      // The oldest entry of the largest endpoint: there are only a few endpoints.
+      let largest = bodies;
+      for (const m of this.#byPath.values()) if (m.size > largest.size) largest = m;
+      const oldest = largest.keys().next();
+      if (!oldest.done) {
+        largest.delete(oldest.value);
+        this.#size--;
+      }
+    }
+    bodies.set(text, deepFreeze(prepared));
+    this.#size++;
+  }
+
+  get size(): number {
+    return this.#size;
+  }
+}
+
+/**
+ * Answers read from the cache, decoded once per payload: the embedded store hands back the same
+ * bytes for an entry until it is replaced or evicted, and then this entry is dropped with them
+ * (weakly held). A store that returns new bytes every time (Redis) decodes every time.
+ */
+export class CachedAnswers {
+  readonly #byPayload = new WeakMap<Uint8Array, CachedAnswer>();
+
+  of(payload: Uint8Array): CachedAnswer {
+    let answer = this.#byPayload.get(payload);
+    if (!answer) this.#byPayload.set(payload, (answer = new CachedAnswer(deepFreeze(fromBinary(CompletionSchema, payload)))));
+    return answer;
+  }
+}
+
+/**
+ * An answer served without an upstream call (from the cache, frozen, or shared by an identical
+ * request in flight), with its JSON response body rendered once for the style that asked.
+ */
+export class CachedAnswer {
+  #codec: ClientCodec | undefined;
+  #json = "";
+
+  constructor(readonly completion: Completion) {}
+
+  /**
+   * The answer as `codec`'s JSON response body. An answer without a creation time is rendered anew
+   * each time (the style then writes the current time), so it is not kept.
+   */
+  json(codec: ClientCodec): string {
+    if (this.#codec === codec) return this.#json;
+    const json = JSON.stringify(codec.renderCompletion(this.completion));
+    if (this.completion.created !== 0) {
+      this.#codec = codec;
+      this.#json = json;
+    }
+    return json;
+  }
+}
+
+/** Freezes a value and everything it holds (plain objects and arrays; typed arrays cannot be frozen). */
+export function deepFreeze<T>(v: T): T {
+  if (typeof v !== "object" || v === null || Object.isFrozen(v) || ArrayBuffer.isView(v)) return v;
+  for (const k of Object.keys(v)) deepFreeze((v as Record<string, unknown>)[k]);
+  return Object.freeze(v);
+}
