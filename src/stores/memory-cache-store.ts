@@ -61,9 +61,11 @@ export function createMemoryCacheStore({ maxBytes, now = Date.now }: MemoryCache
       const old = slots.get(key);
       if (old) drop(key, old);
       if (size > maxBytes) return;
-      // A copy owns exactly its bytes: the caller's array may be a view into a much larger buffer
-      // (a whole gRPC request), which would stay alive, uncounted, as long as the entry.
-      const payload = entry.payload.slice();
+      // Kept bytes must own exactly their buffer: the caller's array may be a view into a much
+      // larger one (a whole gRPC request), which would stay alive, uncounted, as long as the entry.
+      // An array that owns its whole buffer (the gateway's own encoding) is handed over as it is.
+      const p = entry.payload;
+      const payload = p.byteOffset === 0 && p.byteLength === p.buffer.byteLength ? p : new Uint8Array(p);
       slots.set(key, { payload, costUsd: entry.costUsd, expiresAt: now() + ttlSeconds * 1000, size });
       bytes += size;
       if (bytes > maxBytes) {

@@ -78,4 +78,15 @@ describe("memory cache store", () => {
     assert.deepEqual(got?.payload, bytes(4, 9));
     assert.equal(got?.payload.buffer.byteLength, 4);
   });
+
+  it("copies a Buffer view too (Buffer's own slice() would not), and takes over an array that owns its whole buffer", async () => {
+    const store = createMemoryCacheStore({ maxBytes: 10_000 });
+    const pool = Buffer.alloc(1_000, 7);
+    await store.put("view", { payload: pool.subarray(10, 14), costUsd: "0" }, 60);
+    pool.fill(0);
+    assert.deepEqual((await store.get("view"))?.payload, bytes(4, 7));
+    const own = bytes(8, 3);
+    await store.put("own", { payload: own, costUsd: "0" }, 60);
+    assert.equal((await store.get("own"))?.payload, own);
+  });
 });

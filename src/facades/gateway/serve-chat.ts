@@ -1,5 +1,4 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { toBinary } from "@bufbuild/protobuf";
 import { type Client, createContextValues } from "@connectrpc/connect";
 import type { AuthService } from "../../gen/svc/auth/v1/auth_service_pb.js";
 import type { CacheService, GetEntryRequest, GetEntryResponse } from "../../gen/svc/cache/v1/cache_service_pb.js";
@@ -10,11 +9,11 @@ import type { RequestLog } from "../../gen/svc/telemetry/v1/telemetry_service_pb
 import {
   ApiStyle,
   type Completion,
-  CompletionSchema,
   type ProxyService,
   type StreamChatRequest,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { cacheKeyOf } from "../../core/cache/cache-key.js";
+import { encodeCompletion } from "../../core/proxy/completion-binary.js";
 import { Cancellation, cancellationKey } from "../../core/cancel.js";
 import { chatRequest, completionEvent } from "../../core/proxy/canonical.js";
 import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
@@ -381,7 +380,7 @@ const emptyEvents: AsyncIterator<never> = { next: async () => ({ done: true, val
 function store(deps: GatewayDeps, scope: GetEntryRequest, c: Completion, policy: CachePolicy): void {
   const { projectId, keyMode, cacheKey } = scope;
   deps.cache
-    .putEntry({ $typeName: "svc.cache.v1.PutEntryRequest", projectId, keyMode, cacheKey, payload: toBinary(CompletionSchema, c), costUsd: c.costUsd, ttlSeconds: policy.ttlSeconds })
+    .putEntry({ $typeName: "svc.cache.v1.PutEntryRequest", projectId, keyMode, cacheKey, payload: encodeCompletion(c), costUsd: c.costUsd, ttlSeconds: policy.ttlSeconds })
     .catch((e) => log.warn("cache store failed", { err: String(e) }));
 }
 
