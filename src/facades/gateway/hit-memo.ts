@@ -1,5 +1,6 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import { type Completion, CompletionSchema } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { deepFreeze } from "../../core/freeze.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 
 /**
@@ -95,11 +96,4 @@ export class CachedAnswer {
     }
     return json;
   }
-}
-
-/** Freezes a value and everything it holds (plain objects and arrays; typed arrays cannot be frozen). */
-export function deepFreeze<T>(v: T): T {
-  if (typeof v !== "object" || v === null || Object.isFrozen(v) || ArrayBuffer.isView(v)) return v;
-  for (const k of Object.keys(v)) deepFreeze((v as Record<string, unknown>)[k]);
-  return Object.freeze(v);
 }

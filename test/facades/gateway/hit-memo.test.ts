@@ -4,7 +4,8 @@ import { ApiStyle, BlockType, CompletionSchema, FinishReason } from "../../../sr
 import { completion, contentBlock, usage } from "../../../src/core/proxy/canonical.js";
 import { cacheKeyOf } from "../../../src/core/cache/cache-key.js";
 import { chatCompletionsCodec } from "../../../src/facades/gateway/chat-completions-codec.js";
-import { CachedAnswer, CachedAnswers, deepFreeze, PreparedRequests } from "../../../src/facades/gateway/hit-memo.js";
+import { deepFreeze } from "../../../src/core/freeze.js";
+import { CachedAnswer, CachedAnswers, PreparedRequests } from "../../../src/facades/gateway/hit-memo.js";
 import { messagesCodec } from "../../../src/facades/gateway/messages-codec.js";
 
 const answer = (created: number) =>
