@@ -96,7 +96,7 @@ class ChatStreamRenderer implements StreamRenderer {
   }
 
   #blockDelta(d: BlockDelta): string {
-    if (d.text !== "") return this.#chunk({ content: d.text });
+    if (d.text !== "") return this.#content(d.text);
     const k = this.#toolIndex.get(d.index);
     if (d.partialJson !== "" && k !== undefined) return this.#chunk({ tool_calls: [{ index: k, function: { arguments: d.partialJson } }] });
     return ""; // thinking and other deltas of another style have no chat-completions form
@@ -124,6 +124,15 @@ class ChatStreamRenderer implements StreamRenderer {
     if (this.#head === "") this.#start({ id: "", model: this.#model, created: 0, upstreamStyle: ApiStyle.UNSPECIFIED, extraJson: "" });
     const choice = { index: 0, delta, logprobs: null, finish_reason: finishReason };
     return formatSse(`${this.#head},"choices":[${JSON.stringify(choice)}]}`);
+  }
+
+  /**
+   * A text fragment's chunk: what `#chunk({ content: text })` writes, byte for byte, without building
+   * and serialising the choice object (most chunks of a stream are these).
+   */
+  #content(text: string): string {
+    if (this.#head === "") return this.#chunk({ content: text });
+    return `data: ${this.#head},"choices":[{"index":0,"delta":{"content":${JSON.stringify(text)}},"logprobs":null,"finish_reason":null}]}\n\n`;
   }
 
   #usageChunk(usage: Usage | undefined): string {

@@ -243,6 +243,16 @@ function sdkClient(sse: string, contentType = "text/event-stream"): OpenAI {
 }
 
 describe("chat-completions codec: rendering a stream", () => {
+  it("writes text chunks byte for byte as the serialised chunk object, whatever the text holds", () => {
+    const start = ev({ case: "messageStart", value: { id: "chatcmpl-t", model: "chat-4o", created: 1750432000, upstreamStyle: ApiStyle.CHAT_COMPLETIONS } });
+    for (const text of ['plain', 'quotes " and \\ backslash', "line\nbreak\ttab", "ünïcödé 日本 🎉", "\u0000\u001f\u2028", "lone \ud800"]) {
+      const r = codec.createStreamRenderer({ model: "chat-4o", stream: true });
+      r.render(start);
+      const expected = { id: "chatcmpl-t", object: "chat.completion.chunk", created: 1750432000, model: "chat-4o", choices: [{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }] };
+      assert.equal(r.render(ev({ case: "blockDelta", value: { index: 0, text } })), `data: ${JSON.stringify(expected)}\n\n`);
+    }
+  });
+
   it("writes OpenAI chunks: role, content, tool calls, finish, [DONE]", () => {
     const head = { id: "chatcmpl-s1", object: "chat.completion.chunk", created: 1750432000, model: "chat-4o", system_fingerprint: "fp_1" };
     const chunk = (delta: object, finish: string | null = null) => ({ ...head, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] });
