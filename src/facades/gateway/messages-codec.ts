@@ -293,7 +293,13 @@ class MessagesStreamRenderer implements StreamRenderer {
   }
 }
 
-const textDelta = (index: number, text: string): string => sse("content_block_delta", { index, delta: { type: "text_delta", text } });
+/**
+ * A text fragment's event, written from a template: byte for byte what
+ * `sse("content_block_delta", { index, delta: { type: "text_delta", text } })` writes, without
+ * building and serialising the objects (most events of a stream are these).
+ */
+const textDelta = (index: number, text: string): string =>
+  `event: content_block_delta\ndata: {"type":"content_block_delta","index":${index},"delta":{"type":"text_delta","text":${JSON.stringify(text)}}}\n\n`;
 
 const jsonDelta = (index: number, partial_json: string): string =>
   sse("content_block_delta", { index, delta: { type: "input_json_delta", partial_json } });

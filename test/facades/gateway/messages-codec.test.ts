@@ -256,6 +256,16 @@ const renderAll = (events: StreamChatResponse[]) => {
 };
 
 describe("messages codec: render a stream", () => {
+  it("writes text deltas byte for byte as the serialised event, whatever the text holds", () => {
+    for (const text of ["plain", 'quotes " and \\ backslash', "line\nbreak\ttab", "ünïcödé 日本 🎉", "\u0000\u001f\u2028", "lone \ud800"]) {
+      const r = codec.createStreamRenderer({ model: "assistant-3-haiku-20240307", stream: true });
+      r.render(ev({ case: "messageStart", value: { id: "msg_1", model: "assistant-3-haiku-20240307", upstreamStyle: ApiStyle.MESSAGES } }));
+      r.render(ev({ case: "blockStart", value: { index: 0, block: { type: BlockType.TEXT } } }));
+      const data = { type: "content_block_delta", index: 0, delta: { type: "text_delta", text } };
+      assert.equal(r.render(ev({ case: "blockDelta", value: { index: 0, text } })), `event: content_block_delta\ndata: ${JSON.stringify(data)}\n\n`);
+    }
+  });
+
   const toolStream = [
     ev({ case: "messageStart", value: { id: "msg_1", model: MODEL, created: 1, usage: { inputTokens: 12, outputTokens: 1 }, upstreamStyle: M } }),
     ev({ case: "blockStart", value: { index: 0, block: { type: BlockType.TEXT, style: M } } }),
