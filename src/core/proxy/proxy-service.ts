@@ -181,9 +181,7 @@ class UpstreamEvents {
   #finish(ev: StreamChatResponse): StreamChatResponse {
     const e = ev.event;
     if (e.case === "blockDelta") this.#outChars += e.value.text.length + e.value.partialJson.length;
-    else if (e.case === "messageStart") {
-      if (e.value.created === 0) e.value.created = nowSeconds();
-    }
+    else if (e.case === "messageStart" && e.value.created === 0) e.value.created = nowSeconds();
     else if (e.case === "messageEnd") {
       e.value.usage = settleUsage(e.value.usage, this.req, () => this.#outChars);
       e.value.costUsd = formatUsd(costPico(this.route.prices, e.value.usage.inputTokens, e.value.usage.outputTokens));

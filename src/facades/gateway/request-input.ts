@@ -28,12 +28,7 @@ export interface JsonBody {
   value: unknown;
 }
 
-/** Reads and parses the JSON body, refusing other content types and bodies over `maxBytes`. */
-export async function readJsonBody(req: IncomingMessage, maxBytes: number): Promise<JsonBody> {
-  return parseJsonBody(await readBodyText(req, maxBytes));
-}
-
-/** Parses a body read by `readBodyText`. */
+/** Parses a body read by `readBodyText` (apart, so a body seen before can skip it: hit-memo.ts). */
 export function parseJsonBody(text: string): JsonBody {
   try {
     return { text, value: JSON.parse(text) };
