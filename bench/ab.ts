@@ -7,6 +7,8 @@
  *   BENCH_AB_BASE=dir        B is the gateway-target.js of another build's dist/bench (e.g. a
  *                            worktree of the previous commit, built); default: this build for both
  *   BENCH_AB_ARGS_A / _B     extra node options for A / B, space-separated (e.g. V8 flags)
+ *   BENCH_AB_ENV_A / _B      extra environment for A / B, space-separated NAME=VALUE pairs (e.g.
+ *                            gateway settings: BENCH_AB_ENV_B="SVC_TELEMETRY_FLUSH_INTERVAL_MS=2000")
  *   BENCH_ROUNDS             rounds (default 6), BENCH_SECONDS per phase (default 3)
  *   BENCH_STREAM=1           stream requests instead of non-stream
  *   BENCH_CONCURRENCY        closed-loop connections (default 32)
@@ -29,6 +31,12 @@ const stream = env.BENCH_STREAM === "1";
 const hits = env.BENCH_HITS === "1";
 const RATE = Number(env.BENCH_RATE || 0);
 const args = (v: string | undefined) => (v ?? "").split(" ").filter(Boolean);
+const envOf = (v: string | undefined): Record<string, string> =>
+  Object.fromEntries(args(v).map((pair) => {
+    const eq = pair.indexOf("=");
+    if (eq < 1) throw new Error(`BENCH_AB_ENV_*: expected NAME=VALUE, got '${pair}'`);
+    return [pair.slice(0, eq), pair.slice(eq + 1)];
+  }));
 
 const children: Child[] = [];
 try {
@@ -37,13 +45,13 @@ try {
   const childEnv = { BENCH_UPSTREAM: fake.info.url as string, SVC_LOG_LEVEL: env.SVC_LOG_LEVEL ?? "warn" };
   const bScript = env.BENCH_AB_BASE ? resolve(env.BENCH_AB_BASE, "gateway-target.js") : "./gateway-target.ts";
   const [a, b, load] = await Promise.all([
-    startChild("gateway A", "./gateway-target.ts", { env: childEnv, execArgv: args(env.BENCH_AB_ARGS_A) }),
-    startChild("gateway B", bScript, { env: childEnv, execArgv: args(env.BENCH_AB_ARGS_B) }),
+    startChild("gateway A", "./gateway-target.ts", { env: { ...childEnv, ...envOf(env.BENCH_AB_ENV_A) }, execArgv: args(env.BENCH_AB_ARGS_A) }),
+    startChild("gateway B", bScript, { env: { ...childEnv, ...envOf(env.BENCH_AB_ENV_B) }, execArgv: args(env.BENCH_AB_ARGS_B) }),
     startChild("load generator", "./load.ts"),
   ]);
   children.push(a, b, load);
-  console.log(`A: this build ${env.BENCH_AB_ARGS_A ?? ""}`);
-  console.log(`B: ${env.BENCH_AB_BASE ? bScript : "this build"} ${env.BENCH_AB_ARGS_B ?? ""}`);
+  console.log(`A: this build ${env.BENCH_AB_ARGS_A ?? ""} ${env.BENCH_AB_ENV_A ?? ""}`);
+  console.log(`B: ${env.BENCH_AB_BASE ? bScript : "this build"} ${env.BENCH_AB_ARGS_B ?? ""} ${env.BENCH_AB_ENV_B ?? ""}`);
   const how = RATE > 0 ? `${RATE} req/s` : `saturated (x${CONCURRENCY})`;
   console.log(`${ROUNDS} rounds of ${SECONDS} s ${how} ${stream ? "stream" : "non-stream"} ${hits ? "cache-hit" : "cache-miss"} phases, alternating.\n`);
 
