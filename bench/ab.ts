@@ -8,7 +8,7 @@
  *                            worktree of the previous commit, built); default: this build for both
  *   BENCH_AB_ARGS_A / _B     extra node options for A / B, space-separated (e.g. V8 flags)
  *   BENCH_AB_ENV_A / _B      extra environment for A / B, space-separated NAME=VALUE pairs (e.g.
- *                            gateway settings: BENCH_AB_ENV_B="SVC_TELEMETRY_FLUSH_INTERVAL_MS=2000")
+ *                            the gateway child's settings: BENCH_AB_ENV_B="BENCH_CACHE_OFF=1")
  *   BENCH_ROUNDS             rounds (default 6), BENCH_SECONDS per phase (default 3)
  *   BENCH_STREAM=1           stream requests instead of non-stream
  *   BENCH_CONCURRENCY        closed-loop connections (default 32)
