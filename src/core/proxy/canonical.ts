@@ -107,6 +107,12 @@ export function completion(c: Fields<Completion>): Completion {
   };
 }
 
+/**
+ * An answer's creation time, in seconds since the epoch, when its upstream gives none: the
+ * messages style has no such field, and an OpenAI-compatible upstream may leave it out.
+ */
+export const nowSeconds = (): number => Math.floor(Date.now() / 1000);
+
 /** The one event of a non-stream answer. */
 export function completionEvent(value: Completion): StreamChatResponse {
   return { $typeName: "svc.proxy.v1.StreamChatResponse", event: { case: "completion", value } };

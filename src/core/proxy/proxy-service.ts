@@ -12,7 +12,7 @@ import { cancelOf } from "../cancel.js";
 import { apiError, invalidRequest } from "../errors.js";
 import { newRequestId } from "../ids.js";
 import { type SseEvent, SseParser } from "../sse.js";
-import { completionEvent, usage as canonicalUsage } from "./canonical.js";
+import { completionEvent, nowSeconds, usage as canonicalUsage } from "./canonical.js";
 import { costPico, formatUsd, parsePrice, type Prices } from "./cost.js";
 import type { ModelRoute } from "./models.js";
 import type { UpstreamHttp, UpstreamResponse } from "./upstream-http.js";
@@ -189,9 +189,6 @@ class UpstreamEvents {
     return ev;
   }
 }
-
-/** An answer's creation time when the upstream gives none (the messages style has no such field). */
-const nowSeconds = (): number => Math.floor(Date.now() / 1000);
 
 /** The upstream's usage when it gave one; otherwise counted locally (~4 characters a token). */
 function settleUsage(usage: Usage | undefined, req: StreamChatRequest, outChars: () => number): Usage {

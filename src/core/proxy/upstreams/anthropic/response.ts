@@ -1,14 +1,13 @@
 import { ApiStyle, type Completion, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { apiError } from "../../../errors.js";
 import { extraJson, isObject } from "../../../json.js";
-import { completion } from "../../canonical.js";
+import { completion, nowSeconds } from "../../canonical.js";
 import { blockFromWire, usageFromWire } from "./blocks.js";
 import { finishFromStopReason } from "./stop-reason.js";
 
 /** Top-level fields of a messages-style answer that the canonical Completion names (also message_start's message). */
 export const MESSAGE_KEYS = new Set(["id", "type", "role", "content", "model", "stop_reason", "stop_sequence", "usage"]);
 
-export const nowSeconds = (): number => Math.floor(Date.now() / 1000);
 
 export const invalidResponse = (what: string) =>
   apiError(502, "api_error", "upstream_invalid_response", `The upstream provider sent an invalid response: ${what}.`);

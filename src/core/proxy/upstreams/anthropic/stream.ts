@@ -8,11 +8,11 @@ import {
 } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject, parseExtra, type JsonObject } from "../../../json.js";
 import type { SseEvent } from "../../../sse.js";
-import { streamEvent, usage as canonicalUsage } from "../../canonical.js";
+import { nowSeconds, streamEvent, usage as canonicalUsage } from "../../canonical.js";
 import type { StreamConverter } from "../adapter.js";
 import { blockFromWire, usageFromWire } from "./blocks.js";
 import { convertStreamError } from "./error.js";
-import { invalidResponse, MESSAGE_KEYS, nowSeconds } from "./response.js";
+import { invalidResponse, MESSAGE_KEYS } from "./response.js";
 import { finishFromStopReason } from "./stop-reason.js";
 
 /**
