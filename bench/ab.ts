@@ -20,7 +20,7 @@
 import { resolve } from "node:path";
 import { cpuDelta, startChild, type Child } from "./proc.js";
 import type { LoadResult, LoadSpec } from "./load.js";
-import { benchChatRequest } from "./request.js";
+import { benchLoad } from "./request.js";
 import { median } from "./stats.js";
 
 const env = process.env;
@@ -55,14 +55,8 @@ try {
   const how = RATE > 0 ? `${RATE} req/s` : `saturated (x${CONCURRENCY})`;
   console.log(`${ROUNDS} rounds of ${SECONDS} s ${how} ${stream ? "stream" : "non-stream"} ${hits ? "cache-hit" : "cache-miss"} phases, alternating.\n`);
 
-  const spec = (g: Child, seconds: number): LoadSpec => ({
-    ...benchChatRequest(g.info.url as string, g.info.key as string, stream),
-    mode: RATE > 0 ? "rate" : "closed",
-    rate: RATE || undefined,
-    concurrency: CONCURRENCY,
-    seconds,
-    unique: !hits,
-  });
+  const spec = (g: Child, seconds: number): LoadSpec =>
+    benchLoad(g.info.url as string, g.info.key as string, { stream, rate: RATE, concurrency: CONCURRENCY, seconds, hits });
   for (const g of [a, b]) await load.call("run", spec(g, 2)); // warm-up
 
   type Row = { rps: number; p50: number; cpu: number; engine: number };

@@ -13,7 +13,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { LoadResult, LoadSpec } from "./load.js";
-import { benchChatRequest } from "./request.js";
+import { benchLoad } from "./request.js";
 import { startChild, type CpuSample } from "./proc.js";
 
 const SECONDS = Number(process.env.BENCH_SECONDS || 5);
@@ -36,15 +36,9 @@ const which = process.env.BENCH_PROFILE_TARGET === "floor" ? "floor" : "gateway"
 const gateway = await startChild(which, which === "floor" ? "./floor-proxy.ts" : "./gateway-target.ts", { env: childEnv, execArgv: ["--cpu-prof", `--cpu-prof-dir=${dir}`, "--expose-gc"] });
 const load = await startChild("load generator", "./load.ts");
 
-const spec = (stream: boolean, seconds: number): LoadSpec => ({
-  ...benchChatRequest(gateway.info.url, String(gateway.info.key ?? ""), stream),
-  mode: RATE > 0 ? "rate" : "closed",
-  rate: RATE || undefined,
-  concurrency: CONCURRENCY,
-  seconds,
-  // Every request a cache miss (the pass-through path), unless BENCH_PROFILE_HITS=1 (the hit path).
-  unique: process.env.BENCH_PROFILE_HITS !== "1",
-});
+// Every request a cache miss (the pass-through path), unless BENCH_PROFILE_HITS=1 (the hit path).
+const spec = (stream: boolean, seconds: number): LoadSpec =>
+  benchLoad(gateway.info.url, String(gateway.info.key ?? ""), { stream, rate: RATE, concurrency: CONCURRENCY, seconds, hits: process.env.BENCH_PROFILE_HITS === "1" });
 
 type Memory = NodeJS.MemoryUsage;
 const windows: Array<{ name: string; a: CpuSample; b: CpuSample; res: LoadResult; heap: [Memory, Memory, Memory] }> = [];

@@ -8,7 +8,7 @@
  */
 import { spawn } from "node:child_process";
 import type { LoadResult, LoadSpec } from "./load.js";
-import { benchChatRequest } from "./request.js";
+import { benchLoad } from "./request.js";
 import { startChild } from "./proc.js";
 
 const SECONDS = Number(process.env.BENCH_SECONDS || 3);
@@ -18,14 +18,8 @@ const fake = await startChild("fake upstream", "./fake-upstream.ts");
 const target = await startChild(which, which === "floor" ? "./floor-proxy.ts" : "./gateway-target.ts", { env: { BENCH_UPSTREAM: fake.info.url as string, SVC_LOG_LEVEL: "warn" } });
 const load = await startChild("load generator", "./load.ts");
 const RATE = Number(process.env.BENCH_RATE || 0);
-const spec = (seconds: number): LoadSpec => ({
-  ...benchChatRequest(target.info.url, String(target.info.key ?? ""), stream),
-  mode: RATE > 0 ? "rate" : "closed",
-  rate: RATE || undefined,
-  concurrency: 32,
-  seconds,
-  unique: process.env.BENCH_HITS !== "1",
-});
+const spec = (seconds: number): LoadSpec =>
+  benchLoad(target.info.url, String(target.info.key ?? ""), { stream, rate: RATE, concurrency: 32, seconds, hits: process.env.BENCH_HITS === "1" });
 await load.call("run", spec(2));
 const strace = spawn("strace", ["-c", "-p", String(target.proc.pid), "-f"], { stdio: ["ignore", "ignore", "pipe"] });
 let report = "";
