@@ -18,7 +18,6 @@ import {
   wrongType,
 } from "./validate.js";
 
-
 const chat = ApiStyle.CHAT_COMPLETIONS;
 const roles = ["system", "developer", "user", "assistant", "tool", "function"] as const;
 /**

@@ -52,7 +52,6 @@ const MESSAGE_KEYS = new Set(["role", "content"]);
 const TOOL_KEYS = new Set(["name", "description", "input_schema"]);
 const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 
-
 // ---- request ----------------------------------------------------------------------------------
 
 function parseRequest(input: unknown): ParsedChatRequest {

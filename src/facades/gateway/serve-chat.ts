@@ -58,7 +58,10 @@ export interface Surface {
  */
 export type Flights = Map<string, Promise<Completion | undefined>>;
 
-/** What one gateway's requests share: identical requests in flight, and the identities of recent keys. */
+/**
+ * What one gateway's requests share: identical requests in flight, the identities of recent keys,
+ * and what repeated cache hits reuse.
+ */
 export interface GatewayState {
   flights: Flights;
   identities: Identities;
