@@ -13,7 +13,7 @@
  *   BENCH_STREAM=1           stream requests instead of non-stream
  *   BENCH_CONCURRENCY        closed-loop connections (default 32)
  *   BENCH_HITS=1             the same prompt every time: the cache-hit path instead of the miss path
- *   BENCH_RATE=N             open loop at N req/s instead of saturating: compares p50 latency too
+ *   BENCH_RATE=N             open loop at N req/s instead of saturating: compares p50 and p99 latency too
  *
  * Prints per-round throughput (or p50 latency) and CPU µs per request of each, and the medians of B / A.
  */
@@ -59,7 +59,7 @@ try {
     benchLoad(g.info.url as string, g.info.key as string, { stream, rate: RATE, concurrency: CONCURRENCY, seconds, hits });
   for (const g of [a, b]) await load.call("run", spec(g, 2)); // warm-up
 
-  type Row = { rps: number; p50: number; cpu: number; engine: number };
+  type Row = { rps: number; p50: number; p99: number; cpu: number; engine: number };
   const rows: Record<"A" | "B", Row[]> = { A: [], B: [] };
   for (let round = 1; round <= ROUNDS; round++) {
     const order: Array<["A" | "B", Child]> = round % 2 ? [["A", a], ["B", b]] : [["B", b], ["A", a]];
@@ -69,17 +69,17 @@ try {
       const res = await load.call<LoadResult>("run", spec(g, SECONDS));
       const d = cpuDelta(c0, await g.cpu());
       const n = Math.max(1, res.ok + res.errors);
-      rows[name].push({ rps: res.throughput, p50: res.latP50, cpu: d.us / n, engine: d.childrenUs / n });
-      const speed = RATE > 0 ? `p50 ${res.latP50.toFixed(3)} ms` : `${res.throughput.toFixed(0).padStart(5)} req/s`;
+      rows[name].push({ rps: res.throughput, p50: res.latP50, p99: res.latP99, cpu: d.us / n, engine: d.childrenUs / n });
+      const speed = RATE > 0 ? `p50 ${res.latP50.toFixed(3)} p99 ${res.latP99.toFixed(2)} ms` : `${res.throughput.toFixed(0).padStart(5)} req/s`;
       line.push(`${name} ${speed} ${(d.us / n).toFixed(0).padStart(4)} (+${(d.childrenUs / n).toFixed(0)}) µs/req${res.errors ? ` ! ${res.errors} errors` : ""}`);
     }
     console.log(`  round ${round}  ${line.join("   ")}`);
   }
   const ratio = (f: (r: Row) => number) => median(rows.A.map((r, i) => f(rows.B[i]!) / f(r)));
   const med = (name: "A" | "B", f: (r: Row) => number) => median(rows[name].map(f));
-  const speed = (name: "A" | "B") => (RATE > 0 ? `p50 ${med(name, (r) => r.p50).toFixed(3)} ms` : `${med(name, (r) => r.rps).toFixed(0)} req/s`);
+  const speed = (name: "A" | "B") => (RATE > 0 ? `p50 ${med(name, (r) => r.p50).toFixed(3)} p99 ${med(name, (r) => r.p99).toFixed(2)} ms` : `${med(name, (r) => r.rps).toFixed(0)} req/s`);
   console.log(`\nmedian  A ${speed("A")} ${med("A", (r) => r.cpu).toFixed(0)} µs/req   B ${speed("B")} ${med("B", (r) => r.cpu).toFixed(0)} µs/req`);
-  const speedRatio = RATE > 0 ? `p50 latency ${ratio((r) => r.p50).toFixed(3)}` : `throughput ${ratio((r) => r.rps).toFixed(3)}`;
+  const speedRatio = RATE > 0 ? `p50 latency ${ratio((r) => r.p50).toFixed(3)}, p99 ${ratio((r) => r.p99).toFixed(3)}` : `throughput ${ratio((r) => r.rps).toFixed(3)}`;
   console.log(`B / A per round, median: ${speedRatio}, gateway CPU per request ${ratio((r) => r.cpu).toFixed(3)}`);
 } finally {
   await Promise.all(children.map((c) => c.stop().catch(() => {})));
