@@ -10,10 +10,11 @@
  * Targets (printed, never a pass/fail): a HIT answered faster than a direct upstream call; limits
  * add under 0.3 ms p50 in memory. Exit code 1 only when the bench could not run.
  */
+import { Redis } from "ioredis";
 import { startRedis, type TestRedis } from "../test/support/redis.js";
 import type { LoadResult, LoadSpec } from "./load.js";
 import { startChild, type Child } from "./proc.js";
-import { median } from "./stats.js";
+import { median, quantile, sortedCopy } from "./stats.js";
 
 const env = process.env;
 const quick = env.BENCH_QUICK === "1";
@@ -42,6 +43,34 @@ const VARIANTS: Variant[] = [
 
 const ms = (v: number) => (Number.isFinite(v) ? v.toFixed(2) : "-");
 
+/**
+ * p50 of one Redis round trip (PING) from a client in this process, open loop at `rate` a second
+ * for `seconds`, as the gateway's client meets it at the bench's rate: the least a Redis HIT can
+ * add, since it needs at least one (the shared rate-limit count, and the key's record, which must
+ * be read every time for a deleted key to fail at once).
+ */
+async function redisRoundTrip(url: string, rate: number, seconds: number): Promise<number> {
+  const redis = new Redis(url, { lazyConnect: true });
+  await redis.connect();
+  try {
+    await redis.ping();
+    const times: number[] = [];
+    const sent: Array<Promise<void>> = [];
+    const start = performance.now();
+    for (let i = 0; i < rate * seconds; i++) {
+      const due = start + (i * 1000) / rate;
+      const wait = due - performance.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      const t0 = performance.now();
+      sent.push(redis.ping().then(() => void times.push(performance.now() - t0)));
+    }
+    await Promise.all(sent);
+    return quantile(sortedCopy(times), 0.5);
+  } finally {
+    redis.disconnect();
+  }
+}
+
 async function main(): Promise<void> {
   const children: Child[] = [];
   let redis: TestRedis | undefined;
@@ -60,6 +89,7 @@ async function main(): Promise<void> {
     console.log(`svc cache and limits benchmark: ${ROUNDS} round(s) of ${SECONDS} s phases at ${RATE} req/s, non-stream, medians over rounds`);
     const results: Record<string, LoadResult[]> = {};
     const procs: Record<string, Record<string, Child>> = {};
+    const roundTrips: number[] = [];
     for (const m of modes) {
       const [off, on] = await Promise.all([
         startChild(`gateway ${m.name} off`, "./gateway-target.ts", { env: { ...base, ...m.env, BENCH_CACHE_OFF: "1" } }),
@@ -93,6 +123,11 @@ async function main(): Promise<void> {
           console.log(`  round ${round}/${ROUNDS}  ${m.name.padEnd(6)} ${v.label.padEnd(30)} p50 ${ms(r.latP50)} p99 ${ms(r.latP99)}${r.errors ? `  ! ${r.errors} errors: ${r.errorSamples[0]}` : ""}`);
         }
       }
+      if (redis) {
+        const rtt = await redisRoundTrip(redis.url, RATE, Math.min(SECONDS, 2));
+        roundTrips.push(rtt);
+        console.log(`  round ${round}/${ROUNDS}  redis  one round trip (PING)         p50 ${ms(rtt)}`);
+      }
     }
 
     const p50 = (id: string) => median((results[id] ?? []).map((r) => r.latP50));
@@ -114,6 +149,12 @@ async function main(): Promise<void> {
       const hit = p50(`${m.name}:hit`);
       const direct = p50("direct");
       console.log(`  ${m.name}: HIT p50 ${ms(hit)} ms vs direct upstream ${ms(direct)} ms: ${hit < direct ? "MEETS" : "MISSES"} (HIT faster than a direct call)`);
+    }
+    if (roundTrips.length) {
+      // What bounds the Redis row from below, measured in the same run.
+      const rtt = median(roundTrips);
+      const floor = p50("memory:hit") + rtt;
+      console.log(`  redis: one Redis round trip p50 ${ms(rtt)} ms; a Redis HIT needs at least one, so it cannot beat ${ms(floor)} ms (memory HIT + one round trip) here`);
     }
     const lim = added("memory:limits", "memory:base");
     console.log(`  memory: limits add ${ms(lim)} ms p50: ${lim < 0.3 ? "MEETS" : "MISSES"} (under 0.3 ms)`);
