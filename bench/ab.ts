@@ -10,6 +10,8 @@
  *   BENCH_AB_ENV_A / _B      extra environment for A / B, space-separated NAME=VALUE pairs (e.g.
  *                            the gateway child's settings: BENCH_AB_ENV_B="BENCH_CACHE_OFF=1")
  *   BENCH_ROUNDS             rounds (default 6), BENCH_SECONDS per phase (default 3)
+ *   BENCH_AB_GAP_MS          a pause before each phase (default 0): longer than the flush interval
+ *                            keeps one gateway's log inserts out of the other's phase (for p99)
  *   BENCH_STREAM=1           stream requests instead of non-stream
  *   BENCH_CONCURRENCY        closed-loop connections (default 32)
  *   BENCH_HITS=1             the same prompt every time: the cache-hit path instead of the miss path
@@ -26,6 +28,8 @@ import { median } from "./stats.js";
 const env = process.env;
 const ROUNDS = Number(env.BENCH_ROUNDS || 6);
 const SECONDS = Number(env.BENCH_SECONDS || 3);
+/** A pause before each phase, so the other gateway's last log flush (and its engine's insert) lands outside it. */
+const GAP_MS = Number(env.BENCH_AB_GAP_MS || 0);
 const CONCURRENCY = Number(env.BENCH_CONCURRENCY || 32);
 const stream = env.BENCH_STREAM === "1";
 const hits = env.BENCH_HITS === "1";
@@ -65,6 +69,7 @@ try {
     const order: Array<["A" | "B", Child]> = round % 2 ? [["A", a], ["B", b]] : [["B", b], ["A", a]];
     const line: string[] = [];
     for (const [name, g] of order) {
+      if (GAP_MS > 0) await new Promise((r) => setTimeout(r, GAP_MS));
       const c0 = await g.cpu();
       const res = await load.call<LoadResult>("run", spec(g, SECONDS));
       const d = cpuDelta(c0, await g.cpu());
