@@ -95,7 +95,6 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
 
 const surfacePath = (s: ApiStyle): string => (s === 1 ? "/v1/chat/completions" : "/v1/messages");
 
-
 /**
  * An upstream's rejection of the gateway's own credentials is the operator's problem, not the
  * client's: it becomes a 502 rather than a 401 that would read as "your key is wrong".

@@ -8,7 +8,6 @@ import { finishFromStopReason } from "./stop-reason.js";
 /** Top-level fields of a messages-style answer that the canonical Completion names (also message_start's message). */
 export const MESSAGE_KEYS = new Set(["id", "type", "role", "content", "model", "stop_reason", "stop_sequence", "usage"]);
 
-
 export const invalidResponse = (what: string) =>
   apiError(502, "api_error", "upstream_invalid_response", `The upstream provider sent an invalid response: ${what}.`);
 
