@@ -117,6 +117,16 @@ describe("ClickHouse telemetry store", function () {
       }
     });
 
+    it("knows a batch by its token, not its rows: the insert's settings reach the engine", async () => {
+      // Rows alike would be dropped by the engine's hash of the block alone; different rows under a
+      // used token are dropped only if insert_deduplication_token was applied.
+      const p = project();
+      const t = token();
+      await engine().store.insert("live", [logRow(1, { project_id: p })], t);
+      await engine().store.insert("live", [logRow(2, { project_id: p })], t);
+      assert.deepEqual(ids(await allLogs(engine().store, p)), [logRow(1).request_id]);
+    });
+
     it("completes, on retry, a batch that reached the log table but not the rollups", async () => {
       // An engine killed mid-insert can commit the log table's part and not the views' parts.
       // Detaching the views makes exactly that state; the retry must then fill the rollups.
