@@ -60,6 +60,11 @@ export interface TelemetryConfig {
   spoolDir: string;
   /** The spool's byte budget; logs beyond it are dropped and counted. */
   spoolMaxBytes: number;
+  /**
+   * The embedded engine's CPU priority, as a nice value (0-19; 0 is the gateway's own): its
+   * inserts and merges then yield the cores to requests. Unused with a ClickHouse server.
+   */
+  engineNice: number;
 }
 
 /** Everything `svc serve` runs on. */
@@ -103,6 +108,13 @@ function positiveInt(v: unknown, name: string): number {
   if (typeof v === "string" && v !== "") v = Number(v);
   if (typeof v !== "number" || !Number.isInteger(v) || v <= 0) throw new ConfigError(`${name} must be a positive integer, got ${JSON.stringify(v)}`);
   return v;
+}
+
+function niceValue(raw: string | undefined, name: string, fallback: number): number {
+  if (raw === undefined || raw === "") return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 0 || n > 19) throw new ConfigError(`${name} must be a nice value from 0 (no change) to 19 (lowest priority), got ${JSON.stringify(raw)}`);
+  return n;
 }
 
 function url(v: unknown, name: string): string {
@@ -238,6 +250,7 @@ function telemetry(env: NodeJS.ProcessEnv, dataDir: string): TelemetryConfig {
     flushIntervalMs: pick("SVC_TELEMETRY_FLUSH_INTERVAL_MS", 1000, 60_000),
     spoolDir: env.SVC_TELEMETRY_SPOOL_DIR ? resolve(env.SVC_TELEMETRY_SPOOL_DIR) : join(dataDir, "telemetry-spool"),
     spoolMaxBytes: pick("SVC_TELEMETRY_SPOOL_MAX_BYTES", 1024 ** 3, Number.MAX_SAFE_INTEGER),
+    engineNice: niceValue(env.SVC_TELEMETRY_ENGINE_NICE, "SVC_TELEMETRY_ENGINE_NICE", 10),
   };
 }
 

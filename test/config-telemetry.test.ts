@@ -3,7 +3,7 @@ import { join, resolve } from "node:path";
 import { ConfigError, loadConfig } from "../src/config.js";
 
 describe("telemetry configuration", () => {
-  it("defaults to chDB under the data dir, 30-day bodies, batches of up to 10000 rows every second and a 1 GiB spool", () => {
+  it("defaults to chDB under the data dir at nice 10, 30-day bodies, batches of up to 10000 rows every second and a 1 GiB spool", () => {
     assert.deepEqual(loadConfig({ SVC_DATA_DIR: "/tmp/svc-x" }).telemetry, {
       clickhouseUrl: undefined,
       bodyTtlDays: 30,
@@ -11,6 +11,7 @@ describe("telemetry configuration", () => {
       flushIntervalMs: 1000,
       spoolDir: join("/tmp/svc-x", "telemetry-spool"),
       spoolMaxBytes: 1024 ** 3,
+      engineNice: 10,
     });
   });
 
@@ -22,8 +23,9 @@ describe("telemetry configuration", () => {
       SVC_TELEMETRY_FLUSH_INTERVAL_MS: "250",
       SVC_TELEMETRY_SPOOL_DIR: "spool",
       SVC_TELEMETRY_SPOOL_MAX_BYTES: "1048576",
+      SVC_TELEMETRY_ENGINE_NICE: "0",
     }).telemetry;
-    assert.deepEqual(t, { clickhouseUrl: "http://default:secret@clickhouse:8123/svc", bodyTtlDays: 7, batchSize: 5000, flushIntervalMs: 250, spoolDir: resolve("spool"), spoolMaxBytes: 1048576 });
+    assert.deepEqual(t, { clickhouseUrl: "http://default:secret@clickhouse:8123/svc", bodyTtlDays: 7, batchSize: 5000, flushIntervalMs: 250, spoolDir: resolve("spool"), spoolMaxBytes: 1048576, engineNice: 0 });
   });
 
   for (const [name, value] of [
@@ -34,6 +36,9 @@ describe("telemetry configuration", () => {
     ["SVC_TELEMETRY_BATCH_SIZE", "100001"],
     ["SVC_TELEMETRY_FLUSH_INTERVAL_MS", "soon"],
     ["SVC_TELEMETRY_SPOOL_MAX_BYTES", "-5"],
+    ["SVC_TELEMETRY_ENGINE_NICE", "20"],
+    ["SVC_TELEMETRY_ENGINE_NICE", "-1"],
+    ["SVC_TELEMETRY_ENGINE_NICE", "low"],
   ] as const) {
     it(`refuses ${name}=${value}, naming the setting`, () => {
       assert.throws(() => loadConfig({ [name]: value }), (e) => e instanceof ConfigError && e.message.includes(name));

@@ -19,17 +19,23 @@ export interface ChdbProcess {
 
 const START_TIMEOUT_MS = 60_000;
 
+/** How the engine's process runs. */
+export interface ChdbOptions {
+  /** Its CPU priority as a nice value (0-19), set on every thread before chDB opens; 0 leaves it. */
+  nice?: number;
+}
+
 /**
  * Starts chDB on `dir` in a child process serving ClickHouse's HTTP interface on a free loopback
  * port. Under tsx (tests, development) it runs the TypeScript, else the built JavaScript. Fails with
  * TelemetryUnavailableError when chDB is not installed or cannot open the directory.
  */
-export async function startChdbProcess(dataDir: string, port = 0): Promise<ChdbProcess> {
+export async function startChdbProcess(dataDir: string, port = 0, opts: ChdbOptions = {}): Promise<ChdbProcess> {
   const dir = resolve(dataDir); // the child runs in another working directory
   await mkdir(dir, { recursive: true });
   const ts = import.meta.url.endsWith(".ts");
   const script = fileURLToPath(new URL(ts ? "./chdb-server.ts" : "./chdb-server.js", import.meta.url));
-  const child: ChildProcess = fork(script, [String(port), dir], {
+  const child: ChildProcess = fork(script, [String(port), dir, String(opts.nice ?? 0)], {
     execArgv: ts ? ["--import", "tsx"] : [],
     // `--import tsx` resolves from the working directory: the package's own, not wherever svc runs.
     cwd: fileURLToPath(new URL("../..", import.meta.url)),
@@ -86,13 +92,13 @@ export async function startChdbProcess(dataDir: string, port = 0): Promise<ChdbP
  * Keeps the embedded engine's process running: started on first use, restarted on the same port
  * (so open clients find it again) a second after it dies; stopped with the gateway.
  */
-export function superviseChdb(dir: string, onExit: (err: string) => void): { url(): Promise<string>; stop(): Promise<void> } {
+export function superviseChdb(dir: string, onExit: (err: string) => void, opts: ChdbOptions = {}): { url(): Promise<string>; stop(): Promise<void> } {
   let proc: ChdbProcess | undefined;
   let starting: Promise<ChdbProcess> | undefined;
   let port = 0;
   let stopped = false;
   const start = (): Promise<ChdbProcess> =>
-    (starting ??= startChdbProcess(dir, port)
+    (starting ??= startChdbProcess(dir, port, opts)
       .then((p) => {
         proc = p;
         port = p.port;

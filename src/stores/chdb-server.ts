@@ -10,15 +10,21 @@
  * gateway, its threads' memory management slowed every system call of the gateway's event loop
  * (bench/telemetry-load.ts: the gateway at 130% of a core at 200 requests/s, 37% with chDB here).
  *
- *   node src/stores/chdb-server.js PORT DATA_DIR      (PORT 0: a free one; prints "ready PORT")
+ *   node src/stores/chdb-server.js PORT DATA_DIR [NICE]   (PORT 0: a free one; prints "ready PORT";
+ *                                                         NICE: a lower CPU priority, 1-19)
  *
  * Started by chdb-process.ts, which it leaves when its parent's IPC channel closes.
  */
+import { readdirSync } from "node:fs";
 import { createServer, type IncomingMessage } from "node:http";
+import { setPriority } from "node:os";
 import { createChdbConnection } from "chdb/connection";
 
-const [port, dir] = process.argv.slice(2) as [string, string];
+const [port, dir, nice = "0"] = process.argv.slice(2) as [string, string, string?];
+lowerPriority(Number(nice));
 const conn = createChdbConnection({ path: dir });
+// Again for the threads chDB started as it opened: its memory worker raises itself to -20.
+lowerPriority(Number(nice));
 const NOT_SETTINGS = new Set(["query", "query_id", "database", "session_id", "role"]);
 
 /**
@@ -38,6 +44,32 @@ function insertWithSettings(sql: string, settings: Record<string, string>): stri
   if (!entries.every(([k]) => PLAIN_SETTING.test(k))) return undefined;
   const literal = (v: string) => `'${v.replace(/\\/g, "\\\\").replace(/'/g, "\\'")}'`;
   return `${m[1]} SETTINGS ${entries.map(([k, v]) => `${k} = ${literal(v)}`).join(", ")} ${m[2]}`;
+}
+
+/**
+ * Lowers the process's CPU priority, so the engine's inserts and merges wait for the gateway's
+ * requests rather than take the cores from them (its bursts set the gateway's p99 under load; see
+ * docs/telemetry.md). On Linux a nice value belongs to each thread, and a new thread takes its
+ * creator's: every thread there now is changed, before chDB opens and starts its own pools from
+ * them (queries run on libuv's pool, whose threads would otherwise keep the default). Elsewhere
+ * the call applies to the whole process. Lowering a priority needs no privilege; a failure only
+ * leaves a thread as it was.
+ */
+function lowerPriority(n: number): void {
+  if (!Number.isInteger(n) || n <= 0) return;
+  let tids: number[] = [0];
+  try {
+    tids = readdirSync("/proc/self/task").map(Number);
+  } catch {
+    // no /proc: the whole process, through its pid
+  }
+  for (const tid of tids) {
+    try {
+      setPriority(tid, Math.min(n, 19));
+    } catch {
+      // leave this thread as it is
+    }
+  }
 }
 
 const readBody = async (req: IncomingMessage) => {

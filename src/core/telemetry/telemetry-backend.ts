@@ -36,7 +36,7 @@ export async function createTelemetryBackend(opts: { dataDir: string; redisUrl: 
   const { telemetry: config } = opts;
   const url = config.clickhouseUrl;
   // Embedded: chDB in a supervised child process (stores/chdb-server.ts says why), reached like a server.
-  const chdb = url ? undefined : superviseChdb(join(opts.dataDir, "telemetry"), (msg) => log.warn(msg));
+  const chdb = url ? undefined : superviseChdb(join(opts.dataDir, "telemetry"), (msg) => log.warn(msg), { nice: config.engineNice });
   const store = chdb
     ? createClickHouseTelemetryStore({ engine: "chdb", connect: async () => ({ ...connectClickHouseServer(await chdb.url()), engine: "chdb" }) })
     : createClickHouseTelemetryStore({ engine: "clickhouse", connect: async () => connectClickHouseServer(url!) });

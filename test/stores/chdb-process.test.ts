@@ -1,0 +1,63 @@
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type ChdbProcess, startChdbProcess } from "../../src/stores/chdb-process.js";
+
+/** The nice value of each thread of a process (Linux: field 19 of /proc/<pid>/task/<tid>/stat). */
+const threadNices = (pid: number): number[] =>
+  readdirSync(`/proc/${pid}/task`).flatMap((tid) => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+      return [Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[16])];
+    } catch {
+      return []; // the thread ended meanwhile
+    }
+  });
+
+describe("the embedded engine's process", function () {
+  this.timeout(60_000);
+  let dir: string;
+  let engine: ChdbProcess | undefined;
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), "svc-chdb-proc-"));
+  });
+  afterEach(async () => {
+    await engine?.stop();
+    engine = undefined;
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** Runs an insert and a query, so the engine has started the threads that do its work. */
+  const work = async (url: string) => {
+    const q = (sql: string, body?: string) =>
+      fetch(`${url}/?${body ? `query=${encodeURIComponent(sql)}` : ""}`, { method: "POST", body: body ?? sql }).then(async (r) => {
+        assert.equal(r.status, 200, await r.clone().text());
+        return r.text();
+      });
+    await q("CREATE TABLE t (n UInt32) ENGINE = MergeTree ORDER BY n");
+    await q("INSERT INTO t FORMAT JSONEachRow", '{"n":1}\n{"n":2}');
+    assert.equal((await q("SELECT sum(n) FROM t FORMAT TSV")).trim(), "3");
+  };
+
+  it("runs every thread at the nice value asked for, the threads its queries start included", async function () {
+    if (!existsSync("/proc/self/task")) this.skip(); // per-thread priorities are read from Linux's /proc
+    engine = await startChdbProcess(dir, 0, { nice: 7 });
+    await work(engine.url);
+    const nices = threadNices(engine.pid);
+    assert.ok(nices.length > 4, `the engine runs its pools (${nices.length} threads)`);
+    // chDB's memory worker raises itself to -20 as it starts: lowered again after the engine opens.
+    assert.deepEqual([...new Set(nices)], [7]);
+  });
+
+  it("leaves the priority alone at nice 0", async function () {
+    if (!existsSync("/proc/self/task")) this.skip();
+    engine = await startChdbProcess(dir, 0, { nice: 0 });
+    await work(engine.url);
+    // As chDB sets them: the parent's priority, and its memory worker's own (-20, when permitted).
+    const ours = threadNices(process.pid)[0]!;
+    assert.ok(threadNices(engine.pid).every((n) => n <= ours), String(threadNices(engine.pid)));
+    assert.ok(threadNices(engine.pid).filter((n) => n === ours).length > 4);
+  });
+});
