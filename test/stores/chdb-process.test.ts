@@ -43,12 +43,14 @@ describe("the embedded engine's process", function () {
 
   it("runs every thread at the nice value asked for, the threads its queries start included", async function () {
     if (!existsSync("/proc/self/task")) this.skip(); // per-thread priorities are read from Linux's /proc
-    engine = await startChdbProcess(dir, 0, { nice: 7 });
+    // Above this process's own (as a CI runner may already be niced): raising it needs no privilege.
+    const nice = Math.min(19, threadNices(process.pid)[0]! + 7);
+    engine = await startChdbProcess(dir, 0, { nice });
     await work(engine.url);
     const nices = threadNices(engine.pid);
     assert.ok(nices.length > 4, `the engine runs its pools (${nices.length} threads)`);
     // chDB's memory worker raises itself to -20 as it starts: lowered again after the engine opens.
-    assert.deepEqual([...new Set(nices)], [7]);
+    assert.deepEqual([...new Set(nices)], [nice]);
   });
 
   it("leaves the priority alone at nice 0", async function () {
