@@ -96,25 +96,21 @@ const styles: Record<string, ApiStyle> = {
   messages: ApiStyle.MESSAGES,
 };
 
-function port(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+/** An integer setting from min to max, or `fallback` when unset; `what` says what is expected. */
+function intInRange(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number, what: string): number {
   const raw = env[name];
   if (raw === undefined || raw === "") return fallback;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new ConfigError(`${name} must be a port number (0-65535), got ${JSON.stringify(raw)}`);
+  if (!Number.isInteger(n) || n < min || n > max) throw new ConfigError(`${name} must be ${what}, got ${JSON.stringify(raw)}`);
   return n;
 }
+
+const port = (env: NodeJS.ProcessEnv, name: string, fallback: number): number => intInRange(env, name, fallback, 0, 65535, "a port number (0-65535)");
 
 function positiveInt(v: unknown, name: string): number {
   if (typeof v === "string" && v !== "") v = Number(v);
   if (typeof v !== "number" || !Number.isInteger(v) || v <= 0) throw new ConfigError(`${name} must be a positive integer, got ${JSON.stringify(v)}`);
   return v;
-}
-
-function niceValue(raw: string | undefined, name: string, fallback: number): number {
-  if (raw === undefined || raw === "") return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 0 || n > 19) throw new ConfigError(`${name} must be a nice value from 0 (no change) to 19 (lowest priority), got ${JSON.stringify(raw)}`);
-  return n;
 }
 
 function url(v: unknown, name: string): string {
@@ -250,7 +246,7 @@ function telemetry(env: NodeJS.ProcessEnv, dataDir: string): TelemetryConfig {
     flushIntervalMs: pick("SVC_TELEMETRY_FLUSH_INTERVAL_MS", 1000, 60_000),
     spoolDir: env.SVC_TELEMETRY_SPOOL_DIR ? resolve(env.SVC_TELEMETRY_SPOOL_DIR) : join(dataDir, "telemetry-spool"),
     spoolMaxBytes: pick("SVC_TELEMETRY_SPOOL_MAX_BYTES", 1024 ** 3, Number.MAX_SAFE_INTEGER),
-    engineNice: niceValue(env.SVC_TELEMETRY_ENGINE_NICE, "SVC_TELEMETRY_ENGINE_NICE", 10),
+    engineNice: intInRange(env, "SVC_TELEMETRY_ENGINE_NICE", 10, 0, 19, "a nice value from 0 (no change) to 19 (lowest priority)"),
   };
 }
 
