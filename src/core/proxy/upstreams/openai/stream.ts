@@ -19,6 +19,9 @@ import { toFinishReason, toUsage } from "./usage.js";
  */
 const kChunkKnown: ReadonlySet<string> = new Set(["id", "object", "created", "model", "choices", "usage", "obfuscation"]);
 
+/** How many plain text chunks a stream may try to learn its template from before it stops trying. */
+const kLearnTries = 3;
+
 /**
  * Converts OpenAI `chat.completion.chunk` SSE (https://platform.openai.com/docs/api-reference/chat-streaming)
  * into canonical events. OpenAI streams a flat delta per chunk; the canonical model wants numbered
@@ -37,9 +40,13 @@ class OpenAiStreamConverter implements StreamConverter {
   readonly #toolBlocks = new Map<number, number>();
   #finish = FinishReason.UNSPECIFIED;
   #usage: Usage | undefined;
+  /** The stream's text chunks' frame, once learnt; `undefined` while not (yet) known. */
+  #template: TextChunkTemplate | undefined;
+  #learnTries: number;
 
-  constructor(publicModel: string) {
+  constructor(publicModel: string, templates: boolean) {
     this.#model = publicModel;
+    this.#learnTries = templates ? kLearnTries : 0;
   }
 
   get complete(): boolean {
@@ -54,15 +61,28 @@ class OpenAiStreamConverter implements StreamConverter {
       this.#complete = true;
       return this.#close();
     }
+    const out: StreamChatResponse[] = [];
+    const text = this.#template?.match(data);
+    if (text !== undefined) {
+      // Read without JSON.parse: what the full path would do for this chunk (see TextChunkTemplate).
+      if (text !== "") this.#text(text, kNoChunk, out);
+      return out;
+    }
     const chunk = parseChunk(data);
     if (isObject(chunk.error)) throw convertOpenAiStreamError(chunk.error);
-    const out: StreamChatResponse[] = [];
     // Azure sends a first chunk with an empty id (prompt filter results): start at a real one.
     if (!this.#started && typeof chunk.id === "string" && chunk.id !== "") this.#start(chunk, out);
     const usage = toUsage(chunk.usage);
     if (usage) this.#usage = usage;
     const choice = firstChoice(chunk.choices);
     if (choice) this.#choice(choice, chunk, out);
+    if (this.#learnTries > 0 && this.#template === undefined && this.#started) {
+      const content = plainTextContent(chunk);
+      if (content !== undefined) {
+        this.#learnTries--;
+        this.#template = TextChunkTemplate.learn(data, content);
+      }
+    }
     return out;
   }
 
@@ -142,6 +162,110 @@ class OpenAiStreamConverter implements StreamConverter {
   }
 }
 
+const kNoChunk: JsonObject = Object.freeze({}) as JsonObject;
+
+/**
+ * The text of a chunk that carries nothing but one non-empty text fragment at choice 0 (no finish
+ * reason, usage, error, refusal or tool call), or undefined for any other chunk.
+ */
+function plainTextContent(chunk: JsonObject): string | undefined {
+  if (chunk.error !== undefined || (chunk.usage !== undefined && chunk.usage !== null)) return undefined;
+  const choices = chunk.choices;
+  if (!Array.isArray(choices) || choices.length !== 1) return undefined;
+  const choice: unknown = choices[0];
+  if (!isObject(choice) || choice.index !== 0 || (choice.finish_reason !== null && choice.finish_reason !== undefined)) return undefined;
+  const delta = choice.delta;
+  if (!isObject(delta)) return undefined;
+  let content: string | undefined;
+  for (const k in delta) {
+    if (k !== "content" || typeof delta[k] !== "string") return undefined;
+    content = delta[k] as string;
+  }
+  return content === "" ? undefined : content;
+}
+
+const kSentinel = "\u0000svc-template\u0000";
+const kObfuscation = ',"obfuscation":"';
+
+/**
+ * The frame of a stream's text chunks. OpenAI repeats each chunk's head (id, object, created,
+ * model, ...) and tail byte for byte, and most chunks differ only in their `content` string, e.g.
+ * `{"id":"c1",...,"choices":[{"index":0,"delta":{"content":` + `"Hi"` + `},"logprobs":null,"finish_reason":null}]}`.
+ * Once one plain text chunk has been parsed, a chunk that is the same prefix and suffix around one
+ * JSON string is that chunk with another text: its text is read by parsing the string alone.
+ * The per-chunk random `obfuscation` value OpenAI may append is allowed to differ (it is dropped).
+ *
+ * Why this is exact: JSON's grammar is context-free, so swapping one string literal for another
+ * leaves every other value as it was. `learn` proves the literal it cut out is the value of
+ * `choices[0].delta.content` by parsing the frame around a sentinel string, which catches an
+ * occurrence elsewhere, a duplicate key that a later one overrides, or any other reading.
+ * Anything that does not match (another id, a finish reason, usage, whitespace, a tool call, an
+ * error) takes the full parse.
+ */
+class TextChunkTemplate {
+  private constructor(
+    readonly prefix: string,
+    /** The suffix up to the obfuscation field when there is one, else the whole suffix. */
+    readonly suffix: string,
+    readonly obfuscated: boolean,
+  ) {}
+
+  static learn(data: string, content: string): TextChunkTemplate | undefined {
+    const literal = JSON.stringify(content);
+    const at = data.lastIndexOf(`"content":${literal}`);
+    if (at < 0) return undefined; // written with other escapes or spacing: no template
+    const start = at + 10;
+    const prefix = data.slice(0, start);
+    let suffix = data.slice(start + literal.length);
+    const obf = suffix.lastIndexOf(kObfuscation);
+    const obfuscated = obf >= 0 && endOfSimpleString(suffix, obf + kObfuscation.length) === suffix.length - 2 && suffix.endsWith('"}');
+    let probe: unknown;
+    try {
+      probe = JSON.parse(prefix + JSON.stringify(kSentinel) + (obfuscated ? `${suffix.slice(0, obf)}${kObfuscation}x"}` : suffix));
+    } catch {
+      return undefined;
+    }
+    if (!isObject(probe) || plainTextContent(probe) !== kSentinel) return undefined;
+    if (obfuscated) suffix = suffix.slice(0, obf);
+    return new TextChunkTemplate(prefix, suffix, obfuscated);
+  }
+
+  /** The text of a chunk in this frame, or undefined when the chunk is not. */
+  match(data: string): string | undefined {
+    const { prefix, suffix } = this;
+    let end = data.length;
+    if (this.obfuscated) {
+      // `...suffix,"obfuscation":"<value>"}` with a value free of quotes, escapes and controls.
+      const obf = data.lastIndexOf(kObfuscation);
+      if (obf < 0 || data.charCodeAt(end - 1) !== 125 || data.charCodeAt(end - 2) !== 34 || endOfSimpleString(data, obf + kObfuscation.length) !== end - 2) return undefined;
+      end = obf;
+    }
+    const to = end - suffix.length;
+    // Slices compared with === rather than startsWith: measured several times faster here.
+    if (data.slice(0, prefix.length) !== prefix || data.slice(to, end) !== suffix) return undefined;
+    const literal = data.slice(prefix.length, to);
+    if (literal.charCodeAt(0) !== 34) return undefined;
+    // A literal with no quote, backslash or control character inside is its own text.
+    if (endOfSimpleString(literal, 1) === literal.length - 1) return literal.slice(1, -1);
+    let value: unknown;
+    try {
+      value = JSON.parse(literal);
+    } catch {
+      return undefined; // not one string: the full parse says what it is
+    }
+    return typeof value === "string" ? value : undefined;
+  }
+}
+
+/** The index of the first `"`, `\\` or control character at or after `from` (the length when none). */
+function endOfSimpleString(s: string, from: number): number {
+  for (let i = from; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c === 34 || c === 92 || c < 32) return i;
+  }
+  return s.length;
+}
+
 function parseChunk(data: string): JsonObject {
   let chunk: unknown;
   try {
@@ -160,4 +284,9 @@ function firstChoice(choices: unknown): JsonObject | undefined {
   return undefined;
 }
 
-export const createOpenAiStreamConverter = (req: StreamChatRequest): StreamConverter => new OpenAiStreamConverter(req.model);
+/**
+ * `templates: false` parses every chunk in full (the reference the template path is tested
+ * against).
+ */
+export const createOpenAiStreamConverter = (req: StreamChatRequest, opts: { templates?: boolean } = {}): StreamConverter =>
+  new OpenAiStreamConverter(req.model, opts.templates ?? true);

@@ -11,6 +11,8 @@ import {
 import { toErrorInfo } from "../../../../../src/core/errors.js";
 import { SseParser } from "../../../../../src/core/sse.js";
 import { createOpenAiAdapter } from "../../../../../src/core/proxy/upstreams/openai/adapter.js";
+import { createOpenAiStreamConverter } from "../../../../../src/core/proxy/upstreams/openai/stream.js";
+import { prng } from "../../../../support/prng.js";
 
 const fixture = (name: string): string => readFileSync(new URL(`../../../../fixtures/openai/${name}`, import.meta.url), "utf8");
 const req = create(StreamChatRequestSchema, { model: "chat-4o", style: ApiStyle.CHAT_COMPLETIONS, stream: true });
@@ -184,5 +186,121 @@ describe("openai stream converter", () => {
   it("closes an empty body with message_start and message_end so the answer is well-formed", () => {
     const conv = createOpenAiAdapter().createStreamConverter(req);
     assert.deepEqual(conv.end().map(brief), [["start", "", "chat-4o", 0, "CHAT_COMPLETIONS", {}], ["end", "UNSPECIFIED", null]]);
+  });
+});
+
+describe("openai stream converter: text chunk templates", () => {
+  /** Whole-chunk JSON.parse calls made while `fn` runs (strings that look like a chunk object). */
+  function chunkParses(fn: () => void): number {
+    const parse = JSON.parse;
+    let n = 0;
+    JSON.parse = ((text: string, reviver?: Parameters<typeof parse>[1]) => {
+      if (typeof text === "string" && text.startsWith("{") && text.includes('"choices"')) n++;
+      return parse(text, reviver);
+    }) as typeof JSON.parse;
+    try {
+      fn();
+    } finally {
+      JSON.parse = parse;
+    }
+    return n;
+  }
+
+  const run = (templates: boolean, data: string[]) => {
+    const conv = createOpenAiStreamConverter(req, { templates });
+    const events: StreamChatResponse[] = [];
+    let error: unknown;
+    try {
+      for (const d of data) events.push(...conv.push({ event: undefined, data: d }));
+      events.push(...conv.end());
+    } catch (e) {
+      error = toErrorInfo(e);
+    }
+    return { events, error, complete: conv.complete };
+  };
+
+  it("reads the text chunks after the first without parsing them whole", () => {
+    const data = new SseParser().push(fixture("text-with-usage.sse")).map((e) => e.data);
+    const full = chunkParses(() => run(false, data));
+    const fast = chunkParses(() => run(true, data));
+    // 9 text chunks: the first is parsed and teaches the frame (one more parse, of the probe), the
+    // other 8 are read from it.
+    assert.equal(full - fast, 7, `full ${full}, templated ${fast}`);
+    assert.deepEqual(run(true, data), run(false, data));
+  });
+
+  it("lets OpenAI's per-chunk obfuscation value differ", () => {
+    const head = '{"id":"chatcmpl-o","object":"chat.completion.chunk","created":5,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":';
+    const data = ["Hi", " there", " you", "\"q\\"].map((t, i) => `${head}${JSON.stringify(t)}},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"${"abcXYZ0123".slice(0, i + 2)}"}`);
+    data.push("[DONE]");
+    assert.equal(chunkParses(() => run(true, data)), 2); // the first chunk and the probe
+    assert.deepEqual(run(true, data), run(false, data));
+    // An obfuscation value that is not a plain string makes the chunk something else: the full parse answers.
+    for (const bad of ['"a""', '"a"]', '"ab\\}', '"a\u0001"}', '"a"x}', '"a" }', '1}', '"a"', '"a"}}']) {
+      const broken = [data[0]!, `${head}"B"},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":${bad}`, "[DONE]"];
+      assert.deepEqual(run(true, broken), run(false, broken), bad);
+    }
+  });
+
+  it("learns no frame from a chunk whose text also appears after its content", () => {
+    // The later `"content":"A"` is not the answer's text: a frame cut there would read "B" below.
+    const c = (text: string, meta: string) => JSON.stringify({ id: "c", choices: [{ index: 0, delta: { content: text } }], x_meta: { content: meta } });
+    const data = [c("A", "A"), c("A", "B"), c("A", "C"), "[DONE]"];
+    assert.deepEqual(run(true, data), run(false, data));
+    assert.deepEqual(run(true, data).events.filter((e) => e.event.case === "blockDelta").map((e) => (e.event.value as { text: string }).text), ["A", "A", "A"]);
+  });
+
+  it("takes the full parse for a chunk that differs from the frame only after its text", () => {
+    const head = '{"id":"c","choices":[{"index":0,"delta":{"content":';
+    const learn = `${head}"A"},"logprobs":null,"finish_reason":null}]}`;
+    // Each variant keeps the frame's length, so only a check of the suffix tells them apart.
+    for (const tail of ['},"logprobs":[],"finish_reason":"stop"}]}', '}}],"usage":{"prompt_tokens":1234567890}}', `,"refusal":"${"n".repeat(24)}"}}]}`]) {
+      assert.equal(tail.length, learn.length - head.length - 3);
+      const data = [learn, `${head}"B"${tail}`, "[DONE]"];
+      assert.deepEqual(run(true, data), run(false, data), tail);
+    }
+  });
+
+  it("answers exactly as the full parse does, for random streams with chunks that fit the frame and chunks that do not", () => {
+    const rand = prng(20261123);
+    const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
+    const texts = ["a", "Hello", " wörld", "\"quoted\"", "back\\slash", "tab\tnew\nline", "\u0000\u001f", "\ud83d\ude00", "\ud800", '"content":"x"', '},"finish_reason":"stop"}]}', "</script>", "é"];
+    const escapeAll = (t: string) => `"${[...t].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`).join("")}"`;
+    let saved = 0;
+    for (let round = 0; round < 400; round++) {
+      const id = `chatcmpl-${round}`;
+      const head = { id, object: "chat.completion.chunk", created: 1750000000 + round, model: "gpt-4o", ...(rand() < 0.5 ? { system_fingerprint: "fp_1" } : {}) };
+      const tail = rand() < 0.5 ? { usage: null } : {};
+      const obf = rand() < 0.3;
+      const chunk = (delta: object, finish: string | null = null, extra: object = {}) =>
+        JSON.stringify({ ...head, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...tail, ...extra, ...(obf ? { obfuscation: pick(["a", "b1", "XyZ9"]) } : {}) });
+      const text = (t: string) => chunk({ content: t });
+      const frame = text("\u0001").split('"\\u0001"');
+      const data: string[] = [chunk({ role: "assistant", content: "", refusal: null })];
+      const n = 2 + Math.floor(rand() * 12);
+      for (let i = 0; i < n; i++) {
+        const t = pick(texts);
+        const r = rand();
+        if (r < 0.45) data.push(text(t));
+        else if (r < 0.5) data.push(`${frame[0]}${escapeAll(t)}${frame[1]}`); // other escapes: the literal is still one string
+        else if (r < 0.53) data.push(JSON.stringify(JSON.parse(text(t)), null, 1)); // other spacing
+        else if (r < 0.56) data.push(`${frame[0]}${JSON.stringify(t)},"content":"dup"${frame[1]}`); // a later duplicate key wins
+        else if (r < 0.59) data.push(`${frame[0]}${pick(["1", "null", 'x"', '1"', '"', "", '"a\\x"', '"a" "b"', '"unterminated', "\"raw\u0001ctl\""])}${frame[1]}`);
+        else if (r < 0.62) data.push(chunk({ content: t }, null, { id: `${id}-other` }));
+        else if (r < 0.65) data.push(chunk({ refusal: t }));
+        else if (r < 0.68) data.push(chunk({ tool_calls: [{ index: 0, id: "call_1", function: { name: "f", arguments: t } }] }));
+        else if (r < 0.7) data.push(chunk({ content: t }, "length"));
+        else if (r < 0.72) data.push(chunk({ content: t }, null, { usage: { prompt_tokens: 3, completion_tokens: 4 } }));
+        else if (r < 0.73) data.push(chunk({ content: t }, null, { error: { message: "boom", type: "server_error" } }));
+        else if (r < 0.75) data.push(`${text(t)} `);
+        else data.push(text(t));
+      }
+      data.push(chunk({}, "stop"));
+      if (rand() < 0.8) data.push("[DONE]");
+      assert.deepEqual(run(true, data), run(false, data), `round ${round}: ${JSON.stringify(data)}`);
+      saved += chunkParses(() => run(false, data)) - chunkParses(() => run(true, data));
+    }
+    // The frame was learnt and used, not skipped every time (the rounds above would then pass trivially).
+    assert.ok(saved > 800, `whole-chunk parses saved: ${saved}`);
   });
 });
