@@ -217,8 +217,8 @@ class TextChunkTemplate {
     const start = at + 10;
     const prefix = data.slice(0, start);
     let suffix = data.slice(start + literal.length);
-    const obf = suffix.lastIndexOf(kObfuscation);
-    const obfuscated = obf >= 0 && endOfSimpleString(suffix, obf + kObfuscation.length) === suffix.length - 2 && suffix.endsWith('"}');
+    const obf = obfuscationAt(suffix);
+    const obfuscated = obf >= 0;
     let probe: unknown;
     try {
       probe = JSON.parse(prefix + JSON.stringify(kSentinel) + (obfuscated ? `${suffix.slice(0, obf)}${kObfuscation}x"}` : suffix));
@@ -235,10 +235,8 @@ class TextChunkTemplate {
     const { prefix, suffix } = this;
     let end = data.length;
     if (this.obfuscated) {
-      // `...suffix,"obfuscation":"<value>"}` with a value free of quotes, escapes and controls.
-      const obf = data.lastIndexOf(kObfuscation);
-      if (obf < 0 || data.charCodeAt(end - 1) !== 125 || data.charCodeAt(end - 2) !== 34 || endOfSimpleString(data, obf + kObfuscation.length) !== end - 2) return undefined;
-      end = obf;
+      end = obfuscationAt(data);
+      if (end < 0) return undefined;
     }
     const to = end - suffix.length;
     // Slices compared with === rather than startsWith: measured several times faster here.
@@ -255,6 +253,17 @@ class TextChunkTemplate {
     }
     return typeof value === "string" ? value : undefined;
   }
+}
+
+/**
+ * Where `s` ends in `,"obfuscation":"<value>"}` with a value free of quotes, escapes and control
+ * characters: the index of that comma, or -1 when it does not.
+ */
+function obfuscationAt(s: string): number {
+  const at = s.lastIndexOf(kObfuscation);
+  const end = s.length;
+  if (at < 0 || s.charCodeAt(end - 1) !== 125 || s.charCodeAt(end - 2) !== 34) return -1;
+  return endOfSimpleString(s, at + kObfuscation.length) === end - 2 ? at : -1;
 }
 
 /** The index of the first `"`, `\\` or control character at or after `from` (the length when none). */
