@@ -64,6 +64,9 @@ describe("TelemetryService", function () {
 
   before(async () => {
     gw = await startTestGateway({ SVC_TELEMETRY_FLUSH_INTERVAL_MS: "20" });
+    // The engine opens in the background at start (seconds on a busy machine): the first test's
+    // second is for the write path, not for that.
+    await gw.telemetry.listLogs({ projectId, keyMode: KeyMode.LIVE, pageSize: 1 });
     const def = protoLoader.loadSync(["svc/telemetry/v1/telemetry_service.proto"], { includeDirs: [protoDir], keepCase: true, enums: String, defaults: true, longs: String });
     const pkg: any = grpc.loadPackageDefinition(def);
     grpcClient = new pkg.svc.telemetry.v1.TelemetryService(new URL(gw.grpcUrl).host, grpc.credentials.createInsecure());
