@@ -126,6 +126,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         limits,
         pricing,
         cacheEnabled: config.cache.enabled,
+        admitAhead: config.limits.admitAhead,
         maxRequestBytes: config.maxRequestBytes,
         // The writer queues in memory and never waits on the store: a request never waits for its log.
         record: (entry) => void telemetry.recordRequest({ $typeName: "svc.telemetry.v1.RecordRequestRequest", log: entry }).catch((e) => log.warn("request log dropped", { err: String(e) })),

@@ -24,6 +24,11 @@ export interface AdmitInput {
   monthEndMs: number;
   /** How long a reservation counts when it is never settled (its process died). */
   reservationTtlMs: number;
+  /**
+   * Whether `rescind` may take the admission back: it is then recorded under its reservation id,
+   * with the buckets it was counted in, even when it reserves nothing.
+   */
+  rescindable: boolean;
 }
 
 /** The decision, in store terms; the service maps it to the proto. */
@@ -49,6 +54,14 @@ export interface SettleInput {
   nowMs: number;
 }
 
+/** A rescindable admission to take back: the user it was counted for and its reservation. */
+export interface RescindInput {
+  projectId: string;
+  userId: string;
+  reservationId: string;
+  nowMs: number;
+}
+
 export interface Usage {
   minuteCount: number;
   dayCount: number;
@@ -66,6 +79,12 @@ export interface LimitsStore {
   admit(input: AdmitInput): Promise<AdmitOutcome>;
   /** Releases a reservation and charges the real cost to its month. */
   settle(input: SettleInput): Promise<void>;
+  /**
+   * Takes back a rescindable admission still outstanding (neither settled, rescinded nor expired):
+   * its counts leave the buckets they were added to, where those are still in their window, and
+   * its reservation is released. Returns whether there was one to take back.
+   */
+  rescind(input: RescindInput): Promise<boolean>;
   usage(projectId: string, month: string, nowMs: number): Promise<Usage>;
   close(): Promise<void>;
 }

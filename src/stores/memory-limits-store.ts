@@ -1,5 +1,5 @@
 import { bucketOf, DAY, freeAtMs, MINUTE, type WindowName, type WindowShape } from "../core/limits/windows.js";
-import { type AdmitInput, type AdmitOutcome, EXPIRE_BATCH, type LimitsStore, type SettleInput, type Usage } from "./limits-store.js";
+import { type AdmitInput, type AdmitOutcome, EXPIRE_BATCH, type LimitsStore, type RescindInput, type SettleInput, type Usage } from "./limits-store.js";
 
 /** One sliding window's counters (see src/core/limits/windows.ts). */
 interface WindowState {
@@ -10,12 +10,19 @@ interface WindowState {
   counts: Map<number, number>;
 }
 
+interface Reservation {
+  nano: number;
+  expiresAt: number;
+  /** A rescindable admission's buckets, by window. */
+  counted?: Partial<Record<WindowName, number>>;
+}
+
 interface ProjectState {
   minute: WindowState | undefined;
   day: WindowState | undefined;
   users: Map<string, WindowState>;
   /** Outstanding reservations in the order made, so the oldest expire first. */
-  reservations: Map<string, { nano: number; expiresAt: number }>;
+  reservations: Map<string, Reservation>;
   reserved: number;
   /** Spend by month, `YYYY-MM`. */
   spent: Map<string, number>;
@@ -136,18 +143,43 @@ export function createMemoryLimitsStore(): LimitsStore {
       if (worst) return worst;
 
       let tight: AdmitOutcome = { allowed: true, window: undefined, limit: 0, remaining: 0, resetMs: 0, retryAfterMs: 0, spendRemainingNano };
+      const counted: Partial<Record<WindowName, number>> = {};
       for (const c of checks) {
         add(c);
+        counted[c.name] = c.cur;
         const remaining = c.limit - c.total - 1;
         if (tight.window === undefined || remaining < tight.remaining) {
           tight = { ...tight, window: c.name, limit: c.limit, remaining, resetMs: (c.cur + c.shape.buckets + 1) * c.shape.bucketMs - now };
         }
       }
-      if (input.worstNano > 0) {
-        p.reservations.set(input.reservationId, { nano: input.worstNano, expiresAt: now + input.reservationTtlMs });
+      if (input.worstNano > 0 || input.rescindable) {
+        const r: Reservation = { nano: input.worstNano, expiresAt: now + input.reservationTtlMs };
+        if (input.rescindable) r.counted = counted;
+        p.reservations.set(input.reservationId, r);
         p.reserved += input.worstNano;
       }
       return tight;
+    },
+
+    async rescind(input: RescindInput): Promise<boolean> {
+      const p = stateOf(input.projectId);
+      expire(p, input.nowMs);
+      const r = p.reservations.get(input.reservationId);
+      if (!r?.counted) return false;
+      p.reserved -= r.nano;
+      p.reservations.delete(input.reservationId);
+      // A bucket that has left its window was dropped when the window moved past it. One left at 0
+      // stays in the map, which keeps its keys in ascending order.
+      const uncount = (s: WindowState | undefined, b: number | undefined) => {
+        const n = b === undefined ? undefined : s?.counts.get(b);
+        if (!n) return;
+        s!.counts.set(b!, n - 1);
+        s!.total--;
+      };
+      uncount(p.minute, r.counted.minute);
+      uncount(p.day, r.counted.day);
+      uncount(p.users.get(input.userId), r.counted.user_minute);
+      return true;
     },
 
     async settle(input: SettleInput): Promise<void> {

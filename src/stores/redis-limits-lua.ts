@@ -59,15 +59,21 @@ local function load(key, cur, n)
   return total, cur
 end
 
+-- Ends a reservation: its amount leaves the total, and a rescindable one's buckets (id..':c') go.
+local function release(zkey, hkey, id)
+  local amt = redis.call('HGET', hkey, id)
+  if amt then
+    -- Redis reads '-0' as no integer: a rescindable admission may have reserved nothing.
+    if amt ~= '0' then redis.call('HINCRBY', hkey, 'total', '-' .. amt) end
+    redis.call('HDEL', hkey, id, id .. ':c')
+  end
+  redis.call('ZREM', zkey, id)
+end
+
 -- Reservations that were never settled (their process died) stop counting when they expire.
 local function expire(zkey, hkey, now)
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', zkey, '-inf', s(now), 'LIMIT', 0, ${EXPIRE_BATCH})) do
-    local amt = redis.call('HGET', hkey, id)
-    if amt then
-      redis.call('HINCRBY', hkey, 'total', '-' .. amt)
-      redis.call('HDEL', hkey, id)
-    end
-    redis.call('ZREM', zkey, id)
+    release(zkey, hkey, id)
   end
 end
 `;
@@ -75,7 +81,8 @@ end
 /**
  * KEYS: minute, day, user-minute windows, the month's spend, reservations (zset by expiry, hash of
  * amounts with the running `total`). ARGV: now ms (-1: Redis's clock), the three limits (-1: none),
- * cap nano (-1: none), worst-case nano, reservation id, reservation ttl ms, month end ms.
+ * cap nano (-1: none), worst-case nano, reservation id, reservation ttl ms, month end ms,
+ * rescindable ('1': record the reservation, and the buckets counted as `<id>:c` = "m,d,u").
  * Returns {allowed, window (1 minute, 2 day, 3 user, 4 month), limit, remaining, reset ms,
  * retry ms, cap left in nano or false}.
  */
@@ -148,8 +155,10 @@ if worst_case then
 end
 
 local tight = { 0, 0, 0, 0 }
+local counted = { '', '', '' }
 for _, c in ipairs(checks) do
   local w, key, limit, ms, n, total, cur = unpack(c)
+  counted[w] = s(cur)
   redis.call('HINCRBY', key, s(cur), 1)
   redis.call('HINCRBY', key, 't', 1)
   redis.call('HSETNX', key, 'o', s(cur - n))
@@ -158,10 +167,12 @@ for _, c in ipairs(checks) do
   local remaining = limit - total - 1
   if tight[1] == 0 or remaining < tight[3] then tight = { w, limit, remaining, (cur + n + 1) * ms - now } end
 end
-if worst > 0 then
+local rescindable = ARGV[10] == '1'
+if worst > 0 or rescindable then
   local ttl = tonumber(ARGV[8])
   redis.call('ZADD', KEYS[5], s(now + ttl), ARGV[7])
   redis.call('HSET', KEYS[6], ARGV[7], ARGV[6])
+  if rescindable then redis.call('HSET', KEYS[6], ARGV[7] .. ':c', table.concat(counted, ',')) end
   redis.call('HINCRBY', KEYS[6], 'total', ARGV[6])
   redis.call('PEXPIRE', KEYS[5], ttl + 60000)
   redis.call('PEXPIRE', KEYS[6], ttl + 60000)
@@ -175,18 +186,40 @@ return { 1, tight[1], tight[2], tight[3], tight[4], 0, left }
  * KEYS: reservations zset, reservations hash, the month's spend. ARGV: reservation id (may be
  * empty), cost nano, seconds to keep the month's spend.
  */
-export const settleLua = `
+export const settleLua = `${common}
 if ARGV[1] ~= '' then
-  local amt = redis.call('HGET', KEYS[2], ARGV[1])
-  if amt then
-    redis.call('HINCRBY', KEYS[2], 'total', '-' .. amt)
-    redis.call('HDEL', KEYS[2], ARGV[1])
-  end
-  redis.call('ZREM', KEYS[1], ARGV[1])
+  release(KEYS[1], KEYS[2], ARGV[1])
 end
 if ARGV[2] ~= '0' then
   redis.call('INCRBY', KEYS[3], ARGV[2])
   redis.call('EXPIRE', KEYS[3], ARGV[3])
+end
+return 1
+`;
+
+/**
+ * KEYS: minute, day, user-minute windows, reservations zset, reservations hash. ARGV: reservation
+ * id, now ms (-1: Redis's clock). Takes back a rescindable admission still outstanding: one count
+ * off each bucket it was counted in that is still counted, and its reservation released.
+ * Returns 1, or 0 when there was none.
+ */
+export const rescindLua = `${common}
+expire(KEYS[4], KEYS[5], now_ms(ARGV[2]))
+local counted = redis.call('HGET', KEYS[5], ARGV[1] .. ':c')
+if not counted then return 0 end
+release(KEYS[4], KEYS[5], ARGV[1])
+local buckets = { string.match(counted, '^(%d*),(%d*),(%d*)$') }
+for i = 1, 3 do
+  local b = buckets[i]
+  if b and b ~= '' then
+    -- A bucket that has left its window was dropped when the window moved past it.
+    local n = tonumber(redis.call('HGET', KEYS[i], b))
+    if n and n > 0 then
+      redis.call('HINCRBY', KEYS[i], b, -1)
+      redis.call('HINCRBY', KEYS[i], 't', -1)
+      redis.call('HDEL', KEYS[i], 'u')
+    end
+  end
 end
 return 1
 `;

@@ -1,7 +1,7 @@
 import type { Redis } from "ioredis";
 import type { WindowName } from "../core/limits/windows.js";
-import { type AdmitInput, type AdmitOutcome, type LimitsStore, type SettleInput, StoreUnavailableError, type Usage } from "./limits-store.js";
-import { admitLua, settleLua, usageLua } from "./redis-limits-lua.js";
+import { type AdmitInput, type AdmitOutcome, type LimitsStore, type RescindInput, type SettleInput, StoreUnavailableError, type Usage } from "./limits-store.js";
+import { admitLua, rescindLua, settleLua, usageLua } from "./redis-limits-lua.js";
 import type { RedisConnection } from "./redis-connection.js";
 
 /**
@@ -12,7 +12,8 @@ import type { RedisConnection } from "./redis-connection.js";
  *   {svc:lim:<p>}:d            day window (hash of one-minute buckets)
  *   {svc:lim:<p>}:u:<user>     a user's minute window
  *   {svc:lim:<p>}:spend:<YYYY-MM>  nano-dollars spent in the month (string, INCRBY)
- *   {svc:lim:<p>}:rz / :rh     outstanding reservations: ids by expiry (zset), amounts (hash)
+ *   {svc:lim:<p>}:rz / :rh     outstanding reservations: ids by expiry (zset), amounts (hash; a
+ *                              rescindable admission's buckets as field `<id>:c`)
  *
  * Every key expires on its own once idle. Scripts go through defineCommand, which sends EVALSHA
  * and falls back to EVAL on NOSCRIPT (a restarted or flushed Redis).
@@ -32,6 +33,7 @@ type Reply = [number, number, number, number, number, number, string | null];
 type ScriptedRedis = Redis & {
   svcLimAdmit(...args: Array<string | number>): Promise<Reply>;
   svcLimSettle(...args: Array<string | number>): Promise<number>;
+  svcLimRescind(...args: Array<string | number>): Promise<number>;
   svcLimUsage(...args: Array<string | number>): Promise<[number, number, string, string]>;
 };
 
@@ -43,6 +45,7 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
   const redis = conn.redis as ScriptedRedis;
   redis.defineCommand("svcLimAdmit", { numberOfKeys: 6, lua: admitLua });
   redis.defineCommand("svcLimSettle", { numberOfKeys: 3, lua: settleLua });
+  redis.defineCommand("svcLimRescind", { numberOfKeys: 5, lua: rescindLua });
   redis.defineCommand("svcLimUsage", { numberOfKeys: 5, lua: usageLua });
   const serverClock = opts.serverClock ?? true;
   const spendTtl = opts.spendTtlSeconds ?? 400 * 86_400;
@@ -75,6 +78,7 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
           input.reservationId,
           input.reservationTtlMs,
           input.monthEndMs,
+          input.rescindable ? 1 : 0,
         ),
       );
       return {
@@ -91,6 +95,12 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
     async settle(input: SettleInput): Promise<void> {
       const t = tag(input.projectId);
       await call(() => redis.svcLimSettle(`${t}:rz`, `${t}:rh`, `${t}:spend:${input.month}`, input.reservationId, input.costNano, spendTtl));
+    },
+
+    async rescind(input: RescindInput): Promise<boolean> {
+      const t = tag(input.projectId);
+      const r = await call(() => redis.svcLimRescind(`${t}:m`, `${t}:d`, `${t}:u:${input.userId}`, `${t}:rz`, `${t}:rh`, input.reservationId, clock(input.nowMs)));
+      return r === 1;
     },
 
     async usage(projectId: string, month: string, nowMs: number): Promise<Usage> {

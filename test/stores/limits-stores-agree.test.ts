@@ -22,7 +22,7 @@ describe("memory and Redis limits stores", () => {
     await redis.stop();
   });
 
-  it("decide a random mix of admissions, settlements and time alike", async () => {
+  it("decide a random mix of admissions, settlements, rescinds and time alike", async () => {
     const clock = { ms: DEFAULT_START };
     const make = (store: Parameters<typeof createLimitsService>[0]["store"]) =>
       createDirectClient(LimitsService, createLimitsService({ store, now: () => clock.ms, reservationTtlMs: 90_000 }));
@@ -31,26 +31,33 @@ describe("memory and Redis limits stores", () => {
     const rand = prng(7);
     const pick = <T>(xs: T[]) => xs[Math.floor(rand() * xs.length)]!;
     const limits = { requestsPerMinute: 8, requestsPerDay: 40, userRequestsPerMinute: 3, monthlySpendCapUsd: "3.5" };
-    const open: Array<[string, string]> = [];
+    const open: Array<[string, string, string]> = [];
     const seen = new Set<string>();
     for (let i = 0; i < 600; i++) {
       clock.ms += pick([0, 0, 0, 0, 10, 400, 1_000, 5_000, 30_000, 700_000]);
       if (open.length && rand() < 0.3) {
-        const [a, b] = open.splice(Math.floor(rand() * open.length), 1)[0]!;
+        const [a, b, userId] = open.splice(Math.floor(rand() * open.length), 1)[0]!;
+        if (rand() < 0.4) {
+          // Taken back instead of settled; one that was not rescindable stays counted.
+          const [m, r] = [await mem.rescind({ projectId: "p", userId, reservationId: a }), await red.rescind({ projectId: "p", userId, reservationId: b })];
+          assert.deepEqual(r, m, `step ${i}`);
+          seen.add(`rescinded ${m.rescinded}`);
+          continue;
+        }
         const cost = pick(["0", "0.01", "0.2", "0.333333333333"]);
         await mem.settle({ projectId: "p", reservationId: a, costUsd: cost });
         await red.settle({ projectId: "p", reservationId: b, costUsd: cost });
         continue;
       }
-      const req = { projectId: "p", userId: pick(["", "", "u1", "u2"]), maxCostUsd: pick(["", "0.05", "0.3"]), limits };
+      const req = { projectId: "p", userId: pick(["", "", "u1", "u2"]), maxCostUsd: pick(["", "0.05", "0.3"]), rescindable: rand() < 0.5, limits };
       const [m, r] = [await mem.admit(req), await red.admit(req)];
       const view = (x: typeof m) => ({ ...x, reservationId: x.reservationId !== "" });
       assert.deepEqual(view(r), view(m), `step ${i}`);
       seen.add(`${m.decision}/${m.window}`);
-      if (m.reservationId) open.push([m.reservationId, r.reservationId]);
+      if (m.reservationId) open.push([m.reservationId, r.reservationId, req.userId]);
     }
     // Every kind of decision came up: allowed, minute, day, user and spend refusals.
-    assert.ok(["1/1", "2/1", "2/2", "3/3", "4/4"].every((k) => seen.has(k)), [...seen].join(" "));
+    assert.ok(["1/1", "2/1", "2/2", "3/3", "4/4", "rescinded true", "rescinded false"].every((k) => seen.has(k)), [...seen].join(" "));
     const [mu, ru] = [await mem.getUsage({ projectId: "p" }), await red.getUsage({ projectId: "p" })];
     assert.deepEqual(ru, mu);
   });

@@ -39,6 +39,13 @@ const decisionOf: Record<WindowName, Decision> = {
   month: Decision.SPEND_CAPPED,
 };
 
+/** The month a reservation id names; refuses an id Admit cannot have returned. */
+function monthOfReservation(id: string): string {
+  const m = reservationPattern.exec(id);
+  if (!m) throw invalidRequest("invalid_value", `\`reservation_id\` ${JSON.stringify(id)} is not one Admit returned.`);
+  return m[1]!;
+}
+
 const seconds = (ms: number) => Math.max(0, Math.ceil(ms / 1000));
 
 function rate(v: number | undefined, field: string): number | undefined {
@@ -114,6 +121,7 @@ export function createLimitsService(deps: LimitsDeps): ServiceImpl<typeof Limits
         month,
         monthEndMs: monthEndMs(t),
         reservationTtlMs,
+        rescindable: req.rescindable,
       };
       try {
         return toResponse(await store.admit(input), capNano, reservationId);
@@ -130,17 +138,26 @@ export function createLimitsService(deps: LimitsDeps): ServiceImpl<typeof Limits
       const projectId = project(req.projectId);
       const costNano = money(req.costUsd, "cost_usd");
       let month = monthOf(now());
-      if (req.reservationId) {
-        const m = reservationPattern.exec(req.reservationId);
-        if (!m) throw invalidRequest("invalid_value", `\`reservation_id\` ${JSON.stringify(req.reservationId)} is not one Admit returned.`);
-        month = m[1]!;
-      }
+      if (req.reservationId) month = monthOfReservation(req.reservationId);
       try {
         await store.settle({ projectId, reservationId: req.reservationId, month, costNano, nowMs: now() });
         return { recorded: true };
       } catch (e) {
         if (!(e instanceof StoreUnavailableError)) throw e;
         return { recorded: false };
+      }
+    },
+
+    async rescind(req) {
+      const projectId = project(req.projectId);
+      if (!req.reservationId) throw invalidRequest("missing_required_field", "`reservation_id` is required.");
+      monthOfReservation(req.reservationId);
+      if (req.userId.length > MAX_USER_ID) throw invalidRequest("invalid_value", `\`user_id\` must be at most ${MAX_USER_ID} characters.`);
+      try {
+        return { rescinded: await store.rescind({ projectId, userId: req.userId, reservationId: req.reservationId, nowMs: now() }) };
+      } catch (e) {
+        if (!(e instanceof StoreUnavailableError)) throw e;
+        return { rescinded: false };
       }
     },
 

@@ -1,9 +1,10 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { equals } from "@bufbuild/protobuf";
 import { type Client, createContextValues } from "@connectrpc/connect";
 import type { AuthService } from "../../gen/svc/auth/v1/auth_service_pb.js";
 import type { CacheService, GetEntryRequest, GetEntryResponse } from "../../gen/svc/cache/v1/cache_service_pb.js";
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
-import type { ProjectLimits } from "../../gen/svc/common/v1/project_limits_pb.js";
+import { type ProjectLimits, ProjectLimitsSchema } from "../../gen/svc/common/v1/project_limits_pb.js";
 import { type AdmitResponse, Decision, type LimitsService } from "../../gen/svc/limits/v1/limits_service_pb.js";
 import type { RequestLog } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import {
@@ -35,6 +36,13 @@ export interface GatewayDeps {
   pricing: Pricing;
   /** False when the cache is switched off (SVC_CACHE_DISABLED): no lookups, no stores, no single flight. */
   cacheEnabled: boolean;
+  /**
+   * Admit a live request while its key is being verified, on the limits the key's project had at
+   * its last verification (SVC_LIMITS_ADMIT_AHEAD): on Redis the admission then shares the key's
+   * round trip instead of taking one of its own. The admission is rescindable, and taken back
+   * whenever the verdict does not match it.
+   */
+  admitAhead?: boolean;
   maxRequestBytes: number;
   /** Takes each request's log record (telemetry); must not block or throw. */
   record?: (log: RequestLog) => void;
@@ -86,8 +94,8 @@ const hasLimits = (l: ProjectLimits | undefined): l is ProjectLimits =>
  * key, body, cache lookup, admission (live keys: rate limits and the spend-cap reservation, which
  * a hit does not need), an identical request already in flight, else the upstream; then the answer
  * is stored and the reservation settled to the real cost. The body is read, parsed and looked up
- * in the cache while the key is verified (`ahead`), but nothing of it is used, and none of its
- * errors is answered, before the key is known good.
+ * in the cache while the key is verified (`ahead`), and with `admitAhead` admitted too, but
+ * nothing of it is used, and none of its errors is answered, before the key is known good.
  */
 export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, state: GatewayState, requestId: string): Promise<void> {
   const trace = new RequestTrace(requestId, s.path);
@@ -112,10 +120,11 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
   const svc: SvcHeaders = { "X-Svc-Request-Id": requestId, "X-Svc-Cache": "MISS", "X-Svc-Cost": "0" };
   let bodies = false;
   let limitHeaders: Record<string, string> | undefined;
+  let early: Promise<Ahead> | undefined;
   try {
     const secret = apiKeyOf(req);
     const verifying = deps.auth.verifyKey({ $typeName: "svc.auth.v1.VerifyKeyRequest", secret });
-    const early = ahead(req, s, deps, identities.get(secret), prepared);
+    early = ahead(req, s, deps, identities.get(secret), prepared);
     let verified: Awaited<typeof verifying>;
     try {
       verified = await verifying;
@@ -124,7 +133,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       throw e;
     }
     const { key, project } = verified;
-    identities.remember(secret, project!.id, key!.mode);
+    identities.remember(secret, project!.id, key!.mode, project!.effectiveLimits);
     bodies = deps.record !== undefined && deps.logBodies !== false && project!.logBodies;
     trace.projectId = project!.id;
     trace.keyId = key!.id;
@@ -166,8 +175,11 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     // Test keys are never limited or capped (spec 8.1); a project with no limit set skips the call.
     let admission: AdmitResponse | undefined;
     const limits = project!.effectiveLimits;
-    if (key!.mode === KeyMode.LIVE && hasLimits(limits)) {
-      admission = await deps.limits.admit({ projectId: chat.projectId, userId: s.style === ApiStyle.CHAT_COMPLETIONS ? userId : "", maxCostUsd: hit ? "0" : deps.pricing.worstCaseUsd(chat), limits });
+    const limited = key!.mode === KeyMode.LIVE && hasLimits(limits);
+    const admitUser = s.style === ApiStyle.CHAT_COMPLETIONS ? userId : "";
+    if (pre.admitting) admission = await adoptAhead(deps, pre.admitting, limited ? { projectId: chat.projectId, userId: admitUser, limits, hit: hit !== undefined } : undefined);
+    if (limited) {
+      admission ??= await deps.limits.admit({ projectId: chat.projectId, userId: admitUser, maxCostUsd: hit ? "0" : deps.pricing.worstCaseUsd(chat), limits });
       limitHeaders = rateLimitHeaders(admission, s.style);
       if (admission.decision !== Decision.ALLOWED) throw admissionError(admission);
     }
@@ -206,13 +218,17 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     trace.firstByte();
     trace.failed(info);
     if (bodies) trace.responseBody = body;
+  } finally {
+    // An admission made ahead that the request never came to (its key or its headers refused).
+    if (early && deps.admitAhead) void early.then((pre) => dropAhead(deps, pre.admitting));
   }
 }
 
-/** A key's project and mode: fixed for as long as the key exists. */
+/** A key's project and mode, fixed for as long as the key exists, and its project's limits when last verified. */
 interface Identity {
   projectId: string;
   keyMode: KeyMode;
+  limits: ProjectLimits | undefined;
 }
 
 /**
@@ -229,10 +245,14 @@ export class Identities {
     return this.#bySecret.get(secret);
   }
 
-  remember(secret: string, projectId: string, keyMode: KeyMode): void {
-    if (this.#bySecret.has(secret)) return;
+  remember(secret: string, projectId: string, keyMode: KeyMode, limits: ProjectLimits | undefined): void {
+    const known = this.#bySecret.get(secret);
+    if (known) {
+      known.limits = limits;
+      return;
+    }
     if (this.#bySecret.size >= Identities.MAX) this.#bySecret.delete(this.#bySecret.keys().next().value!);
-    this.#bySecret.set(secret, { projectId, keyMode });
+    this.#bySecret.set(secret, { projectId, keyMode, limits });
   }
 
   forget(secret: string): void {
@@ -254,6 +274,19 @@ interface Ahead {
   /** The scope the lookup below was made in, from an earlier verification of the same key. */
   guess: Identity | undefined;
   lookup: Promise<GetEntryResponse | undefined> | undefined;
+  /** The admission made on the guessed identity (GatewayDeps.admitAhead). */
+  admitting: AdmittedAhead | undefined;
+}
+
+/** An admission made before the key's verdict, on what the guessed identity said. */
+interface AdmittedAhead {
+  projectId: string;
+  userId: string;
+  limits: ProjectLimits;
+  /** Undefined when the call failed: the request then makes its own, which fails in its turn. */
+  response: Promise<AdmitResponse | undefined>;
+  /** Set once the request has adopted it or taken it back. */
+  done: boolean;
 }
 
 /**
@@ -262,7 +295,7 @@ interface Ahead {
  * the key is known good (a bad key is a 401 whatever the body).
  */
 async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess: Identity | undefined, prepared: PreparedRequests): Promise<Ahead> {
-  const out: Ahead = { body: undefined, parsed: undefined, error: undefined, cacheKey: "", prepared: false, guess: undefined, lookup: undefined };
+  const out: Ahead = { body: undefined, parsed: undefined, error: undefined, cacheKey: "", prepared: false, guess: undefined, lookup: undefined, admitting: undefined };
   let known: PreparedRequest | undefined;
   try {
     const text = await readBodyText(req, deps.maxRequestBytes);
@@ -286,7 +319,60 @@ async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess:
       out.lookup = deps.cache.getEntry({ $typeName: "svc.cache.v1.GetEntryRequest", projectId: guess.projectId, keyMode: guess.keyMode, cacheKey: out.cacheKey }).catch(() => undefined);
     }
   }
+  if (deps.admitAhead && guess?.keyMode === KeyMode.LIVE && hasLimits(guess.limits)) out.admitting = admitAhead(req, s, deps, guess.projectId, guess.limits, out.parsed);
   return out;
+}
+
+/**
+ * Admits the request on its key's guessed identity, as a miss would be admitted (its worst case
+ * reserved). Undefined when its user header is bad: the request is refused in its turn anyway.
+ */
+function admitAhead(req: IncomingMessage, s: Surface, deps: GatewayDeps, projectId: string, limits: ProjectLimits, parsed: ParsedChatRequest): AdmittedAhead | undefined {
+  let userId = "";
+  if (s.style === ApiStyle.CHAT_COMPLETIONS) {
+    try {
+      userId = userIdOf(req);
+    } catch {
+      return undefined;
+    }
+  }
+  const maxCostUsd = deps.pricing.worstCaseUsd(chatRequest(parsed, { requestId: "", projectId, keyId: "", keyMode: KeyMode.LIVE, userId, metadata: {} }));
+  const response = deps.limits.admit({ projectId, userId, maxCostUsd, limits, rescindable: true }).catch(() => undefined);
+  return { projectId, userId, limits, response, done: false };
+}
+
+/**
+ * The admission made ahead when it is the one this request needs (`need`: same project, user and
+ * limits); otherwise it is taken back and the request admits itself. A hit reserves nothing, so a
+ * hit that the ahead admission refused for a miss's worst case is decided again.
+ */
+async function adoptAhead(
+  deps: GatewayDeps,
+  a: AdmittedAhead,
+  need: { projectId: string; userId: string; limits: ProjectLimits; hit: boolean } | undefined,
+): Promise<AdmitResponse | undefined> {
+  if (!need || a.projectId !== need.projectId || a.userId !== need.userId || !equals(ProjectLimitsSchema, a.limits, need.limits)) {
+    // Taken back before the request's own admission, which must not count it.
+    await dropAhead(deps, a);
+    return undefined;
+  }
+  a.done = true;
+  const r = await a.response;
+  return r?.decision === Decision.SPEND_CAPPED && need.hit ? undefined : r;
+}
+
+/** Takes back an admission made ahead that the request will not use; never rejects. */
+async function dropAhead(deps: GatewayDeps, a: AdmittedAhead | undefined): Promise<void> {
+  if (!a || a.done) return;
+  a.done = true;
+  await a.response
+    .then((r) => {
+      if (r?.decision !== Decision.ALLOWED || !r.reservationId) return;
+      return deps.limits.rescind({ projectId: a.projectId, userId: a.userId, reservationId: r.reservationId }).then((x) => {
+        if (!x.rescinded) log.warn("an admission made ahead could not be taken back", { projectId: a.projectId });
+      });
+    })
+    .catch((e) => log.warn("an admission made ahead could not be taken back", { err: String(e) }));
 }
 
 /** Whether the request's cache policy asks for a lookup; a bad header is refused later, in its turn. */

@@ -13,16 +13,39 @@ let n = 0;
 const chat = (more: object = {}) => ({ model: "chat-4o-mini", messages: [{ role: "user", content: `limits ${Date.now()} ${++n}` }], ...more });
 const noCache = { "X-Svc-Cache-Control": "no-cache" };
 
-describe("rate limits and spend caps (embedded, real HTTP)", function () {
+/** Polls until `read` gives `want` (a count taken back off the request's path), or fails with the last value. */
+async function eventually<T>(read: () => Promise<T>, want: T, ms = 3_000): Promise<void> {
+  const end = Date.now() + ms;
+  let got = await read();
+  while (got !== want && Date.now() < end) {
+    await new Promise((r) => setTimeout(r, 20));
+    got = await read();
+  }
+  assert.equal(got, want);
+}
+
+const setups: Array<{ name: string; env: Record<string, string>; redis?: true }> = [
+  { name: "embedded, admitted in turn", env: {} },
+  { name: "embedded, admitted ahead of the key's verdict", env: { SVC_LIMITS_ADMIT_AHEAD: "1" } },
+  { name: "on Redis, admitted ahead of the key's verdict (its default)", env: {}, redis: true },
+];
+
+for (const setup of setups) describe(`rate limits and spend caps (${setup.name}, real HTTP)`, function () {
   this.timeout(60_000);
   let gw: TestGateway;
   let url: string;
+  let redis: TestRedis | undefined;
 
   before(async () => {
-    gw = await startTestGateway();
+    if (setup.redis) redis = await startRedis();
+    gw = await startTestGateway({ ...setup.env, ...(redis ? { SVC_REDIS_URL: redis.url } : {}) });
     url = `${gw.gatewayUrl}/v1/chat/completions`;
   });
-  after(() => gw.close());
+  after(async () => {
+    await gw.close();
+    await redis?.stop();
+  });
+  const minuteCount = (projectId: string) => async () => (await gw.limits.getUsage({ projectId })).requestsLastMinute;
 
   it("lets a free project make 60 requests in a minute, then answers 429 with Retry-After and x-ratelimit headers", async () => {
     const keys = await gw.project(Plan.FREE);
@@ -110,6 +133,54 @@ describe("rate limits and spend caps (embedded, real HTTP)", function () {
     const usage = await gw.limits.getUsage({ projectId: keys.projectId });
     assert.equal(usage.spentUsd, "0");
     assert.equal(usage.reservedUsd, "0");
+  });
+
+  it("leaves no count behind for a deleted key's request, nor for one refused for a bad header", async () => {
+    const keys = await gw.project(Plan.PRO);
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { requestsPerMinute: 5, monthlySpendCapUsd: "1" } });
+    assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 200);
+    const bad = await postJson(url, keys.live, chat(), { "X-Svc-Cache-Control": "sometimes" });
+    assert.equal(bad.status, 400, bad.text);
+    await gw.admin.deleteKey({ keyId: keys.liveKeyId });
+    assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 401);
+    await eventually(minuteCount(keys.projectId), 1);
+    assert.equal((await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd, "0");
+  });
+
+  it("applies limits changed since the key's last request, and counts the request once", async () => {
+    const keys = await gw.project(Plan.FREE);
+    assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 200);
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { requestsPerMinute: 2 } });
+    const second = await postJson(url, keys.live, chat(), noCache);
+    assert.equal(second.status, 200, second.text);
+    assert.equal(second.headers["x-ratelimit-limit-requests"], "2");
+    assert.equal(second.headers["x-ratelimit-remaining-requests"], "0");
+    assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 429);
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { requestsPerMinute: 3 } });
+    assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 200, "the old limit's refusal is decided again");
+    await eventually(minuteCount(keys.projectId), 3);
+  });
+
+  it("serves a cache hit when the spend cap has no room left for a miss's worst case", async () => {
+    const keys = await gw.project(Plan.PRO);
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "1" } });
+    const body = chat({ max_tokens: 50 });
+    const miss = await postJson(url, keys.live, body);
+    assert.equal(miss.headers["x-svc-cache"], "MISS");
+    // The cap now leaves one nano-dollar: less than any miss's worst case, enough for a hit's nothing.
+    const spent = (await gw.limits.getUsage({ projectId: keys.projectId })).spentUsd;
+    const nano = BigInt(Math.round(Number(spent) * 1e9)) + 1n;
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: (Number(nano) / 1e9).toFixed(9) } });
+    for (let i = 0; i < 2; i++) {
+      const hit = await postJson(url, keys.live, body);
+      assert.equal(hit.status, 200, hit.text);
+      assert.equal(hit.headers["x-svc-cache"], "HIT");
+    }
+    const other = await postJson(url, keys.live, chat({ max_tokens: 50 }));
+    assert.equal(other.status, 429);
+    assert.equal(other.json().error.code, "spend_cap_exceeded");
+    await eventually(minuteCount(keys.projectId), 3); // the miss and the two hits, each once; the refused one uses no quota
+    await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd, "0");
   });
 });
 

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file svc/limits/v1/limits_service.proto.
  */
 export const file_svc_limits_v1_limits_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJzdmMvbGltaXRzL3YxL2xpbWl0c19zZXJ2aWNlLnByb3RvEg1zdmMubGltaXRzLnYxIncKDEFkbWl0UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSFAoMbWF4X2Nvc3RfdXNkGAMgASgJEiwKBmxpbWl0cxgEIAEoCzIcLnN2Yy5jb21tb24udjEuUHJvamVjdExpbWl0cyKaAgoNQWRtaXRSZXNwb25zZRIpCghkZWNpc2lvbhgBIAEoDjIXLnN2Yy5saW1pdHMudjEuRGVjaXNpb24SDQoFbGltaXQYAiABKAUSEQoJcmVtYWluaW5nGAMgASgFEhUKDXJlc2V0X3NlY29uZHMYBCABKAUSGwoTcmV0cnlfYWZ0ZXJfc2Vjb25kcxgFIAEoBRIWCg5yZXNlcnZhdGlvbl9pZBgGIAEoCRIqCgZ3aW5kb3cYByABKA4yGi5zdmMubGltaXRzLnYxLkxpbWl0V2luZG93EhAKCGRlZ3JhZGVkGAggASgIEhUKDXNwZW5kX2NhcF91c2QYCSABKAkSGwoTc3BlbmRfcmVtYWluaW5nX3VzZBgKIAEoCSJNCg1TZXR0bGVSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSFgoOcmVzZXJ2YXRpb25faWQYAiABKAkSEAoIY29zdF91c2QYAyABKAkiIgoOU2V0dGxlUmVzcG9uc2USEAoIcmVjb3JkZWQYASABKAgiJQoPR2V0VXNhZ2VSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkigwEKEEdldFVzYWdlUmVzcG9uc2USDQoFbW9udGgYASABKAkSEQoJc3BlbnRfdXNkGAIgASgJEhQKDHJlc2VydmVkX3VzZBgDIAEoCRIcChRyZXF1ZXN0c19sYXN0X21pbnV0ZRgEIAEoBRIZChFyZXF1ZXN0c19sYXN0X2RheRgFIAEoBSqlAQoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABIUChBERUNJU0lPTl9BTExPV0VEEAESGQoVREVDSVNJT05fUExBTl9MSU1JVEVEEAISGQoVREVDSVNJT05fVVNFUl9MSU1JVEVEEAMSGQoVREVDSVNJT05fU1BFTkRfQ0FQUEVEEAQSGAoUREVDSVNJT05fVU5BVkFJTEFCTEUQBSqQAQoLTGltaXRXaW5kb3cSHAoYTElNSVRfV0lORE9XX1VOU1BFQ0lGSUVEEAASFwoTTElNSVRfV0lORE9XX01JTlVURRABEhQKEExJTUlUX1dJTkRPV19EQVkQAhIcChhMSU1JVF9XSU5ET1dfVVNFUl9NSU5VVEUQAxIWChJMSU1JVF9XSU5ET1dfTU9OVEgQBDLsAQoNTGltaXRzU2VydmljZRJCCgVBZG1pdBIbLnN2Yy5saW1pdHMudjEuQWRtaXRSZXF1ZXN0Ghwuc3ZjLmxpbWl0cy52MS5BZG1pdFJlc3BvbnNlEkUKBlNldHRsZRIcLnN2Yy5saW1pdHMudjEuU2V0dGxlUmVxdWVzdBodLnN2Yy5saW1pdHMudjEuU2V0dGxlUmVzcG9uc2USUAoIR2V0VXNhZ2USHi5zdmMubGltaXRzLnYxLkdldFVzYWdlUmVxdWVzdBofLnN2Yy5saW1pdHMudjEuR2V0VXNhZ2VSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_svc_common_v1_project_limits]);
+  fileDesc("CiJzdmMvbGltaXRzL3YxL2xpbWl0c19zZXJ2aWNlLnByb3RvEg1zdmMubGltaXRzLnYxIowBCgxBZG1pdFJlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIPCgd1c2VyX2lkGAIgASgJEhQKDG1heF9jb3N0X3VzZBgDIAEoCRIsCgZsaW1pdHMYBCABKAsyHC5zdmMuY29tbW9uLnYxLlByb2plY3RMaW1pdHMSEwoLcmVzY2luZGFibGUYBSABKAgimgIKDUFkbWl0UmVzcG9uc2USKQoIZGVjaXNpb24YASABKA4yFy5zdmMubGltaXRzLnYxLkRlY2lzaW9uEg0KBWxpbWl0GAIgASgFEhEKCXJlbWFpbmluZxgDIAEoBRIVCg1yZXNldF9zZWNvbmRzGAQgASgFEhsKE3JldHJ5X2FmdGVyX3NlY29uZHMYBSABKAUSFgoOcmVzZXJ2YXRpb25faWQYBiABKAkSKgoGd2luZG93GAcgASgOMhouc3ZjLmxpbWl0cy52MS5MaW1pdFdpbmRvdxIQCghkZWdyYWRlZBgIIAEoCBIVCg1zcGVuZF9jYXBfdXNkGAkgASgJEhsKE3NwZW5kX3JlbWFpbmluZ191c2QYCiABKAkiTQoNU2V0dGxlUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEhYKDnJlc2VydmF0aW9uX2lkGAIgASgJEhAKCGNvc3RfdXNkGAMgASgJIk0KDlJlc2NpbmRSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSDwoHdXNlcl9pZBgCIAEoCRIWCg5yZXNlcnZhdGlvbl9pZBgDIAEoCSIkCg9SZXNjaW5kUmVzcG9uc2USEQoJcmVzY2luZGVkGAEgASgIIiIKDlNldHRsZVJlc3BvbnNlEhAKCHJlY29yZGVkGAEgASgIIiUKD0dldFVzYWdlUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJIoMBChBHZXRVc2FnZVJlc3BvbnNlEg0KBW1vbnRoGAEgASgJEhEKCXNwZW50X3VzZBgCIAEoCRIUCgxyZXNlcnZlZF91c2QYAyABKAkSHAoUcmVxdWVzdHNfbGFzdF9taW51dGUYBCABKAUSGQoRcmVxdWVzdHNfbGFzdF9kYXkYBSABKAUqpQEKCERlY2lzaW9uEhgKFERFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASFAoQREVDSVNJT05fQUxMT1dFRBABEhkKFURFQ0lTSU9OX1BMQU5fTElNSVRFRBACEhkKFURFQ0lTSU9OX1VTRVJfTElNSVRFRBADEhkKFURFQ0lTSU9OX1NQRU5EX0NBUFBFRBAEEhgKFERFQ0lTSU9OX1VOQVZBSUxBQkxFEAUqkAEKC0xpbWl0V2luZG93EhwKGExJTUlUX1dJTkRPV19VTlNQRUNJRklFRBAAEhcKE0xJTUlUX1dJTkRPV19NSU5VVEUQARIUChBMSU1JVF9XSU5ET1dfREFZEAISHAoYTElNSVRfV0lORE9XX1VTRVJfTUlOVVRFEAMSFgoSTElNSVRfV0lORE9XX01PTlRIEAQytgIKDUxpbWl0c1NlcnZpY2USQgoFQWRtaXQSGy5zdmMubGltaXRzLnYxLkFkbWl0UmVxdWVzdBocLnN2Yy5saW1pdHMudjEuQWRtaXRSZXNwb25zZRJFCgZTZXR0bGUSHC5zdmMubGltaXRzLnYxLlNldHRsZVJlcXVlc3QaHS5zdmMubGltaXRzLnYxLlNldHRsZVJlc3BvbnNlEkgKB1Jlc2NpbmQSHS5zdmMubGltaXRzLnYxLlJlc2NpbmRSZXF1ZXN0Gh4uc3ZjLmxpbWl0cy52MS5SZXNjaW5kUmVzcG9uc2USUAoIR2V0VXNhZ2USHi5zdmMubGltaXRzLnYxLkdldFVzYWdlUmVxdWVzdBofLnN2Yy5saW1pdHMudjEuR2V0VXNhZ2VSZXNwb25zZSIDkAIBYgZwcm90bzM", [file_svc_common_v1_project_limits]);
 
 /**
  * AdmitRequest describes the request to admit.
@@ -52,6 +52,14 @@ export type AdmitRequest = Message<"svc.limits.v1.AdmitRequest"> & {
    * @generated from field: svc.common.v1.ProjectLimits limits = 4;
    */
   limits?: ProjectLimits | undefined;
+
+  /**
+   * Whether the admission may be taken back with Rescind. It is then recorded under its
+   * reservation id even when it reserves nothing, until it is settled, rescinded or expires.
+   *
+   * @generated from field: bool rescindable = 5;
+   */
+  rescindable: boolean;
 };
 
 /**
@@ -186,6 +194,63 @@ export const SettleRequestSchema: GenMessage<SettleRequest> = /*@__PURE__*/
   messageDesc(file_svc_limits_v1_limits_service, 2);
 
 /**
+ * RescindRequest names an admission to take back.
+ *
+ * @generated from message svc.limits.v1.RescindRequest
+ */
+export type RescindRequest = Message<"svc.limits.v1.RescindRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * The end user the admission was counted for ("" when none), as in its AdmitRequest.
+   *
+   * @generated from field: string user_id = 2;
+   */
+  userId: string;
+
+  /**
+   * The reservation from the AdmitResponse of a `rescindable` admission.
+   *
+   * @generated from field: string reservation_id = 3;
+   */
+  reservationId: string;
+};
+
+/**
+ * Describes the message svc.limits.v1.RescindRequest.
+ * Use `create(RescindRequestSchema)` to create a new message.
+ */
+export const RescindRequestSchema: GenMessage<RescindRequest> = /*@__PURE__*/
+  messageDesc(file_svc_limits_v1_limits_service, 3);
+
+/**
+ * RescindResponse says whether the admission was taken back.
+ *
+ * @generated from message svc.limits.v1.RescindResponse
+ */
+export type RescindResponse = Message<"svc.limits.v1.RescindResponse"> & {
+  /**
+   * True when the admission was found and taken back; false when it had already been settled,
+   * rescinded or had expired, or when the limits store was unreachable.
+   *
+   * @generated from field: bool rescinded = 1;
+   */
+  rescinded: boolean;
+};
+
+/**
+ * Describes the message svc.limits.v1.RescindResponse.
+ * Use `create(RescindResponseSchema)` to create a new message.
+ */
+export const RescindResponseSchema: GenMessage<RescindResponse> = /*@__PURE__*/
+  messageDesc(file_svc_limits_v1_limits_service, 4);
+
+/**
  * SettleResponse says whether the cost was recorded.
  *
  * @generated from message svc.limits.v1.SettleResponse
@@ -204,7 +269,7 @@ export type SettleResponse = Message<"svc.limits.v1.SettleResponse"> & {
  * Use `create(SettleResponseSchema)` to create a new message.
  */
 export const SettleResponseSchema: GenMessage<SettleResponse> = /*@__PURE__*/
-  messageDesc(file_svc_limits_v1_limits_service, 3);
+  messageDesc(file_svc_limits_v1_limits_service, 5);
 
 /**
  * GetUsageRequest names a project.
@@ -225,7 +290,7 @@ export type GetUsageRequest = Message<"svc.limits.v1.GetUsageRequest"> & {
  * Use `create(GetUsageRequestSchema)` to create a new message.
  */
 export const GetUsageRequestSchema: GenMessage<GetUsageRequest> = /*@__PURE__*/
-  messageDesc(file_svc_limits_v1_limits_service, 4);
+  messageDesc(file_svc_limits_v1_limits_service, 6);
 
 /**
  * GetUsageResponse is a project's usage now.
@@ -274,7 +339,7 @@ export type GetUsageResponse = Message<"svc.limits.v1.GetUsageResponse"> & {
  * Use `create(GetUsageResponseSchema)` to create a new message.
  */
 export const GetUsageResponseSchema: GenMessage<GetUsageResponse> = /*@__PURE__*/
-  messageDesc(file_svc_limits_v1_limits_service, 5);
+  messageDesc(file_svc_limits_v1_limits_service, 7);
 
 /**
  * Decision is the outcome of an admission.
@@ -414,6 +479,20 @@ export const LimitsService: GenService<{
     methodKind: "unary";
     input: typeof SettleRequestSchema;
     output: typeof SettleResponseSchema;
+  },
+  /**
+   * Takes back an admission made with `rescindable` that the request will not use (a gateway that
+   * admitted a request while its key was still being verified, and then could not serve it under
+   * that admission): its counts leave the rate windows and its reservation is released, as though
+   * it had never been admitted. Call it instead of Settle; a second call, or one after Settle, does
+   * nothing.
+   *
+   * @generated from rpc svc.limits.v1.LimitsService.Rescind
+   */
+  rescind: {
+    methodKind: "unary";
+    input: typeof RescindRequestSchema;
+    output: typeof RescindResponseSchema;
   },
   /**
    * Reads a project's current usage: requests in the sliding windows and the month's spend.
