@@ -32,8 +32,8 @@ const config = loadConfig({
   SVC_ANTHROPIC_API_KEY: "bench",
   ...(process.env.BENCH_REDIS_URL ? { SVC_REDIS_URL: process.env.BENCH_REDIS_URL } : {}),
   ...(process.env.BENCH_CACHE_OFF === "1" ? { SVC_CACHE_DISABLED: "1" } : {}),
-  // Telemetry settings pass through, for comparing them (bench/telemetry-load.ts).
-  ...Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith("SVC_TELEMETRY_") || k === "SVC_CLICKHOUSE_URL")),
+  // Telemetry and admission settings pass through, for comparing them (bench/telemetry-load.ts, bench/cache-limits.ts).
+  ...Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith("SVC_TELEMETRY_") || k === "SVC_CLICKHOUSE_URL" || k === "SVC_LIMITS_ADMIT_AHEAD")),
 });
 const running = await startServer(config, { demo: false });
 const admin = createAdminClient({ server: running.grpcUrl, token: running.adminToken });
