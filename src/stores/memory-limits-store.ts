@@ -143,19 +143,17 @@ export function createMemoryLimitsStore(): LimitsStore {
       if (worst) return worst;
 
       let tight: AdmitOutcome = { allowed: true, window: undefined, limit: 0, remaining: 0, resetMs: 0, retryAfterMs: 0, spendRemainingNano };
-      const counted: Partial<Record<WindowName, number>> = {};
+      const counted: Partial<Record<WindowName, number>> | undefined = input.rescindable ? {} : undefined;
       for (const c of checks) {
         add(c);
-        counted[c.name] = c.cur;
+        if (counted) counted[c.name] = c.cur;
         const remaining = c.limit - c.total - 1;
         if (tight.window === undefined || remaining < tight.remaining) {
           tight = { ...tight, window: c.name, limit: c.limit, remaining, resetMs: (c.cur + c.shape.buckets + 1) * c.shape.bucketMs - now };
         }
       }
       if (input.worstNano > 0 || input.rescindable) {
-        const r: Reservation = { nano: input.worstNano, expiresAt: now + input.reservationTtlMs };
-        if (input.rescindable) r.counted = counted;
-        p.reservations.set(input.reservationId, r);
+        p.reservations.set(input.reservationId, { nano: input.worstNano, expiresAt: now + input.reservationTtlMs, counted });
         p.reserved += input.worstNano;
       }
       return tight;

@@ -1,4 +1,4 @@
-import type { StreamChatRequest } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import type { ChatRequestBody } from "./canonical.js";
 import { costPico, formatUsd, parsePrice, type Prices } from "./cost.js";
 import type { ModelRoute } from "./models.js";
 
@@ -15,7 +15,7 @@ export interface Pricing {
    * twice what tokenizers count for English, plus 8 a message) at the input price, plus `max_tokens`
    * at the output price. "0" for a model without a price (it is refused later as unknown).
    */
-  worstCaseUsd(req: StreamChatRequest): string;
+  worstCaseUsd(req: ChatRequestBody): string;
   /** The provider a public model id is routed to ("" for an unknown id). */
   providerOf(model: string): string;
 }

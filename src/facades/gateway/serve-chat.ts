@@ -336,7 +336,7 @@ function admitAhead(req: IncomingMessage, s: Surface, deps: GatewayDeps, project
       return undefined;
     }
   }
-  const maxCostUsd = deps.pricing.worstCaseUsd(chatRequest(parsed, { requestId: "", projectId, keyId: "", keyMode: KeyMode.LIVE, userId, metadata: {} }));
+  const maxCostUsd = deps.pricing.worstCaseUsd(parsed);
   const response = deps.limits.admit({ projectId, userId, maxCostUsd, limits, rescindable: true }).catch(() => undefined);
   return { projectId, userId, limits, response, done: false };
 }
@@ -365,14 +365,14 @@ async function adoptAhead(
 async function dropAhead(deps: GatewayDeps, a: AdmittedAhead | undefined): Promise<void> {
   if (!a || a.done) return;
   a.done = true;
-  await a.response
-    .then((r) => {
-      if (r?.decision !== Decision.ALLOWED || !r.reservationId) return;
-      return deps.limits.rescind({ projectId: a.projectId, userId: a.userId, reservationId: r.reservationId }).then((x) => {
-        if (!x.rescinded) log.warn("an admission made ahead could not be taken back", { projectId: a.projectId });
-      });
-    })
-    .catch((e) => log.warn("an admission made ahead could not be taken back", { err: String(e) }));
+  try {
+    const r = await a.response;
+    if (r?.decision !== Decision.ALLOWED || !r.reservationId) return;
+    const { rescinded } = await deps.limits.rescind({ projectId: a.projectId, userId: a.userId, reservationId: r.reservationId });
+    if (!rescinded) log.warn("an admission made ahead could not be taken back", { projectId: a.projectId });
+  } catch (e) {
+    log.warn("an admission made ahead could not be taken back", { projectId: a.projectId, err: String(e) });
+  }
 }
 
 /** Whether the request's cache policy asks for a lookup; a bad header is refused later, in its turn. */
