@@ -8,6 +8,7 @@ import { createLimitsService } from "../../src/core/limits/limits-service.js";
 import { Decision, LimitsService } from "../../src/gen/svc/limits/v1/limits_service_pb.js";
 import { createRedisConnection, type RedisConnection } from "../../src/stores/redis-connection.js";
 import { createRedisLimitsStore } from "../../src/stores/redis-limits-store.js";
+import { eventually } from "../support/http.js";
 import { connectionUp } from "../support/limits-backends.js";
 import { startRedis, type TestRedis } from "../support/redis.js";
 import { captureLog } from "../support/log-capture.js";
@@ -32,14 +33,6 @@ function startBurst(url: string, projectId: string, n: number, rpm: number) {
       check();
     });
   return { ready: line(/ready\n/), result: line(/\{.*\}\n/).then((l) => JSON.parse(l) as { allowed: number; degraded: number }), go: () => child.stdin!.end("go\n") };
-}
-
-async function eventually(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 describe("Redis limits store", function () {
@@ -100,7 +93,7 @@ describe("Redis limits store", function () {
     const req = { projectId: "proj_outage", limits: { requestsPerMinute: 2 } };
     const logs = await captureLog(async () => {
       await redis.stop();
-      await eventually(async () => !conn.up);
+      await eventually(async () => !conn.up, 10_000, "the connection to be down");
       const rs = await Promise.all(Array.from({ length: 20 }, () => limits.admit(req)));
       assert.ok(rs.every((r) => r.decision === Decision.ALLOWED && r.degraded));
       assert.equal((await limits.settle({ projectId: req.projectId, reservationId: "", costUsd: "1" })).recorded, false);
@@ -108,7 +101,7 @@ describe("Redis limits store", function () {
     assert.equal(logs.filter((l) => l.includes("redis unreachable")).length, 1);
 
     redis = await startRedis(redis.port); // the same address, so the service reconnects by itself
-    await eventually(async () => !(await limits.admit(req)).degraded);
+    await eventually(async () => !(await limits.admit(req)).degraded, 10_000, "an admission that is not degraded");
     const after = [await limits.admit(req), await limits.admit(req)];
     assert.deepEqual(after.map((r) => r.decision), [Decision.ALLOWED, Decision.PLAN_LIMITED]);
   });
@@ -117,7 +110,7 @@ describe("Redis limits store", function () {
     const limits = service(true);
     const req = { projectId: "proj_closed", limits: { requestsPerMinute: 5 } };
     await redis.stop();
-    await eventually(async () => !conn.up);
+    await eventually(async () => !conn.up, 10_000, "the connection to be down");
     const r = await limits.admit(req);
     assert.equal(r.decision, Decision.UNAVAILABLE);
     assert.equal(r.degraded, true);
@@ -125,6 +118,6 @@ describe("Redis limits store", function () {
     await assert.rejects(limits.getUsage({ projectId: req.projectId }), /unreachable/);
 
     redis = await startRedis(redis.port);
-    await eventually(async () => (await limits.admit(req)).decision === Decision.ALLOWED);
+    await eventually(async () => (await limits.admit(req)).decision === Decision.ALLOWED, 10_000, "an admitted request");
   });
 });

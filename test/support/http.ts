@@ -44,10 +44,10 @@ export function sseEvents(text: string): Array<{ event?: string; data: string }>
     });
 }
 
-/** Waits until `cond` holds, polling, or fails after `ms`. */
-export async function eventually(cond: () => boolean, ms = 3000, what = "condition"): Promise<void> {
+/** Waits until `cond` holds (a check that may itself wait), polling, or fails after `ms`. */
+export async function eventually(cond: () => boolean | Promise<boolean>, ms = 3000, what = "condition"): Promise<void> {
   const end = Date.now() + ms;
-  while (!cond()) {
+  while (!(await cond())) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }

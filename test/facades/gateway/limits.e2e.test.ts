@@ -5,24 +5,13 @@ import { createAdminClient } from "../../../src/cli/admin-client.js";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
-import { postJson } from "../../support/http.js";
+import { eventually, postJson } from "../../support/http.js";
 import { startRedis, type TestRedis } from "../../support/redis.js";
 import { startSvcServe, type SvcServe } from "../../support/svc-cli.js";
 
 let n = 0;
 const chat = (more: object = {}) => ({ model: "chat-4o-mini", messages: [{ role: "user", content: `limits ${Date.now()} ${++n}` }], ...more });
 const noCache = { "X-Svc-Cache-Control": "no-cache" };
-
-/** Polls until `read` gives `want` (a count taken back off the request's path), or fails with the last value. */
-async function eventually<T>(read: () => Promise<T>, want: T, ms = 3_000): Promise<void> {
-  const end = Date.now() + ms;
-  let got = await read();
-  while (got !== want && Date.now() < end) {
-    await new Promise((r) => setTimeout(r, 20));
-    got = await read();
-  }
-  assert.equal(got, want);
-}
 
 const setups: Array<{ name: string; env: Record<string, string>; redis?: true }> = [
   { name: "embedded, admitted in turn", env: {} },
@@ -45,7 +34,9 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     await gw.close();
     await redis?.stop();
   });
-  const minuteCount = (projectId: string) => async () => (await gw.limits.getUsage({ projectId })).requestsLastMinute;
+  /** Waits for a project's minute window to hold `want` (a count taken back off the request's path). */
+  const minuteCountBecomes = (projectId: string, want: number) =>
+    eventually(async () => (await gw.limits.getUsage({ projectId })).requestsLastMinute === want, 3_000, `${want} requests counted in the minute`);
 
   it("lets a free project make 60 requests in a minute, then answers 429 with Retry-After and x-ratelimit headers", async () => {
     const keys = await gw.project(Plan.FREE);
@@ -143,7 +134,7 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     assert.equal(bad.status, 400, bad.text);
     await gw.admin.deleteKey({ keyId: keys.liveKeyId });
     assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 401);
-    await eventually(minuteCount(keys.projectId), 1);
+    await minuteCountBecomes(keys.projectId, 1);
     assert.equal((await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd, "0");
   });
 
@@ -158,7 +149,7 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 429);
     await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { requestsPerMinute: 3 } });
     assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 200, "the old limit's refusal is decided again");
-    await eventually(minuteCount(keys.projectId), 3);
+    await minuteCountBecomes(keys.projectId, 3);
   });
 
   it("serves a cache hit when the spend cap has no room left for a miss's worst case", async () => {
@@ -179,8 +170,8 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     const other = await postJson(url, keys.live, chat({ max_tokens: 50 }));
     assert.equal(other.status, 429);
     assert.equal(other.json().error.code, "spend_cap_exceeded");
-    await eventually(minuteCount(keys.projectId), 3); // the miss and the two hits, each once; the refused one uses no quota
-    await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd, "0");
+    await minuteCountBecomes(keys.projectId, 3); // the miss and the two hits, each once; the refused one uses no quota
+    await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd === "0", 3_000, "no reservation left");
   });
 });
 
