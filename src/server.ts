@@ -12,6 +12,7 @@ import { createLimitsBackend } from "./core/limits/limits-backend.js";
 import { createTelemetryBackend } from "./core/telemetry/telemetry-backend.js";
 import { createDirectClient } from "./core/direct-client.js";
 import { createCoreServer } from "./core/grpc-server.js";
+import { newRequestId } from "./core/ids.js";
 import { createPricing } from "./core/proxy/pricing.js";
 import { createProxyService } from "./core/proxy/proxy-service.js";
 import { createUpstreamHttp } from "./core/proxy/upstream-http.js";
@@ -19,6 +20,7 @@ import { createAnthropicAdapter } from "./core/proxy/upstreams/anthropic/adapter
 import { createOpenAiAdapter } from "./core/proxy/upstreams/openai/adapter.js";
 import { startFakeProvider, type FakeProvider } from "./demo/fake-provider.js";
 import { createGatewayHandler } from "./facades/gateway/gateway-app.js";
+import { answerClientError } from "./facades/http-errors.js";
 import { createManagementApp } from "./facades/management/management-app.js";
 import { AuthService } from "./gen/svc/auth/v1/auth_service_pb.js";
 import { CacheService } from "./gen/svc/cache/v1/cache_service_pb.js";
@@ -130,7 +132,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         maxRequestBytes: config.maxRequestBytes,
         // The writer queues in memory and never waits on the store: a request never waits for its log.
         record: (entry) => void telemetry.recordRequest({ $typeName: "svc.telemetry.v1.RecordRequestRequest", log: entry }).catch((e) => log.warn("request log dropped", { err: String(e) })),
-      }), config.gatewayPort, config.host);
+      }), config.gatewayPort, config.host, () => ({ "X-Svc-Request-Id": newRequestId(), "X-Svc-Cache": "MISS", "X-Svc-Cost": "0" }));
     cleanups.push(gateway.close);
     const management = await serveHttp(createManagementApp({ auth, telemetry }).callback(), config.managementPort, config.host);
     cleanups.push(management.close);
@@ -165,8 +167,13 @@ async function listen(server: import("node:net").Server, port: number, host: str
   return (server.address() as AddressInfo).port;
 }
 
-async function serveHttp(handler: RequestListener, port: number, host: string): Promise<{ port: number; close: () => Promise<void> }> {
+/**
+ * Serves an HTTP facade. `errorHeaders` gives the headers of an answer to a request node:http could
+ * not parse (the gateway's carry a request id, like all its responses).
+ */
+async function serveHttp(handler: RequestListener, port: number, host: string, errorHeaders?: () => Record<string, string>): Promise<{ port: number; close: () => Promise<void> }> {
   const server = createServer(handler);
+  server.on("clientError", (err: Error, socket) => answerClientError(err, socket, errorHeaders?.()));
   server.keepAliveTimeout = 65_000; // longer than common load balancers' idle timeout
   const actual = await listen(server, port, host);
   return {

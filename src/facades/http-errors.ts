@@ -1,3 +1,4 @@
+import type { Duplex } from "node:stream";
 import type { Middleware } from "koa";
 import { apiError, toErrorBody, toErrorInfo, type ErrorInfo } from "../core/errors.js";
 import { log } from "../logger.js";
@@ -33,3 +34,31 @@ export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<stri
 /** 405 for a known path with the wrong method. */
 export const methodNotAllowed = (method: string, path: string, allow: string) =>
   apiError(405, "invalid_request_error", "method_not_allowed", `${method} is not allowed on ${path}; use ${allow}.`);
+
+/**
+ * Answers a request that node:http could not parse (the `clientError` event) in the spec's error
+ * shape instead of Node's bare status line: 431 when the header block passes Node's limit
+ * (`--max-http-header-size`, 16 KiB by default), 400 for any other malformed request, `headers`
+ * added. The connection is closed after it, as Node does: what follows on it cannot be trusted.
+ * A socket already reset, or one whose response has begun, is only destroyed.
+ */
+export function answerClientError(err: Error & { code?: string }, socket: Duplex, headers: Record<string, string> = {}): void {
+  const answering = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
+  if (err.code === "ECONNRESET" || !socket.writable || answering?.headersSent) {
+    socket.destroy();
+    return;
+  }
+  const tooLarge = err.code === "HPE_HEADER_OVERFLOW";
+  const info: ErrorInfo = tooLarge
+    ? { status: 431, type: "invalid_request_error", code: "headers_too_large", message: "The request's headers are too large." }
+    : { status: 400, type: "invalid_request_error", code: "malformed_request", message: "The request is not valid HTTP/1.1." };
+  const body = JSON.stringify(toErrorBody(info));
+  const lines = [
+    `HTTP/1.1 ${info.status} ${tooLarge ? "Request Header Fields Too Large" : "Bad Request"}`,
+    ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
+    "Content-Type: application/json; charset=utf-8",
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    "Connection: close",
+  ];
+  socket.end(`${lines.join("\r\n")}\r\n\r\n${body}`);
+}

@@ -41,10 +41,11 @@ export function createGatewayApp(deps: GatewayDeps, state: GatewayState = newGat
   const router = new Router();
 
   app.use(async (ctx, next) => {
-    // Every response, errors included, carries the request id and the cache status.
+    // Every response, errors and health included, carries the request id, cache status and cost.
     ctx.state.requestId = newRequestId();
     ctx.set("X-Svc-Request-Id", ctx.state.requestId);
     ctx.set("X-Svc-Cache", "MISS");
+    ctx.set("X-Svc-Cost", "0");
     await next();
   });
   app.use(errorMiddleware((_info, headers) => {

@@ -73,8 +73,10 @@ const tooLarge = (max: number) => invalidRequest("request_too_large", `The reque
 /** `X-Svc-Metadata`: a JSON object; values are kept as strings (non-strings as their JSON text). */
 export function metadataOf(req: IncomingMessage): Record<string, string> {
   const raw = req.headers["x-svc-metadata"];
-  if (raw === undefined || raw === "") return {};
+  if (raw === undefined) return {};
   const text = Array.isArray(raw) ? raw.join(",") : raw;
+  // Sent empty is not a JSON object (as an empty provider-version is not a date): refused, not ignored.
+  if (text.trim() === "") throw invalidRequest("invalid_metadata", "X-Svc-Metadata must be a JSON object; it is empty.");
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);

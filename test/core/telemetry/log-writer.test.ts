@@ -72,6 +72,20 @@ describe("log writer", function () {
       assert.equal(w.stats.written, 25);
     });
 
+    it("stores and counts once a request id recorded twice in one batch", async () => {
+      const p = project();
+      const w = await writerOn(inner);
+      const twice = logRow(1, { project_id: p });
+      // The same request id in another project is another request.
+      const q = project();
+      for (const r of [twice, logRow(2, { project_id: p }), twice, logRow(1, { project_id: q })]) w.record("live", r);
+      await w.flush();
+      assert.equal(w.stats.written, 3);
+      const day = (projectId: string) => ({ projectId, fromSec: 0, toSec: 2 ** 31, granularity: "day" as const, groupLimit: 10 });
+      assert.equal((await inner.analytics(day(p))).totals.requests, 2, "counted once in the rollups");
+      assert.equal((await inner.analytics(day(q))).totals.requests, 1);
+    });
+
     it("inserts once per flush interval under steady traffic, not once per insert's duration", async () => {
       // Every insert here takes about as long as the engine's do (tens of ms); rows keep coming.
       // A writer that drained its queue until empty would insert back to back, a few rows each.

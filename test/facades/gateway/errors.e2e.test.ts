@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { connect } from "node:net";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { freePort } from "../../support/redis.js";
 import { postJson, rawRequest, sseEvents } from "../../support/http.js";
@@ -98,7 +99,7 @@ describe("gateway errors: the spec's status and error object for every kind of b
   });
 
   it("X-Svc-Metadata that is not a JSON object -> 400 invalid_metadata", async () => {
-    for (const value of ["not json", "[1,2]", '"text"']) {
+    for (const value of ["not json", "[1,2]", '"text"', "", "  "]) {
       const res = await postJson(chatUrl, key, chat(), { "x-svc-metadata": value });
       assert.equal(res.status, 400, value);
       assert.equal(res.json().error.code, "invalid_metadata");
@@ -166,6 +167,39 @@ describe("gateway errors: the spec's status and error object for every kind of b
       assert.equal(lastM.event, "error");
       assert.equal(JSON.parse(lastM.data).type, "error");
     });
+  });
+
+  /** Sends raw bytes on a new connection and reads the whole answer (the gateway closes it). */
+  const rawHttp = (text: string) =>
+    new Promise<{ head: string; body: string }>((resolve, reject) => {
+      const { hostname, port } = new URL(gw.gatewayUrl);
+      const socket = connect(Number(port), hostname, () => socket.end(text));
+      let got = "";
+      socket.setEncoding("utf8").on("data", (d: string) => (got += d)).on("error", reject);
+      socket.on("close", () => {
+        const at = got.indexOf("\r\n\r\n");
+        resolve({ head: got.slice(0, at), body: got.slice(at + 4) });
+      });
+    });
+
+  it("a request node:http cannot parse still gets the spec's error object and the svc headers", async () => {
+    const huge = await rawHttp(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(20_000)}\r\n\r\n`);
+    const bad = await rawHttp("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n{}");
+    for (const [res, status, code] of [[huge, 431, "headers_too_large"], [bad, 400, "malformed_request"]] as const) {
+      assert.match(res.head, new RegExp(`^HTTP/1.1 ${status} `));
+      assert.match(res.head, /\r\nX-Svc-Request-Id: req_\w+/);
+      assert.match(res.head, /\r\nX-Svc-Cost: 0\r\n/);
+      const body = JSON.parse(res.body);
+      assertErrorShape(body);
+      assert.deepEqual([body.error.type, body.error.code], ["invalid_request_error", code]);
+    }
+  });
+
+  it("the health check carries the svc headers too", async () => {
+    const res = await rawRequest(`${gw.gatewayUrl}/healthz`, { method: "GET" });
+    assert.equal(res.status, 200);
+    assert.ok(res.headers["x-svc-request-id"]);
+    assert.equal(res.headers["x-svc-cost"], "0");
   });
 });
 
