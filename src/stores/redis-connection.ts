@@ -25,6 +25,8 @@ export interface RedisConnectionOptions {
   name: string;
   /** Longest wait for one command before it counts as failed, in milliseconds. */
   commandTimeoutMs?: number;
+  /** What its user does meanwhile, for the outage's log line (default "continuing without it"). */
+  whileDown?: string;
 }
 
 const PROBE_INTERVAL_MS = 1_000;
@@ -52,7 +54,7 @@ export function createRedisConnection(url: string, opts: RedisConnectionOptions)
     if (closed) return;
     if (up) {
       up = false;
-      log.warn(`redis unreachable (${opts.name}): continuing without it until it is back`, { err: String((err as Error)?.message ?? err) });
+      log.warn(`redis unreachable (${opts.name}): ${opts.whileDown ?? "continuing without it"} until it is back`, { err: String((err as Error)?.message ?? err) });
     }
     // A command that timed out on a connection that stays open (a Redis stalled by a slow command,
     // a network hiccup) brings no "ready" event to end the outage: a PING a second decides instead.

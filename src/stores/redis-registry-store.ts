@@ -72,8 +72,13 @@ interface Known<V> {
   value: V;
 }
 
-export function createRedisRegistryStore(url: string): RegistryStore {
-  const redis = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 2 }) as ScriptedRedis;
+/** Longest wait for one command; a read that takes longer counts as Redis stalled. */
+const COMMAND_TIMEOUT_MS = 1_000;
+/** While stalled, how often a PING checks whether Redis answers again. */
+const PROBE_INTERVAL_MS = 1_000;
+
+export function createRedisRegistryStore(url: string, opts: { commandTimeoutMs?: number } = {}): RegistryStore {
+  const redis = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 2, commandTimeout: opts.commandTimeoutMs ?? COMMAND_TIMEOUT_MS }) as ScriptedRedis;
   // Requests must keep flowing while Redis is unreachable (cache and limits step aside too): the
   // keys and projects this replica verified last are served from memory until Redis is back. A key
   // cannot be deleted during the outage either, so this only ever serves what was valid when Redis
@@ -94,23 +99,54 @@ export function createRedisRegistryStore(url: string): RegistryStore {
     m.set(k, { text, value });
     return value;
   };
+  // An outage is a lost connection (ioredis reconnects, and "ready" ends it) or a stall: a read
+  // that timed out on a connection that stays open (a Redis paused or blocked by a slow command)
+  // brings no event at all, so while stalled a PING a second decides when Redis answers again.
+  // Either way reads of known keys are answered from memory at once, not after a timeout each.
   let outage = false;
-  redis.on("error", (e: Error) => {
+  let stalled = false;
+  let probing = false;
+  const down = (e: unknown) => {
     if (outage) return;
     outage = true;
-    log.warn("redis unreachable (registry): serving keys verified before the outage until it is back", { err: e.message });
-  });
-  redis.on("ready", () => {
+    log.warn("redis unreachable (registry): serving keys verified before the outage until it is back", { err: String((e as Error)?.message ?? e) });
+  };
+  const back = () => {
+    if (redis.status !== "ready" || stalled) return;
     if (outage) log.info("redis is back (registry)");
     outage = false;
-  });
+  };
+  const probe = () => {
+    if (probing) return;
+    probing = true;
+    setTimeout(() => {
+      redis.ping().then(
+        () => {
+          probing = false;
+          stalled = false;
+          back();
+        },
+        () => {
+          probing = false;
+          probe();
+        },
+      );
+    }, PROBE_INTERVAL_MS).unref();
+  };
+  redis.on("error", down);
+  redis.on("ready", back);
   /** Reads through Redis when it is up; from the known-good copy when it is not. */
   async function read<V, R>(m: Map<string, Known<V>>, k: string, fallback: (v: V) => R, load: () => Promise<R | undefined>): Promise<R | undefined> {
     const known = m.get(k);
-    if (redis.status !== "ready" && known) return fallback(known.value);
+    if ((redis.status !== "ready" || stalled) && known) return fallback(known.value);
     try {
       return await load();
     } catch (e) {
+      if ((e as Error)?.message === "Command timed out" && redis.status === "ready") {
+        stalled = true;
+        down(e);
+        probe();
+      }
       if (known) return fallback(known.value);
       throw e;
     }
@@ -176,8 +212,8 @@ export function createRedisRegistryStore(url: string): RegistryStore {
       });
     },
     async close() {
-      // QUIT would wait in the offline queue for a Redis that is gone.
-      if (redis.status !== "ready") return redis.disconnect();
+      // QUIT would wait in the offline queue for a Redis that is gone, or time out on a stalled one.
+      if (redis.status !== "ready" || stalled) return redis.disconnect();
       await redis.quit().catch(() => redis.disconnect());
     },
   };

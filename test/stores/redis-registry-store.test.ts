@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { Redis } from "ioredis";
 import { createRedisRegistryStore } from "../../src/stores/redis-registry-store.js";
 import type { KeyRecord, RegistryStore } from "../../src/stores/registry-store.js";
+import { eventually } from "../support/http.js";
+import { captureLog } from "../support/log-capture.js";
 import { startRedis, type TestRedis } from "../support/redis.js";
 
 describe("Redis registry store", () => {
@@ -84,5 +86,36 @@ describe("Redis registry store", () => {
   it("lists projects oldest first", async () => {
     const ids = (await b.listProjects()).map((p) => p.id);
     assert.deepEqual(ids.slice(0, 3), ["proj_1", "proj_2", "proj_3"]);
+  });
+
+  it("answers keys it verified from memory while Redis is stalled, and reads through again once it answers", async () => {
+    await a.createProject({ id: "proj_stall", name: "stall", plan: "pro", createdAt: 9 });
+    await a.createKey(key("key_stall", "proj_stall", 9), 10);
+    assert.equal((await b.findKeyByHash("hash-key_stall"))?.key.id, "key_stall");
+    const raw = new Redis(redis.url);
+    try {
+      const lines = await captureLog(async () => {
+        // A paused Redis keeps the connection open and answers nothing: no error, no "ready".
+        await raw.call("CLIENT", "PAUSE", "2500", "ALL");
+        let started = Date.now();
+        assert.equal((await b.findKeyByHash("hash-key_stall"))?.key.id, "key_stall");
+        assert.ok(Date.now() - started < 1_800, `the first read waited ${Date.now() - started} ms (the command timeout is 1 s)`);
+        started = Date.now();
+        for (let i = 0; i < 20; i++) assert.equal((await b.findKeyByHash("hash-key_stall"))?.project?.name, "stall");
+        assert.ok(Date.now() - started < 200, `20 reads of a known key took ${Date.now() - started} ms while stalled`);
+        started = Date.now();
+        await assert.rejects(b.findKeyByHash("hash-never-seen"));
+        assert.ok(Date.now() - started < 1_800, "an unknown key fails after the command timeout, not with the stall");
+        // Once Redis answers again, reads go through: a key deleted there is unknown here at once.
+        await eventually(async () => {
+          await raw.del("{svc:reg}:hash:hash-key_stall");
+          return (await b.findKeyByHash("hash-key_stall")) === undefined;
+        }, 10_000, "reads go through Redis again");
+      });
+      assert.equal(lines.filter((l) => l.includes("redis unreachable (registry)")).length, 1, "logged once per outage");
+      assert.equal(lines.filter((l) => l.includes("redis is back (registry)")).length, 1);
+    } finally {
+      raw.disconnect();
+    }
   });
 });

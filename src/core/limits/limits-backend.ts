@@ -35,7 +35,10 @@ export async function createLimitsBackend(redisUrl: string | undefined, config: 
     const store = createMemoryLimitsStore();
     return { impl: createLimitsService({ ...deps, store }), close: () => store.close() };
   }
-  const conn = createRedisConnection(redisUrl, { name: "limits" });
+  const conn = createRedisConnection(redisUrl, {
+    name: "limits",
+    whileDown: config.failClosed ? "refusing live requests of limited projects (SVC_LIMITS_FAIL_CLOSED)" : "admitting requests unlimited (failing open)",
+  });
   // Commands fail fast until the connection is ready, so the first requests would find it down.
   await new Promise<void>((resolve) => {
     if (conn.redis.status === "ready") return resolve();

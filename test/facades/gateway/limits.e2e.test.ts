@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { Redis } from "ioredis";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { createAdminClient } from "../../../src/cli/admin-client.js";
@@ -203,6 +204,31 @@ describe("rate limits across two gateway processes on one Redis", function () {
     const statuses = all.map((r) => r.status);
     assert.equal(statuses.filter((s) => s === 200).length, 60);
     assert.equal(statuses.filter((s) => s === 429).length, 140);
+  });
+
+  it("keeps answering while Redis is stalled (connected, answering nothing), each request within the command timeout", async () => {
+    const admin = createAdminClient({ server: a.grpcUrl, token: "limits-admin" });
+    const { project } = await admin.createProject({ name: "stall", plan: Plan.FREE });
+    const { secret } = await admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE });
+    const send = () => postJson(`${b.gatewayUrl}/v1/chat/completions`, secret, chat());
+    assert.equal((await send()).status, 200); // the key is now known to this replica
+    const raw = new Redis(redis.url);
+    try {
+      await raw.call("CLIENT", "PAUSE", "4000", "ALL");
+      const took: number[] = [];
+      for (let i = 0; i < 4; i++) {
+        const started = Date.now();
+        assert.equal((await send()).status, 200, "served while Redis is stalled");
+        took.push(Date.now() - started);
+      }
+      // The first request meets the timeouts (1 s, registry, cache and limits together); the rest
+      // find Redis known to be stalled and do not wait at all.
+      assert.ok(took[0]! < 2_000, `first request during the stall took ${took[0]} ms`);
+      assert.ok(Math.max(...took.slice(1)) < 500, `later requests took ${took.slice(1).join(", ")} ms`);
+    } finally {
+      await raw.ping(); // answered when the pause ends: the next test starts on a Redis that answers
+      raw.disconnect();
+    }
   });
 
   it("keeps answering while Redis is down (limits fail open) and limits again once it is back", async () => {
