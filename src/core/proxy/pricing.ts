@@ -1,4 +1,5 @@
-import type { ChatRequestBody } from "./canonical.js";
+import type { Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { type ChatRequestBody, localInputTokens, localTokens, usage } from "./canonical.js";
 import { costPico, formatUsd, parsePrice, type Prices } from "./cost.js";
 import type { ModelRoute } from "./models.js";
 
@@ -18,6 +19,13 @@ export interface Pricing {
   worstCaseUsd(req: ChatRequestBody): string;
   /** The provider a public model id is routed to ("" for an unknown id). */
   providerOf(model: string): string;
+  /**
+   * What a streamed answer cut short (the client left, the upstream broke off) cost so far: the
+   * upstream bills the prompt and every token it generated, whether or not the stream ended. Input
+   * tokens are the upstream's count when its stream gave one at the start (`inputTokens` > 0), else
+   * counted locally; output tokens are counted locally from the `outChars` characters streamed.
+   */
+  partialAnswer(req: ChatRequestBody, inputTokens: number, outChars: number): { usage: Usage; costUsd: string };
 }
 
 export function createPricing(models: Map<string, ModelRoute>): Pricing {
@@ -25,6 +33,11 @@ export function createPricing(models: Map<string, ModelRoute>): Pricing {
   for (const m of models.values()) prices.set(m.id, { input: parsePrice(m.inputPer1M), output: parsePrice(m.outputPer1M) });
   return {
     providerOf: (model) => models.get(model)?.provider ?? "",
+    partialAnswer(req, inputTokens, outChars) {
+      const u = usage({ inputTokens: inputTokens > 0 ? inputTokens : localInputTokens(req), outputTokens: localTokens(outChars) });
+      const p = prices.get(req.model);
+      return { usage: u, costUsd: p ? formatUsd(costPico(p, u.inputTokens, u.outputTokens)) : "0" };
+    },
     worstCaseUsd(req) {
       const p = prices.get(req.model);
       if (!p) return "0";

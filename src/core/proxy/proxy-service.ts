@@ -12,7 +12,7 @@ import { cancelOf } from "../cancel.js";
 import { apiError, invalidRequest } from "../errors.js";
 import { newRequestId } from "../ids.js";
 import { type SseEvent, SseParser } from "../sse.js";
-import { completionEvent, nowSeconds, usage as canonicalUsage } from "./canonical.js";
+import { completionEvent, localInputTokens, localTokens, nowSeconds, usage as canonicalUsage } from "./canonical.js";
 import { costPico, formatUsd, parsePrice, type Prices } from "./cost.js";
 import type { ModelRoute } from "./models.js";
 import type { UpstreamHttp, UpstreamResponse } from "./upstream-http.js";
@@ -192,9 +192,7 @@ class UpstreamEvents {
 /** The upstream's usage when it gave one; otherwise counted locally (~4 characters a token). */
 function settleUsage(usage: Usage | undefined, req: StreamChatRequest, outChars: () => number): Usage {
   if (usage && (usage.inputTokens > 0 || usage.outputTokens > 0)) return usage;
-  let inChars = req.system.length;
-  for (const m of req.messages) for (const b of m.blocks) inChars += b.text.length + b.toolInputJson.length;
-  return canonicalUsage({ inputTokens: Math.ceil(inChars / 4), outputTokens: Math.ceil(outChars() / 4), extraJson: usage?.extraJson ?? "" });
+  return canonicalUsage({ inputTokens: localInputTokens(req), outputTokens: localTokens(outChars()), extraJson: usage?.extraJson ?? "" });
 }
 
 /** True when the error is the client going away, which is not the upstream's fault. */

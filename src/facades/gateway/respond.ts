@@ -51,8 +51,10 @@ export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, e
 
 /**
  * Writes a streamed answer as SSE. The cost is only known at the end, so it is sent as the HTTP
- * trailer `X-Svc-Cost`, declared up front in `Trailer:` (DESIGN.md). An error after the stream has
- * begun is written as the style's SSE error event, and returned. `onEvent` sees every event written.
+ * trailer `X-Svc-Cost`, declared up front in `Trailer:` (DESIGN.md), and left in `svc` for the
+ * caller. An error after the stream has begun is written as the style's SSE error event, and
+ * returned. `onEvent` sees every event written; `partialCost` prices an answer that ended without
+ * its final event (the upstream broke off, the client left), which the upstream still bills.
  */
 export async function writeStream(
   res: ServerResponse,
@@ -63,6 +65,7 @@ export async function writeStream(
   first: StreamChatResponse,
   rest: AsyncIterator<StreamChatResponse>,
   onEvent?: (ev: StreamChatResponse) => void,
+  partialCost?: () => string,
 ): Promise<ErrorInfo | undefined> {
   res.writeHead(200, {
     ...extra,
@@ -74,7 +77,7 @@ export async function writeStream(
     "X-Svc-Cache": svc["X-Svc-Cache"],
   });
   const renderer = codec.createStreamRenderer(req);
-  let cost = "0";
+  let cost: string | undefined;
   let failure: ErrorInfo | undefined;
   // Events that arrive together (one upstream chunk) leave in one write: their texts are joined
   // until the current tick's promise jobs have run, then written once. One write per tick rather
@@ -102,18 +105,20 @@ export async function writeStream(
       emit(r.value);
     }
   } catch (err) {
-    if (res.destroyed || isCanceled(err)) return undefined;
-    failure = toErrorInfo(err);
-    if (failure.code === "internal_error") log.error("stream failed", { requestId: svc["X-Svc-Request-Id"], err: String((err as Error)?.stack ?? err) });
-    pending += renderer.error(failure);
+    // A client that left has no reader for an error event; its answer is still priced below.
+    if (!res.destroyed && !isCanceled(err)) {
+      failure = toErrorInfo(err);
+      if (failure.code === "internal_error") log.error("stream failed", { requestId: svc["X-Svc-Request-Id"], err: String((err as Error)?.stack ?? err) });
+      pending += renderer.error(failure);
+    }
   } finally {
     // Ends the core's stream early when the client left, so it releases the upstream connection.
     await rest.return?.();
   }
   flush();
+  svc["X-Svc-Cost"] = cost ?? partialCost?.() ?? "0";
   if (!res.destroyed) {
-    svc["X-Svc-Cost"] = cost;
-    res.addTrailers({ "X-Svc-Cost": cost });
+    res.addTrailers({ "X-Svc-Cost": svc["X-Svc-Cost"] });
     res.end();
   }
   return failure;

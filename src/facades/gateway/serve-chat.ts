@@ -12,6 +12,7 @@ import {
   type Completion,
   type ProxyService,
   type StreamChatRequest,
+  type StreamChatResponse,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { cacheKeyOf } from "../../core/cache/cache-key.js";
 import { encodeCompletion } from "../../core/proxy/completion-binary.js";
@@ -413,10 +414,23 @@ async function callUpstream(
   if (chat.stream) {
     const whole = new CompletionAssembler();
     let usage: Completion["usage"];
-    const failure = await writeStream(res, svc, extra, s.codec, parsed, first.value, events, (ev) => {
+    // What an answer cut short is billed on: the upstream's prompt count, when its stream gave one
+    // at the start, and the characters streamed since.
+    let inputTokens = 0;
+    let outChars = 0;
+    const onEvent = (ev: StreamChatResponse) => {
       whole.push(ev);
-      if (ev.event.case === "messageEnd") usage = ev.event.value.usage;
-    });
+      const e = ev.event;
+      if (e.case === "blockDelta") outChars += e.value.text.length + e.value.partialJson.length;
+      else if (e.case === "messageStart") inputTokens = e.value.usage?.inputTokens ?? 0;
+      else if (e.case === "messageEnd") usage = e.value.usage;
+    };
+    const partialCost = () => {
+      const part = deps.pricing.partialAnswer(chat, inputTokens, outChars);
+      usage = part.usage;
+      return part.costUsd;
+    };
+    const failure = await writeStream(res, svc, extra, s.codec, parsed, first.value, events, onEvent, partialCost);
     trace.upstreamEnded();
     trace.used(usage);
     if (failure) trace.failed(failure);

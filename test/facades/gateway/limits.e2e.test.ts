@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { request } from "node:http";
 import { Redis } from "ioredis";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
@@ -151,6 +152,40 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { requestsPerMinute: 3 } });
     assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 200, "the old limit's refusal is decided again");
     await minuteCountBecomes(keys.projectId, 3);
+  });
+
+  it("charges a streamed answer cut short what it cost so far: the upstream broke off, or the client left", async () => {
+    const keys = await gw.project(Plan.PRO);
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "100" } });
+    const spent = async () => Number((await gw.limits.getUsage({ projectId: keys.projectId })).spentUsd);
+    const words = "word ".repeat(200);
+
+    const cut = await postJson(url, keys.live, chat({ stream: true, max_tokens: 2000, messages: [{ role: "user", content: `${words} [[fake:drop]] ${++n}` }] }));
+    assert.equal(cut.status, 200);
+    const billed = Number(cut.trailers["x-svc-cost"]);
+    assert.ok(billed > 0, `an answer the upstream broke off was priced ${cut.trailers["x-svc-cost"]}`);
+    await eventually(async () => (await spent()) === billed, 3_000, "the cut answer's cost charged to the month");
+
+    // A client that leaves after the first pieces of an answer that never ends.
+    const before = await spent();
+    await new Promise<void>((resolve, reject) => {
+      const req = request(url, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": keys.live } }, (res) => {
+        res.once("data", () => {
+          req.destroy();
+          resolve();
+        });
+      });
+      req.on("error", () => {});
+      req.once("close", resolve);
+      req.end(JSON.stringify(chat({ stream: true, max_tokens: 2000, messages: [{ role: "user", content: `${words} [[fake:chunks=4]] [[fake:stall]] ${++n}` }] })));
+      setTimeout(() => reject(new Error("no first piece")), 5_000).unref();
+    });
+    await eventually(async () => (await spent()) > before, 3_000, "the abandoned answer's cost charged to the month");
+    await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd === "0", 3_000, "no reservation left");
+    // Priced as the prompt (about 200 tokens at chat-4o-mini's $0.15 per million) plus what streamed:
+    // far below the 2000-token worst case that was reserved.
+    const charged = (await spent()) - before;
+    assert.ok(charged > 0.00002 && charged < 0.0005, `charged ${charged}`);
   });
 
   it("serves a cache hit when the spend cap has no room left for a miss's worst case", async () => {
