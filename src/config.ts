@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { ApiStyle } from "./gen/svc/proxy/v1/proxy_service_pb.js";
-import { defaultModels, type ModelRoute } from "./core/proxy/models.js";
+import { defaultModels, FALLBACK_MAX_OUTPUT_TOKENS, type ModelRoute } from "./core/proxy/models.js";
 import { parsePrice } from "./core/proxy/cost.js";
 import { isObject, type JsonObject } from "./core/json.js";
 import { MAX_CACHE_TTL_SECONDS } from "./core/cache/cache-service.js";
@@ -165,7 +165,7 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
   const out = new Map(defaultModels.map((m) => [m.id, { ...m }]));
   const extra = file.models;
   if (extra !== undefined) {
-    if (!isObject(extra)) throw new ConfigError("config `models` must be an object of id -> {surface, provider, upstreamModel, inputPer1M, outputPer1M}");
+    if (!isObject(extra)) throw new ConfigError("config `models` must be an object of id -> {surface, provider, upstreamModel, inputPer1M, outputPer1M, maxOutputTokens}");
     for (const [id, m] of Object.entries(extra)) {
       const where = `config models.${id}`;
       if (!isObject(m)) throw new ConfigError(`${where} must be an object`);
@@ -179,6 +179,8 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
         upstreamModel: String(m.upstreamModel ?? base?.upstreamModel ?? ""),
         inputPer1M: String(m.inputPer1M ?? base?.inputPer1M ?? ""),
         outputPer1M: String(m.outputPer1M ?? base?.outputPer1M ?? ""),
+        maxOutputTokens:
+          m.maxOutputTokens === undefined ? (base?.maxOutputTokens ?? FALLBACK_MAX_OUTPUT_TOKENS) : positiveInt(m.maxOutputTokens, `${where}.maxOutputTokens`),
       };
       if (!route.upstreamModel) throw new ConfigError(`${where}.upstreamModel is required`);
       out.set(id, route);

@@ -14,24 +14,32 @@ export interface ModelRoute {
   inputPer1M: string;
   /** USD per 1M output tokens, as a decimal string. */
   outputPer1M: string;
+  /**
+   * The most output tokens the upstream model writes in one answer: what a spend cap reserves for a
+   * request that sets no `max_tokens` (chat completions makes it optional).
+   */
+  maxOutputTokens: number;
 }
+
+/** The output ceiling of a configured model that states none: high, so a spend cap's reservation is too. */
+export const FALLBACK_MAX_OUTPUT_TOKENS = 32_768;
 
 const chat = ApiStyle.CHAT_COMPLETIONS;
 const messages = ApiStyle.MESSAGES;
 
 /**
  * The default routes: each spec model id maps to the provider model it stands for, priced at that
- * model's list price per 1M tokens (input/output).
+ * model's list price per 1M tokens (input/output), with that model's documented output ceiling.
  */
 export const defaultModels: readonly ModelRoute[] = [
-  { id: "chat-4o", surface: chat, provider: "openai", upstreamModel: "gpt-4o", inputPer1M: "2.50", outputPer1M: "10.00" },
-  { id: "chat-4o-mini", surface: chat, provider: "openai", upstreamModel: "gpt-4o-mini", inputPer1M: "0.15", outputPer1M: "0.60" },
-  { id: "chat-4-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-4-turbo", inputPer1M: "10", outputPer1M: "30" },
-  { id: "chat-4", surface: chat, provider: "openai", upstreamModel: "gpt-4", inputPer1M: "30", outputPer1M: "60" },
-  { id: "chat-3.5-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-3.5-turbo", inputPer1M: "0.50", outputPer1M: "1.50" },
-  { id: "assistant-3-5-sonnet-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15" },
-  { id: "assistant-3-5-haiku-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-haiku-20241022", inputPer1M: "0.80", outputPer1M: "4" },
-  { id: "assistant-3-opus-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-opus-20240229", inputPer1M: "15", outputPer1M: "75" },
-  { id: "assistant-3-sonnet-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-sonnet-20240229", inputPer1M: "3", outputPer1M: "15" },
-  { id: "assistant-3-haiku-20240307", surface: messages, provider: "anthropic", upstreamModel: "claude-3-haiku-20240307", inputPer1M: "0.25", outputPer1M: "1.25" },
+  { id: "chat-4o", surface: chat, provider: "openai", upstreamModel: "gpt-4o", inputPer1M: "2.50", outputPer1M: "10.00", maxOutputTokens: 16384 },
+  { id: "chat-4o-mini", surface: chat, provider: "openai", upstreamModel: "gpt-4o-mini", inputPer1M: "0.15", outputPer1M: "0.60", maxOutputTokens: 16384 },
+  { id: "chat-4-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-4-turbo", inputPer1M: "10", outputPer1M: "30", maxOutputTokens: 4096 },
+  { id: "chat-4", surface: chat, provider: "openai", upstreamModel: "gpt-4", inputPer1M: "30", outputPer1M: "60", maxOutputTokens: 8192 },
+  { id: "chat-3.5-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-3.5-turbo", inputPer1M: "0.50", outputPer1M: "1.50", maxOutputTokens: 4096 },
+  { id: "assistant-3-5-sonnet-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15", maxOutputTokens: 8192 },
+  { id: "assistant-3-5-haiku-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-haiku-20241022", inputPer1M: "0.80", outputPer1M: "4", maxOutputTokens: 8192 },
+  { id: "assistant-3-opus-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-opus-20240229", inputPer1M: "15", outputPer1M: "75", maxOutputTokens: 4096 },
+  { id: "assistant-3-sonnet-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-sonnet-20240229", inputPer1M: "3", outputPer1M: "15", maxOutputTokens: 4096 },
+  { id: "assistant-3-haiku-20240307", surface: messages, provider: "anthropic", upstreamModel: "claude-3-haiku-20240307", inputPer1M: "0.25", outputPer1M: "1.25", maxOutputTokens: 4096 },
 ];

@@ -3,18 +3,13 @@ import { type ChatRequestBody, localInputTokens, localTokens, usage } from "./ca
 import { costPico, formatUsd, parsePrice, type Prices } from "./cost.js";
 import type { ModelRoute } from "./models.js";
 
-/**
- * Output tokens assumed for a request that sets no `max_tokens` (chat completions makes it
- * optional): the reservation against a spend cap must assume some ceiling.
- */
-export const DEFAULT_MAX_OUTPUT_TOKENS = 4096;
-
 /** Prices and providers per public model id, and the worst case a request may cost (what a spend cap reserves). */
 export interface Pricing {
   /**
    * The most the request can cost, in USD: its prompt estimated high (UTF-8 bytes / 2 tokens, about
    * twice what tokenizers count for English, plus 8 a message) at the input price, plus `max_tokens`
-   * at the output price. "0" for a model without a price (it is refused later as unknown).
+   * (the model's output ceiling when the request sets none) at the output price. "0" for a model
+   * without a price (it is refused later as unknown).
    */
   worstCaseUsd(req: ChatRequestBody): string;
   /** The provider a public model id is routed to ("" for an unknown id). */
@@ -29,8 +24,8 @@ export interface Pricing {
 }
 
 export function createPricing(models: Map<string, ModelRoute>): Pricing {
-  const prices = new Map<string, Prices>();
-  for (const m of models.values()) prices.set(m.id, { input: parsePrice(m.inputPer1M), output: parsePrice(m.outputPer1M) });
+  const prices = new Map<string, Prices & { maxOutputTokens: number }>();
+  for (const m of models.values()) prices.set(m.id, { input: parsePrice(m.inputPer1M), output: parsePrice(m.outputPer1M), maxOutputTokens: m.maxOutputTokens });
   return {
     providerOf: (model) => models.get(model)?.provider ?? "",
     partialAnswer(req, inputTokens, outChars) {
@@ -47,7 +42,7 @@ export function createPricing(models: Map<string, ModelRoute>): Pricing {
         for (const b of m.blocks) bytes += Buffer.byteLength(b.text) + Buffer.byteLength(b.toolInputJson) + Buffer.byteLength(b.rawJson);
       }
       for (const t of req.tools) bytes += Buffer.byteLength(t.name) + Buffer.byteLength(t.description) + Buffer.byteLength(t.inputSchemaJson);
-      const output = req.maxTokens ?? DEFAULT_MAX_OUTPUT_TOKENS;
+      const output = req.maxTokens ?? p.maxOutputTokens;
       return formatUsd(costPico(p, Math.ceil(bytes / 2), output));
     },
   };
