@@ -43,13 +43,15 @@ import { canonicalText, frame, parseForKey, writeCanonical } from "./canonical-f
  *   cache scopes entries by project and mode itself (cache-service.ts).
  *
  * Everything else is in: the style, model id, system, every message (role, blocks, tool calls and
- * their ids), temperature, max_tokens, tools and every other pass-through field. A parameter the
+ * their ids), temperature, max_tokens, tools, every other pass-through field, and the `anthropic-beta`
+ * features named (sorted; a request without any keeps the key it always had). A parameter the
  * table does not know makes the key differ, which costs a miss, never a wrong answer.
  */
-export function cacheKeyOf(req: ChatRequestBody): string {
+export function cacheKeyOf(req: ChatRequestBody & { betas?: readonly string[] }): string {
   const rules = rulesByStyle.get(req.style) ?? noRules;
   const material =
     `[${frame(KEY_VERSION)},${req.style},${frame(req.model)},${frame(req.system)},` +
+    (req.betas?.length ? `[${req.betas.map((b) => frame(b)).join(",")}],` : "") +
     `${num(req.temperature ?? rules.temperature)},${num(req.maxTokens)},` +
     `[${req.messages.map(messageText).join(",")}],[${req.tools.map(toolText).join(",")}],` +
     `${extraText(req.extraJson, rules, req.tools.length > 0)}]`;

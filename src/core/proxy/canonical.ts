@@ -62,7 +62,8 @@ export function toolDefinition(t: Fields<ToolDefinition>): ToolDefinition {
 export type ChatRequestBody = Pick<StreamChatRequest, "style" | "model" | "system" | "messages" | "temperature" | "maxTokens" | "stream" | "tools" | "extraJson">;
 
 /** The fields that say who is asking, which the facade sets. */
-export type ChatRequestCaller = Pick<StreamChatRequest, "requestId" | "projectId" | "keyId" | "keyMode" | "userId" | "metadata">;
+export type ChatRequestCaller = Pick<StreamChatRequest, "requestId" | "projectId" | "keyId" | "keyMode" | "userId" | "metadata"> &
+  Partial<Pick<StreamChatRequest, "betas">>;
 
 /** A complete chat request from a parsed body and its caller. */
 export function chatRequest(body: ChatRequestBody, who: ChatRequestCaller): StreamChatRequest {
@@ -83,6 +84,7 @@ export function chatRequest(body: ChatRequestBody, who: ChatRequestCaller): Stre
     extraJson: body.extraJson,
     userId: who.userId,
     metadata: who.metadata,
+    betas: who.betas ?? [],
   };
 }
 

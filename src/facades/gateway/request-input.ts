@@ -101,6 +101,27 @@ export function userIdOf(req: IncomingMessage): string {
   return v;
 }
 
+/** A beta feature's name, as Anthropic writes them (e.g. `prompt-caching-2024-07-31`). */
+const BETA = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+/**
+ * `anthropic-beta` on /v1/messages: opt-in features for the upstream, comma-separated (the SDK's
+ * `betas`), sorted and without repeats; [] when absent. A name that is not one is refused: it
+ * would otherwise reach the upstream's request headers.
+ */
+export function betasOf(req: IncomingMessage): string[] {
+  const raw = req.headers["anthropic-beta"];
+  if (raw === undefined) return [];
+  const names = new Set<string>();
+  for (const part of (Array.isArray(raw) ? raw.join(",") : raw).split(",")) {
+    const name = part.trim();
+    if (name === "") continue;
+    if (names.size >= 32 || !BETA.test(name)) throw invalidRequest("invalid_beta", "anthropic-beta must be a comma-separated list of at most 32 beta feature names.");
+    names.add(name);
+  }
+  return [...names].sort();
+}
+
 /** `provider-version` (spec 9.2): optional; when sent, a real calendar date written YYYY-MM-DD. */
 export function checkProviderVersion(req: IncomingMessage): void {
   const raw = req.headers["provider-version"];

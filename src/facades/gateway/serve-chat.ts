@@ -24,7 +24,7 @@ import { log } from "../../logger.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
-import { apiKeyOf, checkProviderVersion, type JsonBody, metadataOf, parseJsonBody, readBodyText, userIdOf } from "./request-input.js";
+import { apiKeyOf, betasOf, checkProviderVersion, type JsonBody, metadataOf, parseJsonBody, readBodyText, userIdOf } from "./request-input.js";
 import { CachedAnswer, CachedAnswers, type PreparedRequest, PreparedRequests } from "./hit-memo.js";
 import { RequestTrace } from "./request-trace.js";
 import { type SvcHeaders, writeCompletion, writeError, writeJson, writeStream } from "./respond.js";
@@ -153,12 +153,16 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     trace.metadata = metadata;
     const userId = userIdOf(req);
     trace.userId = userId;
-    if (s.style === ApiStyle.MESSAGES) checkProviderVersion(req);
+    let betas: string[] = [];
+    if (s.style === ApiStyle.MESSAGES) {
+      checkProviderVersion(req);
+      betas = betasOf(req);
+    }
     const asked = cachePolicyOf(req);
     const policy = deps.cacheEnabled ? asked : cacheOff;
     if (!pre.parsed) throw pre.error;
     const parsed = pre.parsed;
-    const chat = chatRequest(parsed, { requestId, projectId: project!.id, keyId: key!.id, keyMode: key!.mode, userId, metadata });
+    const chat = chatRequest(parsed, { requestId, projectId: project!.id, keyId: key!.id, keyMode: key!.mode, userId, metadata, betas });
     const cached = policy.lookup || policy.store;
     const scope: GetEntryRequest = { $typeName: "svc.cache.v1.GetEntryRequest", projectId: chat.projectId, keyMode: chat.keyMode, cacheKey: cached ? pre.cacheKey : "" };
 
@@ -169,7 +173,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       const got = guessed ?? (await deps.cache.getEntry(scope));
       if (got.hit) {
         hit = answers.of(got.payload);
-        if (!pre.prepared) prepared.remember(s.path, body.text, { value: body.value, parsed, cacheKey: pre.cacheKey });
+        if (!pre.prepared) prepared.remember(pre.memoPath, body.text, { value: body.value, parsed, cacheKey: pre.cacheKey });
       }
     }
 
@@ -272,6 +276,8 @@ interface Ahead {
   cacheKey: string;
   /** Whether body, parse and cache key came from an earlier hit's (PreparedRequests). */
   prepared: boolean;
+  /** What prepared bodies of this request are filed under: the path, and its betas when it names any. */
+  memoPath: string;
   /** The scope the lookup below was made in, from an earlier verification of the same key. */
   guess: Identity | undefined;
   lookup: Promise<GetEntryResponse | undefined> | undefined;
@@ -296,11 +302,15 @@ interface AdmittedAhead {
  * the key is known good (a bad key is a 401 whatever the body).
  */
 async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess: Identity | undefined, prepared: PreparedRequests): Promise<Ahead> {
-  const out: Ahead = { body: undefined, parsed: undefined, error: undefined, cacheKey: "", prepared: false, guess: undefined, lookup: undefined, admitting: undefined };
+  // Betas are part of the cache key (and so of what a prepared body stands for); a bad header is
+  // refused in its turn, after the key.
+  const betas = s.style === ApiStyle.MESSAGES ? betasOrNone(req) : [];
+  const memoPath = betas.length ? `${s.path} ${betas.join(",")}` : s.path;
+  const out: Ahead = { body: undefined, parsed: undefined, error: undefined, cacheKey: "", prepared: false, memoPath, guess: undefined, lookup: undefined, admitting: undefined };
   let known: PreparedRequest | undefined;
   try {
     const text = await readBodyText(req, deps.maxRequestBytes);
-    known = deps.cacheEnabled ? prepared.get(s.path, text) : undefined;
+    known = deps.cacheEnabled ? prepared.get(memoPath, text) : undefined;
     if (known) {
       out.body = { text, value: known.value };
       out.parsed = known.parsed;
@@ -314,7 +324,7 @@ async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess:
     return out;
   }
   if (deps.cacheEnabled) {
-    out.cacheKey = known ? known.cacheKey : cacheKeyOf(out.parsed);
+    out.cacheKey = known ? known.cacheKey : cacheKeyOf(betas.length ? { ...out.parsed, betas } : out.parsed);
     if (guess && lookupAsked(req)) {
       out.guess = guess;
       out.lookup = deps.cache.getEntry({ $typeName: "svc.cache.v1.GetEntryRequest", projectId: guess.projectId, keyMode: guess.keyMode, cacheKey: out.cacheKey }).catch(() => undefined);
@@ -373,6 +383,15 @@ async function dropAhead(deps: GatewayDeps, a: AdmittedAhead | undefined): Promi
     if (!rescinded) log.warn("an admission made ahead could not be taken back", { projectId: a.projectId });
   } catch (e) {
     log.warn("an admission made ahead could not be taken back", { projectId: a.projectId, err: String(e) });
+  }
+}
+
+/** The request's betas, or none when its header is bad (refused later, in its turn). */
+function betasOrNone(req: IncomingMessage): string[] {
+  try {
+    return betasOf(req);
+  } catch {
+    return [];
   }
 }
 

@@ -72,6 +72,7 @@ const fields: Array<{ schema: DescMessage; inKey: Record<string, Change>; notInK
       maxTokens: (r) => (r.maxTokens = 11),
       tools: (r) => r.tools.push(create(ToolDefinitionSchema, { name: "other" })),
       extraJson: (r) => (r.extraJson = '{"top_k":4}'),
+      betas: (r) => (r.betas = ["prompt-caching-2024-07-31"]),
     },
     notInKey: {
       requestId: (r) => (r.requestId = "req_2"),

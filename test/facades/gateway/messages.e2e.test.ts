@@ -87,6 +87,28 @@ describe("POST /v1/messages (official @anthropic-ai/sdk, real HTTP to the demo u
     assert.equal(sent.headers["x-svc-api-key"], undefined);
   });
 
+  it("passes the SDK's betas (anthropic-beta) to the upstream, and caches answers apart by their betas", async () => {
+    const params = { model, max_tokens: 50, messages: userMsg(`betas ${Date.now()}`), betas: ["token-efficient-tools-2025-02-19", "prompt-caching-2024-07-31"] };
+    const first = await client.beta.messages.create(params).withResponse();
+    assert.equal(gw.demo!.requests.at(-1)!.headers["anthropic-beta"], "prompt-caching-2024-07-31,token-efficient-tools-2025-02-19");
+    assert.equal(first.response.headers.get("x-svc-cache"), "MISS");
+    // The same betas in another order are the same request; other betas, or none, are not.
+    const again = await client.beta.messages.create({ ...params, betas: [...params.betas].reverse() }).withResponse();
+    assert.equal(again.response.headers.get("x-svc-cache"), "HIT");
+    const other = await client.beta.messages.create({ ...params, betas: ["prompt-caching-2024-07-31"] }).withResponse();
+    assert.equal(other.response.headers.get("x-svc-cache"), "MISS");
+    assert.equal(gw.demo!.requests.at(-1)!.headers["anthropic-beta"], "prompt-caching-2024-07-31");
+    const none = await client.messages.create({ model, max_tokens: 50, messages: params.messages }).withResponse();
+    assert.equal(none.response.headers.get("x-svc-cache"), "MISS");
+    assert.equal(gw.demo!.requests.at(-1)!.headers["anthropic-beta"], undefined);
+    // Repeated hits (served from prepared bodies) still tell the betas apart.
+    const hit = await client.beta.messages.create(params).withResponse();
+    assert.equal(hit.response.headers.get("x-svc-cache"), "HIT");
+    const bad = await postJson(url, keys.live, { model, max_tokens: 10, messages: userMsg("x") }, { "anthropic-beta": "ok-name, not a name" });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json().error.code, "invalid_beta");
+  });
+
   it("round-trips tool definitions, tool_use and tool_result", async () => {
     const tools = [{ name: "lookup", description: "Look up", input_schema: { type: "object" as const, properties: { query: { type: "string" } } } }];
     const first = await client.messages.create({ model, max_tokens: 100, tools, messages: userMsg("find [[fake:tool]]") });

@@ -15,6 +15,8 @@ export function createAnthropicAdapter(): UpstreamAdapter {
     buildRequest(req, target) {
       const headers: Record<string, string> = { "content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION };
       if (target.apiKey) headers["x-api-key"] = target.apiKey;
+      // Betas are named by a messages-style client for a messages-style API; a translated request has none.
+      if (req.style === ApiStyle.MESSAGES && req.betas.length) headers["anthropic-beta"] = req.betas.join(",");
       return {
         url: `${target.baseUrl.replace(/\/+$/, "")}/v1/messages`,
         headers,
