@@ -42,7 +42,6 @@ export function createRedisConnection(url: string, opts: RedisConnectionOptions)
   });
   let up = true;
   let failures = 0;
-  let probing = false;
   let closed = false;
   const back = () => {
     if (up || closed) return;
@@ -60,22 +59,7 @@ export function createRedisConnection(url: string, opts: RedisConnectionOptions)
     // a network hiccup) brings no "ready" event to end the outage: a PING a second decides instead.
     if (redis.status === "ready") probe();
   };
-  const probe = () => {
-    if (probing) return;
-    probing = true;
-    setTimeout(() => {
-      redis.ping().then(
-        () => {
-          probing = false;
-          back();
-        },
-        (err: unknown) => {
-          probing = false;
-          down(err);
-        },
-      );
-    }, PROBE_INTERVAL_MS).unref();
-  };
+  const probe = createProbe(redis, back, (err) => down(err));
   redis.on("error", down);
   redis.on("close", () => down(new Error("connection closed")));
   redis.on("ready", back);
@@ -95,5 +79,30 @@ export function createRedisConnection(url: string, opts: RedisConnectionOptions)
       if (redis.status !== "ready") return redis.disconnect();
       await redis.quit().catch(() => redis.disconnect());
     },
+  };
+}
+
+/**
+ * Returns a function that PINGs `redis` after a second, one PING at a time however often it is
+ * called: `answered` when Redis answers, `failed` when not (which may probe again). For a connection
+ * that stays open but answers nothing (a stall), where no "ready" event will say when it is back.
+ */
+export function createProbe(redis: Redis, answered: () => void, failed: (err: unknown) => void): () => void {
+  let probing = false;
+  return () => {
+    if (probing) return;
+    probing = true;
+    setTimeout(() => {
+      redis.ping().then(
+        () => {
+          probing = false;
+          answered();
+        },
+        (err: unknown) => {
+          probing = false;
+          failed(err);
+        },
+      );
+    }, PROBE_INTERVAL_MS).unref();
   };
 }

@@ -1,5 +1,6 @@
 import { Redis } from "ioredis";
 import { log } from "../logger.js";
+import { createProbe } from "./redis-connection.js";
 import type { KeyRecord, KeyWithProject, ProjectRecord, RegistryStore } from "./registry-store.js";
 
 /**
@@ -74,8 +75,6 @@ interface Known<V> {
 
 /** Longest wait for one command; a read that takes longer counts as Redis stalled. */
 const COMMAND_TIMEOUT_MS = 1_000;
-/** While stalled, how often a PING checks whether Redis answers again. */
-const PROBE_INTERVAL_MS = 1_000;
 
 export function createRedisRegistryStore(url: string, opts: { commandTimeoutMs?: number } = {}): RegistryStore {
   const redis = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 2, commandTimeout: opts.commandTimeoutMs ?? COMMAND_TIMEOUT_MS }) as ScriptedRedis;
@@ -105,7 +104,6 @@ export function createRedisRegistryStore(url: string, opts: { commandTimeoutMs?:
   // Either way reads of known keys are answered from memory at once, not after a timeout each.
   let outage = false;
   let stalled = false;
-  let probing = false;
   const down = (e: unknown) => {
     if (outage) return;
     outage = true;
@@ -116,23 +114,14 @@ export function createRedisRegistryStore(url: string, opts: { commandTimeoutMs?:
     if (outage) log.info("redis is back (registry)");
     outage = false;
   };
-  const probe = () => {
-    if (probing) return;
-    probing = true;
-    setTimeout(() => {
-      redis.ping().then(
-        () => {
-          probing = false;
-          stalled = false;
-          back();
-        },
-        () => {
-          probing = false;
-          probe();
-        },
-      );
-    }, PROBE_INTERVAL_MS).unref();
-  };
+  const probe: () => void = createProbe(
+    redis,
+    () => {
+      stalled = false;
+      back();
+    },
+    () => probe(),
+  );
   redis.on("error", down);
   redis.on("ready", back);
   /** Reads through Redis when it is up; from the known-good copy when it is not. */
