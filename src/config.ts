@@ -179,9 +179,12 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
         upstreamModel: String(m.upstreamModel ?? base?.upstreamModel ?? ""),
         inputPer1M: String(m.inputPer1M ?? base?.inputPer1M ?? ""),
         outputPer1M: String(m.outputPer1M ?? base?.outputPer1M ?? ""),
-        maxOutputTokens:
-          m.maxOutputTokens === undefined ? (base?.maxOutputTokens ?? FALLBACK_MAX_OUTPUT_TOKENS) : positiveInt(m.maxOutputTokens, `${where}.maxOutputTokens`),
+        maxOutputTokens: FALLBACK_MAX_OUTPUT_TOKENS,
       };
+      // A default model's ceiling holds only while it still names the same upstream model.
+      const sameModel = base !== undefined && base.provider === route.provider && base.upstreamModel === route.upstreamModel;
+      if (m.maxOutputTokens !== undefined) route.maxOutputTokens = positiveInt(m.maxOutputTokens, `${where}.maxOutputTokens`);
+      else if (sameModel) route.maxOutputTokens = base.maxOutputTokens;
       if (!route.upstreamModel) throw new ConfigError(`${where}.upstreamModel is required`);
       out.set(id, route);
     }

@@ -36,29 +36,33 @@ export const methodNotAllowed = (method: string, path: string, allow: string) =>
   apiError(405, "invalid_request_error", "method_not_allowed", `${method} is not allowed on ${path}; use ${allow}.`);
 
 /**
- * Answers a request that node:http could not parse (the `clientError` event) in the spec's error
- * shape instead of Node's bare status line: 431 when the header block passes Node's limit
- * (`--max-http-header-size`, 16 KiB by default), 400 for any other malformed request, `headers`
- * added. The connection is closed after it, as Node does: what follows on it cannot be trusted.
- * A socket already reset, or one whose response has begun, is only destroyed.
+ * Answers a request that node:http could not parse or wait for (the `clientError` event) in the
+ * spec's error shape instead of Node's bare status line: 431 when the header block passes Node's
+ * limit (`--max-http-header-size`, 16 KiB by default), 408 when the request took longer than the
+ * server's request timeout, 400 for anything else malformed; `headers` added. The connection is
+ * then destroyed, as Node does (what follows on it cannot be trusted, and a half-open socket would
+ * otherwise stay). A socket already reset, or one with a request still in flight on it (pipelined),
+ * is only destroyed: an answer written there would be read as that request's.
  */
 export function answerClientError(err: Error & { code?: string }, socket: Duplex, headers: Record<string, string> = {}): void {
-  const answering = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
-  if (err.code === "ECONNRESET" || !socket.writable || answering?.headersSent) {
+  const inFlight = (socket as Duplex & { _httpMessage?: unknown })._httpMessage;
+  if (err.code === "ECONNRESET" || !socket.writable || inFlight) {
     socket.destroy();
     return;
   }
-  const tooLarge = err.code === "HPE_HEADER_OVERFLOW";
-  const info: ErrorInfo = tooLarge
-    ? { status: 431, type: "invalid_request_error", code: "headers_too_large", message: "The request's headers are too large." }
-    : { status: 400, type: "invalid_request_error", code: "malformed_request", message: "The request is not valid HTTP/1.1." };
+  const [info, reason]: [ErrorInfo, string] =
+    err.code === "HPE_HEADER_OVERFLOW"
+      ? [{ status: 431, type: "invalid_request_error", code: "headers_too_large", message: "The request's headers are too large." }, "Request Header Fields Too Large"]
+      : err.code === "ERR_HTTP_REQUEST_TIMEOUT"
+        ? [{ status: 408, type: "invalid_request_error", code: "request_timeout", message: "The request was not received in time." }, "Request Timeout"]
+        : [{ status: 400, type: "invalid_request_error", code: "malformed_request", message: "The request is not valid HTTP/1.1." }, "Bad Request"];
   const body = JSON.stringify(toErrorBody(info));
   const lines = [
-    `HTTP/1.1 ${info.status} ${tooLarge ? "Request Header Fields Too Large" : "Bad Request"}`,
+    `HTTP/1.1 ${info.status} ${reason}`,
     ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
     "Content-Type: application/json; charset=utf-8",
     `Content-Length: ${Buffer.byteLength(body)}`,
     "Connection: close",
   ];
-  socket.end(`${lines.join("\r\n")}\r\n\r\n${body}`);
+  socket.write(`${lines.join("\r\n")}\r\n\r\n${body}`, () => socket.destroy());
 }

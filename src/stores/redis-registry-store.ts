@@ -73,11 +73,17 @@ interface Known<V> {
   value: V;
 }
 
-/** Longest wait for one command; a read that takes longer counts as Redis stalled. */
-const COMMAND_TIMEOUT_MS = 1_000;
+/** Longest wait for a read; one that takes longer counts as Redis stalled. */
+const READ_TIMEOUT_MS = 1_000;
 
-export function createRedisRegistryStore(url: string, opts: { commandTimeoutMs?: number } = {}): RegistryStore {
-  const redis = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 2, commandTimeout: opts.commandTimeoutMs ?? COMMAND_TIMEOUT_MS }) as ScriptedRedis;
+/** A read given up on: Redis did not answer within READ_TIMEOUT_MS. */
+class ReadTimeout extends Error {}
+
+export function createRedisRegistryStore(url: string): RegistryStore {
+  // No command timeout: an admin write that timed out would still be applied once Redis answers,
+  // behind the caller's back (a key created after its creator was told it failed). Only reads, which
+  // change nothing, are given up on (`read` below).
+  const redis = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 2 }) as ScriptedRedis;
   // Requests must keep flowing while Redis is unreachable (cache and limits step aside too): the
   // keys and projects this replica verified last are served from memory until Redis is back. A key
   // cannot be deleted during the outage either, so this only ever serves what was valid when Redis
@@ -104,6 +110,7 @@ export function createRedisRegistryStore(url: string, opts: { commandTimeoutMs?:
   // Either way reads of known keys are answered from memory at once, not after a timeout each.
   let outage = false;
   let stalled = false;
+  let closed = false;
   const down = (e: unknown) => {
     if (outage) return;
     outage = true;
@@ -120,7 +127,9 @@ export function createRedisRegistryStore(url: string, opts: { commandTimeoutMs?:
       stalled = false;
       back();
     },
-    () => probe(),
+    () => {
+      if (!closed) probe();
+    },
   );
   redis.on("error", down);
   redis.on("ready", back);
@@ -128,16 +137,22 @@ export function createRedisRegistryStore(url: string, opts: { commandTimeoutMs?:
   async function read<V, R>(m: Map<string, Known<V>>, k: string, fallback: (v: V) => R, load: () => Promise<R | undefined>): Promise<R | undefined> {
     const known = m.get(k);
     if ((redis.status !== "ready" || stalled) && known) return fallback(known.value);
+    let timer: NodeJS.Timeout | undefined;
     try {
-      return await load();
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new ReadTimeout(`redis did not answer within ${READ_TIMEOUT_MS} ms`)), READ_TIMEOUT_MS);
+      });
+      return await Promise.race([load(), late]);
     } catch (e) {
-      if ((e as Error)?.message === "Command timed out" && redis.status === "ready") {
+      if (e instanceof ReadTimeout && redis.status === "ready" && !closed) {
         stalled = true;
         down(e);
         probe();
       }
       if (known) return fallback(known.value);
       throw e;
+    } finally {
+      clearTimeout(timer);
     }
   }
   // defineCommand sends EVALSHA and falls back to EVAL on NOSCRIPT (a restarted Redis).
@@ -201,7 +216,8 @@ export function createRedisRegistryStore(url: string, opts: { commandTimeoutMs?:
       });
     },
     async close() {
-      // QUIT would wait in the offline queue for a Redis that is gone, or time out on a stalled one.
+      closed = true;
+      // QUIT would wait in the offline queue for a Redis that is gone, or behind a stalled one.
       if (redis.status !== "ready" || stalled) return redis.disconnect();
       await redis.quit().catch(() => redis.disconnect());
     },

@@ -40,14 +40,16 @@ export class PreparedRequests {
     if (!bodies) this.#byPath.set(path, (bodies = new Map()));
     if (bodies.has(text)) return;
     if (this.#size >= PreparedRequests.MAX_ENTRIES) {
-      // The oldest entry of the largest endpoint: there are only a few endpoints.
-      let largest = bodies;
-      for (const m of this.#byPath.values()) if (m.size > largest.size) largest = m;
-      const oldest = largest.keys().next();
+      // The oldest entry of the largest path (an endpoint, with the betas a request named).
+      let largest: [string, Map<string, PreparedRequest>] = [path, bodies];
+      for (const e of this.#byPath) if (e[1].size > largest[1].size) largest = e;
+      const oldest = largest[1].keys().next();
       if (!oldest.done) {
-        largest.delete(oldest.value);
+        largest[1].delete(oldest.value);
         this.#size--;
       }
+      // A path left empty goes: paths with betas can be many, and each held a map.
+      if (largest[1].size === 0 && largest[1] !== bodies) this.#byPath.delete(largest[0]);
     }
     bodies.set(text, deepFreeze(prepared));
     this.#size++;
@@ -55,6 +57,11 @@ export class PreparedRequests {
 
   get size(): number {
     return this.#size;
+  }
+
+  /** Paths with bodies kept (for tests). */
+  get paths(): number {
+    return this.#byPath.size;
   }
 }
 

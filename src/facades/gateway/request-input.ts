@@ -115,7 +115,7 @@ export function betasOf(req: IncomingMessage): string[] {
   const names = new Set<string>();
   for (const part of (Array.isArray(raw) ? raw.join(",") : raw).split(",")) {
     const name = part.trim();
-    if (name === "") continue;
+    if (name === "" || names.has(name)) continue;
     if (names.size >= 32 || !BETA.test(name)) throw invalidRequest("invalid_beta", "anthropic-beta must be a comma-separated list of at most 32 beta feature names.");
     names.add(name);
   }

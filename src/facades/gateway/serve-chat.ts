@@ -18,6 +18,7 @@ import { cacheKeyOf } from "../../core/cache/cache-key.js";
 import { encodeCompletion } from "../../core/proxy/completion-binary.js";
 import { Cancellation, cancellationKey } from "../../core/cancel.js";
 import { chatRequest, completionEvent } from "../../core/proxy/canonical.js";
+import { isCanceled } from "../../core/proxy/proxy-service.js";
 import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
 import type { Pricing } from "../../core/proxy/pricing.js";
 import { log } from "../../logger.js";
@@ -206,6 +207,16 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
         answer = await callUpstream(res, svc, limitHeaders, s, deps, chat, parsed, trace, bodies);
         cost = svc["X-Svc-Cost"];
         trace.costUsd = cost;
+      } catch (e) {
+        // The client left before the answer's first event (any non-stream answer, a stream's
+        // start): the upstream has the prompt and bills it, so the month is charged for it.
+        if (isCanceled(e)) {
+          const part = deps.pricing.partialAnswer(chat, 0, 0);
+          cost = part.costUsd;
+          trace.costUsd = cost;
+          trace.used(part.usage);
+        }
+        throw e;
       } finally {
         if (leader) {
           flights.delete(flightKey);
@@ -440,7 +451,8 @@ async function callUpstream(
     const onEvent = (ev: StreamChatResponse) => {
       whole.push(ev);
       const e = ev.event;
-      if (e.case === "blockDelta") outChars += e.value.text.length + e.value.partialJson.length;
+      // Raw deltas (thinking, signatures) are output the upstream bills too; counted as their JSON.
+      if (e.case === "blockDelta") outChars += e.value.text.length + e.value.partialJson.length + e.value.rawJson.length;
       else if (e.case === "messageStart") inputTokens = e.value.usage?.inputTokens ?? 0;
       else if (e.case === "messageEnd") usage = e.value.usage;
     };

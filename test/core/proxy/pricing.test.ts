@@ -40,6 +40,11 @@ describe("pricing: what a spend cap reserves, and what an answer cut short costs
       writeFileSync(file, JSON.stringify({ models: { "chat-4o-mini": { maxOutputTokens: 100 } } }));
       const configured = createPricing(loadConfig({ SVC_CONFIG: file }).models);
       assert.equal(configured.worstCaseUsd(body("chat-4o-mini", "x".repeat(100))), "0.0000687");
+      // Routed to another upstream model, a default model's ceiling no longer holds: 32,768 unless set.
+      writeFileSync(file, JSON.stringify({ models: { "chat-4o-mini": { upstreamModel: "gpt-4.1-mini" } } }));
+      assert.equal(loadConfig({ SVC_CONFIG: file }).models.get("chat-4o-mini")?.maxOutputTokens, 32_768);
+      writeFileSync(file, JSON.stringify({ models: { "chat-4o-mini": { inputPer1M: "0.2" } } }));
+      assert.equal(loadConfig({ SVC_CONFIG: file }).models.get("chat-4o-mini")?.maxOutputTokens, 16_384);
       writeFileSync(file, JSON.stringify({ models: { "chat-4o-mini": { maxOutputTokens: 0 } } }));
       assert.throws(() => loadConfig({ SVC_CONFIG: file }), ConfigError);
     } finally {

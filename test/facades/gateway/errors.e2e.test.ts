@@ -169,16 +169,28 @@ describe("gateway errors: the spec's status and error object for every kind of b
     });
   });
 
-  /** Sends raw bytes on a new connection and reads the whole answer (the gateway closes it). */
+  /**
+   * Sends raw bytes on a new connection, keeping its own side open, and reads the whole answer. The
+   * gateway must close the connection entirely, not only its own side (a half-open socket would
+   * keep it, and any request on it, alive for as long as the client likes): once its side has
+   * ended, more bytes from this side must meet a reset.
+   */
   const rawHttp = (text: string) =>
     new Promise<{ head: string; body: string }>((resolve, reject) => {
       const { hostname, port } = new URL(gw.gatewayUrl);
-      const socket = connect(Number(port), hostname, () => socket.end(text));
+      const socket = connect({ port: Number(port), host: hostname, allowHalfOpen: true }, () => socket.write(text));
+      const timer = setTimeout(() => reject(new Error("the gateway left the connection open")), 5_000);
       let got = "";
-      socket.setEncoding("utf8").on("data", (d: string) => (got += d)).on("error", reject);
-      socket.on("close", () => {
-        const at = got.indexOf("\r\n\r\n");
-        resolve({ head: got.slice(0, at), body: got.slice(at + 4) });
+      socket.setEncoding("utf8").on("data", (d: string) => (got += d));
+      socket.on("end", () => {
+        const poke = setInterval(() => socket.write("x"), 50);
+        socket.once("error", () => {
+          clearInterval(poke);
+          clearTimeout(timer);
+          socket.destroy();
+          const at = got.indexOf("\r\n\r\n");
+          resolve({ head: got.slice(0, at), body: got.slice(at + 4) });
+        });
       });
     });
 

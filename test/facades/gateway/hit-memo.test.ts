@@ -54,6 +54,16 @@ describe("hit memo", () => {
       assert.equal(memo.get("/v1/chat/completions", long), undefined);
       assert.equal(memo.size, PreparedRequests.MAX_ENTRIES);
     });
+
+    it("drops a path (an endpoint with betas) once eviction has emptied it", () => {
+      const memo = new PreparedRequests();
+      // Every body under betas of its own: each eviction empties a path.
+      for (let i = 0; i < PreparedRequests.MAX_ENTRIES + 60; i++) memo.remember(`/v1/messages beta-${i}`, body(i), prepare(body(i)));
+      assert.equal(memo.size, PreparedRequests.MAX_ENTRIES);
+      assert.equal(memo.paths, PreparedRequests.MAX_ENTRIES, "no empty path is kept");
+      assert.equal(memo.get("/v1/messages beta-0", body(0)), undefined);
+      assert.ok(memo.get(`/v1/messages beta-${PreparedRequests.MAX_ENTRIES + 59}`, body(PreparedRequests.MAX_ENTRIES + 59)));
+    });
   });
 
   describe("CachedAnswers", () => {

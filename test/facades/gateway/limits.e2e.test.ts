@@ -154,7 +154,7 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     await minuteCountBecomes(keys.projectId, 3);
   });
 
-  it("charges a streamed answer cut short what it cost so far: the upstream broke off, or the client left", async () => {
+  it("charges an answer cut short what it cost so far: the upstream broke off a stream, or the client left", async () => {
     const keys = await gw.project(Plan.PRO);
     await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "100" } });
     const spent = async () => Number((await gw.limits.getUsage({ projectId: keys.projectId })).spentUsd);
@@ -186,6 +186,20 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     // far below the 2000-token worst case that was reserved.
     const charged = (await spent()) - before;
     assert.ok(charged > 0.00002 && charged < 0.0005, `charged ${charged}`);
+
+    // A client that leaves before any answer (non-stream): the upstream had the prompt.
+    const beforeLeft = await spent();
+    await new Promise<void>((resolve) => {
+      const req = request(url, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": keys.live } });
+      req.on("error", () => {});
+      req.once("close", resolve);
+      req.end(JSON.stringify(chat({ max_tokens: 2000, messages: [{ role: "user", content: `${words} [[fake:delay=3000]] ${++n}` }] })));
+      setTimeout(() => req.destroy(), 300);
+    });
+    await eventually(async () => (await spent()) > beforeLeft, 3_000, "the prompt of an answer the client left charged to the month");
+    const prompt = (await spent()) - beforeLeft;
+    assert.ok(prompt > 0.00002 && prompt < 0.0001, `charged ${prompt} for the prompt alone`);
+    await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd === "0", 3_000, "no reservation left");
   });
 
   it("serves a cache hit when the spend cap has no room left for a miss's worst case", async () => {
