@@ -5,6 +5,7 @@ import { defaultModels, FALLBACK_MAX_OUTPUT_TOKENS, type ModelRoute } from "./co
 import { parsePrice } from "./core/proxy/cost.js";
 import { isObject, type JsonObject } from "./core/json.js";
 import { MAX_CACHE_TTL_SECONDS } from "./core/cache/cache-service.js";
+import { isLogLevel } from "./logger.js";
 
 /** An upstream provider: its wire style, where it is and its key. */
 export interface ProviderConfig {
@@ -102,22 +103,31 @@ const styles: Record<string, ApiStyle> = {
   messages: ApiStyle.MESSAGES,
 };
 
+/** Whole numbers are written in plain decimal digits: `Number()` would also take "0x50" or "1e3". */
+const DECIMAL = /^\d+$/;
+
 /** An integer setting from min to max, or `fallback` when unset; `what` says what is expected. */
 function intInRange(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number, what: string): number {
   const raw = env[name];
   if (raw === undefined || raw === "") return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < min || n > max) throw new ConfigError(`${name} must be ${what}, got ${JSON.stringify(raw)}`);
+  const n = DECIMAL.test(raw.trim()) ? Number(raw) : NaN;
+  if (!Number.isSafeInteger(n) || n < min || n > max) throw new ConfigError(`${name} must be ${what}, got ${JSON.stringify(raw)}`);
   return n;
 }
 
 const port = (env: NodeJS.ProcessEnv, name: string, fallback: number): number => intInRange(env, name, fallback, 0, 65535, "a port number (0-65535)");
 
-function positiveInt(v: unknown, name: string): number {
-  if (typeof v === "string" && v !== "") v = Number(v);
-  if (typeof v !== "number" || !Number.isInteger(v) || v <= 0) throw new ConfigError(`${name} must be a positive integer, got ${JSON.stringify(v)}`);
-  return v;
+/** A positive whole number (a decimal string from the environment, a number from the config file), at most `max`. */
+function positiveInt(v: unknown, name: string, max = Number.MAX_SAFE_INTEGER): number {
+  const n = typeof v === "string" ? (DECIMAL.test(v.trim()) ? Number(v) : NaN) : v;
+  if (typeof n !== "number" || !Number.isSafeInteger(n) || n <= 0 || n > max) {
+    throw new ConfigError(`${name} must be a positive integer${max < Number.MAX_SAFE_INTEGER ? ` up to ${max}` : ""}, got ${JSON.stringify(v)}`);
+  }
+  return n;
 }
+
+/** The longest delay a Node timer keeps (2^31 - 1 ms, about 24.8 days); a longer one fires at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 function url(v: unknown, name: string): string {
   if (typeof v !== "string") throw new ConfigError(`${name} must be a URL string`);
@@ -130,6 +140,35 @@ function url(v: unknown, name: string): string {
   return v.replace(/\/+$/, "");
 }
 
+/** SVC_REDIS_URL: a `redis://` or `rediss://` URL, or unset. */
+function redisUrl(v: string | undefined): string | undefined {
+  if (!v) return undefined;
+  let ok = false;
+  try {
+    ok = ["redis:", "rediss:"].includes(new URL(v).protocol);
+  } catch {
+    // not a URL at all
+  }
+  if (!ok) throw new ConfigError(`SVC_REDIS_URL must be a redis:// or rediss:// URL, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+/** The config file's sections; a key not listed is a typo, refused rather than silently ignored. */
+const FILE_KEYS: Record<string, readonly string[] | undefined> = {
+  providers: undefined,
+  models: undefined,
+  timeouts: ["connectMs", "firstByteMs", "idleMs", "totalMs"],
+  maxRequestBytes: undefined,
+};
+const PROVIDER_KEYS = ["style", "baseUrl", "apiKeyEnv"];
+const MODEL_KEYS = ["surface", "provider", "upstreamModel", "inputPer1M", "outputPer1M", "maxOutputTokens"];
+
+function checkKeys(obj: JsonObject, known: readonly string[], where: string): void {
+  for (const k of Object.keys(obj)) {
+    if (!known.includes(k)) throw new ConfigError(`${where} has an unknown key ${JSON.stringify(k)} (known: ${known.join(", ")})`);
+  }
+}
+
 function readFileConfig(path: string | undefined): JsonObject {
   if (!path) return {};
   let parsed: unknown;
@@ -139,6 +178,15 @@ function readFileConfig(path: string | undefined): JsonObject {
     throw new ConfigError(`cannot read config file ${path}: ${(e as Error).message}`);
   }
   if (!isObject(parsed)) throw new ConfigError(`config file ${path} must hold a JSON object`);
+  checkKeys(parsed, Object.keys(FILE_KEYS), `config file ${path}`);
+  for (const [section, keys] of Object.entries(FILE_KEYS)) {
+    const v = parsed[section];
+    if (keys && isObject(v)) checkKeys(v, keys, `config ${section}`);
+  }
+  for (const [section, keys] of [["providers", PROVIDER_KEYS], ["models", MODEL_KEYS]] as const) {
+    const v = parsed[section];
+    if (isObject(v)) for (const [name, entry] of Object.entries(v)) if (isObject(entry)) checkKeys(entry, keys, `config ${section}.${name}`);
+  }
   return parsed;
 }
 
@@ -206,7 +254,7 @@ function timeouts(env: NodeJS.ProcessEnv, file: JsonObject): Timeouts {
   const t = file.timeouts === undefined ? {} : file.timeouts;
   if (!isObject(t)) throw new ConfigError("config `timeouts` must be an object");
   const pick = (key: keyof Timeouts, envName: string) =>
-    env[envName] ? positiveInt(env[envName], envName) : t[key] === undefined ? defaultTimeouts[key] : positiveInt(t[key], `config timeouts.${key}`);
+    env[envName] ? positiveInt(env[envName], envName, MAX_TIMER_MS) : t[key] === undefined ? defaultTimeouts[key] : positiveInt(t[key], `config timeouts.${key}`, MAX_TIMER_MS);
   return {
     connectMs: pick("connectMs", "SVC_UPSTREAM_CONNECT_TIMEOUT_MS"),
     firstByteMs: pick("firstByteMs", "SVC_UPSTREAM_FIRST_BYTE_TIMEOUT_MS"),
@@ -272,13 +320,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const file = readFileConfig(filePath);
   const known = providers(env, file);
   const dataDir = resolve(env.SVC_DATA_DIR || "data");
+  if (env.SVC_LOG_LEVEL && !isLogLevel(env.SVC_LOG_LEVEL)) throw new ConfigError(`SVC_LOG_LEVEL must be debug, info, warn or error, got ${JSON.stringify(env.SVC_LOG_LEVEL)}`);
   return {
     host: env.SVC_HOST || "127.0.0.1",
     gatewayPort: port(env, "SVC_GATEWAY_PORT", 8080),
     managementPort: port(env, "SVC_MANAGEMENT_PORT", 8081),
     grpcPort: port(env, "SVC_GRPC_PORT", 8090),
     dataDir,
-    redisUrl: env.SVC_REDIS_URL || undefined,
+    redisUrl: redisUrl(env.SVC_REDIS_URL),
     adminToken: env.SVC_ADMIN_TOKEN || undefined,
     maxRequestBytes: env.SVC_MAX_REQUEST_BYTES
       ? positiveInt(env.SVC_MAX_REQUEST_BYTES, "SVC_MAX_REQUEST_BYTES")

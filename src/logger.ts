@@ -4,6 +4,9 @@ type Level = "debug" | "info" | "warn" | "error";
 const order: Record<Level, number> = { debug: 10, info: 20, warn: 30, error: 40 };
 let threshold = order[(process.env.SVC_LOG_LEVEL as Level) || "info"] ?? order.info;
 
+/** Whether `v` names a log level (SVC_LOG_LEVEL is checked with the other settings, config.ts). */
+export const isLogLevel = (v: string): v is Level => Object.hasOwn(order, v);
+
 function write(level: Level, msg: string, fields?: Record<string, unknown>): void {
   if (order[level] < threshold) return;
   process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields })}\n`);

@@ -206,25 +206,47 @@ async function loadAdminToken(config: Config): Promise<{ token: string; path: st
   return { token, path };
 }
 
-/** One process per embedded data dir: a second `svc serve` on the same dir would overwrite the first's files. */
+/**
+ * Makes this process the only one on the data dir: `svc.pid` holds its pid and the kernel's start
+ * time of that pid. A file left by a process that is gone (a crash, a kill) is taken over: its pid
+ * is not running, or runs another process, this one included (pids are reused; in a container the
+ * restarted gateway is often pid 1 again, as its crashed predecessor was). Where start times cannot
+ * be read (no /proc), a running pid other than this one holds the lock.
+ */
 async function lockDataDir(dir: string): Promise<() => Promise<void>> {
   const path = join(dir, "svc.pid");
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
       const fh = await open(path, "wx");
-      await fh.writeFile(String(process.pid));
+      await fh.writeFile(`${process.pid} ${await startTimeOf(process.pid)}`.trim());
       await fh.close();
       return () => rm(path, { force: true });
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
-      const pid = Number((await readFile(path, "utf8").catch(() => "")).trim());
-      if (pid && alive(pid)) {
+      const [pidText, started] = (await readFile(path, "utf8").catch(() => "")).trim().split(/\s+/);
+      const pid = Number(pidText);
+      const now = pid > 0 ? await startTimeOf(pid) : "";
+      // The writer is still there when its pid runs with the start time it wrote; without start
+      // times to compare, when its pid runs and is not this process.
+      const writer = started && now ? now === started : pid !== process.pid;
+      if (pid > 0 && alive(pid) && writer) {
         throw new Error(`the data dir ${dir} is in use by process ${pid}; stop it or set SVC_DATA_DIR to another directory`);
       }
       await rm(path, { force: true }); // left by a process that is gone
     }
   }
   throw new Error(`cannot lock the data dir ${dir}`);
+}
+
+/** When a process started, in clock ticks since boot (Linux: field 22 of /proc/<pid>/stat); "" where unknown. */
+async function startTimeOf(pid: number): Promise<string> {
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, "utf8");
+    // Fields after the command name (which may hold spaces) start at field 3.
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19] ?? "";
+  } catch {
+    return "";
+  }
 }
 
 function alive(pid: number): boolean {

@@ -437,8 +437,14 @@ async function callUpstream(
   });
   trace.upstreamStarted();
   const events = deps.proxy.streamChat(chat, { contextValues: createContextValues().set(cancellationKey, cancel) })[Symbol.asyncIterator]();
-  // Errors before the first event are still plain HTTP errors.
-  const first = await events.next();
+  // Errors before the first event are still plain HTTP errors; the upstream's time is logged either way.
+  let first: IteratorResult<StreamChatResponse>;
+  try {
+    first = await events.next();
+  } catch (e) {
+    trace.upstreamEnded();
+    throw e;
+  }
   if (first.done) throw new Error("the proxy ended without an answer");
   trace.firstByte();
   if (chat.stream) {

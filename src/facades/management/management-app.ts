@@ -4,7 +4,7 @@ import Router from "@koa/router";
 import Koa, { type Context } from "koa";
 import type { ApiKey, AuthService, Project } from "../../gen/svc/auth/v1/auth_service_pb.js";
 import { AnalyticsGranularity, AnalyticsGroupBy, type TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
-import { apiError, invalidApiKey, invalidRequest } from "../../core/errors.js";
+import { apiError, invalidApiKey, invalidRequest, toErrorInfo } from "../../core/errors.js";
 import { errorMiddleware } from "../http-errors.js";
 import { Query } from "./query.js";
 import { analyticsJson, logJson, promptJson } from "./render.js";
@@ -35,6 +35,35 @@ function range(q: Query, defaultSpanMs: number): { start: number; end: number } 
   return { start, end };
 }
 
+/** The core's request fields, as this API's query parameters (or path parameter `id`). */
+const PARAMS: Record<string, string> = {
+  start_time: "start",
+  end_time: "end",
+  page_token: "cursor",
+  page_size: "limit",
+  request_id: "id",
+  metadata_key: "group_by",
+  group_by: "group_by",
+  status_class: "status",
+  status: "status",
+  cache: "cache",
+  granularity: "granularity",
+  version: "version",
+  name: "name",
+};
+
+/**
+ * A bad value the core found (its messages name its own request fields) in this API's terms: the
+ * field names as the parameters a caller sent, and `invalid_parameter` as the code (a reused or
+ * foreign cursor stays `invalid_page_token`). Anything else passes through as it is.
+ */
+function inApiTerms(err: unknown): unknown {
+  const info = toErrorInfo(err);
+  if (info.status !== 400 || info.type !== "invalid_request_error" || !["invalid_value", "missing_required_field", "invalid_page_token"].includes(info.code)) return err;
+  const message = info.message.replace(/`(\w+)`/g, (whole, field: string) => (PARAMS[field] ? `'${PARAMS[field]}'` : whole));
+  return invalidRequest(info.code === "invalid_page_token" ? "invalid_page_token" : "invalid_parameter", message);
+}
+
 /**
  * The management facade (spec 4.2): read access to the key's project's request logs, analytics
  * and prompts. Every /v1 request is authenticated with a service key as `Authorization: Bearer
@@ -53,7 +82,11 @@ export function createManagementApp(deps: ManagementDeps): Koa {
     if (!m) throw invalidApiKey("Missing API key: send it as Authorization: Bearer <API_KEY>.");
     const { key, project } = await deps.auth.verifyKey({ secret: m[1]! });
     ctx.state.caller = { key: key!, project: project! } satisfies Caller;
-    await next();
+    try {
+      await next();
+    } catch (e) {
+      throw inApiTerms(e);
+    }
   });
 
   router.get("/v1/logs", async (ctx) => {

@@ -97,6 +97,16 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
     assert.equal(log.json().status, 200);
   });
 
+  it("logs the upstream's time of a request the upstream failed", async () => {
+    const own = await gw.project(Plan.PRO); // the shared project's requests are counted by the tests below
+    const r = await postJson(chatUrl(), own.live, { model: "chat-4o", messages: [{ role: "user", content: "[[fake:status=500]]" }] });
+    assert.equal(r.status, 502);
+    const id = String(r.headers["x-svc-request-id"]);
+    const log = await until(() => get(`/v1/logs/${id}`, own.live), (x) => x.status === 200);
+    assert.equal(log.json().status, 502);
+    assert.ok(log.json().upstream_latency_ms > 0, `upstream_latency_ms ${log.json().upstream_latency_ms}`);
+  });
+
   it("keeps test and live logs apart", async () => {
     const test = await until(() => get("/v1/logs", keys.test), (r) => r.json().data?.length >= 1);
     assert.deepEqual(test.json().data.map((l: { id: string }) => l.id), [ids[4]]);
@@ -149,6 +159,19 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
       assert.equal(res.status, 400, q);
       assert.equal(res.json().error.code, code, q);
       assert.ok(res.json().error.message.includes(name), res.json().error.message);
+    }
+    // Bad values the core finds are told in this API's terms: its parameter names, its codes.
+    for (const [path, code, name] of [
+      ["/v1/logs?start=2030-01-01T00:00:00Z&end=2020-01-01T00:00:00Z", "invalid_parameter", "'start'"],
+      ["/v1/logs/%27", "invalid_parameter", "'id'"],
+      ["/v1/logs?cursor=garbage", "invalid_page_token", "'cursor'"],
+      ["/v1/analytics?group_by=metadata." + "k".repeat(70), "invalid_parameter", "'group_by'"],
+      ["/v1/analytics?start=2015-01-01T00:00:00Z&granularity=hour", "invalid_parameter", "hour"],
+    ] as const) {
+      const res = await get(path);
+      assert.equal(res.status, 400, path);
+      assert.equal(res.json().error.code, code, path);
+      assert.ok(res.json().error.message.includes(name) && !/`\w+_\w+`/.test(res.json().error.message), res.json().error.message);
     }
     const g = await get("/v1/analytics?granularity=week");
     assert.equal(g.status, 400);

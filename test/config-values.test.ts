@@ -1,0 +1,53 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ConfigError, loadConfig } from "../src/config.js";
+
+/** Bad settings stop the server at start with a message naming the setting, never start it quietly wrong. */
+describe("configuration values", () => {
+  for (const [name, value] of [
+    ["SVC_GATEWAY_PORT", "0x50"],
+    ["SVC_GATEWAY_PORT", "1e3"],
+    ["SVC_GATEWAY_PORT", " 80 x"],
+    ["SVC_MAX_REQUEST_BYTES", "1e20"],
+    ["SVC_MAX_REQUEST_BYTES", "abc"],
+    ["SVC_CACHE_TTL_SECONDS", "0x10"],
+    ["SVC_UPSTREAM_TOTAL_TIMEOUT_MS", "2147483648"],
+    ["SVC_UPSTREAM_FIRST_BYTE_TIMEOUT_MS", "99999999999"],
+    ["SVC_REDIS_URL", "notaurl"],
+    ["SVC_REDIS_URL", "http://127.0.0.1:6379"],
+    ["SVC_LOG_LEVEL", "loud"],
+  ]) {
+    it(`refuses ${name}=${value}, naming the setting and the value`, () => {
+      assert.throws(() => loadConfig({ [name]: value }), (e: Error) => e instanceof ConfigError && e.message.includes(name) && e.message.includes(JSON.stringify(value)));
+    });
+  }
+
+  it("takes plain decimal numbers, the longest timer Node keeps, Redis URLs and the four log levels", () => {
+    const c = loadConfig({ SVC_GATEWAY_PORT: "8088", SVC_UPSTREAM_TOTAL_TIMEOUT_MS: String(2 ** 31 - 1), SVC_REDIS_URL: "rediss://user:pw@example.com:6380/2", SVC_LOG_LEVEL: "warn" });
+    assert.equal(c.gatewayPort, 8088);
+    assert.equal(c.timeouts.totalMs, 2 ** 31 - 1);
+    assert.equal(c.redisUrl, "rediss://user:pw@example.com:6380/2");
+  });
+
+  it("refuses a config file key it does not know, at any level, naming it", () => {
+    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
+    try {
+      const file = join(dir, "svc.config.json");
+      for (const [content, key] of [
+        [{ modelz: {} }, "modelz"],
+        [{ timeouts: { firstbyteMs: 5 } }, "firstbyteMs"],
+        [{ models: { "chat-4o": { outputPer1m: "1" } } }, "outputPer1m"],
+        [{ providers: { p: { style: "messages", baseUrl: "http://x", apiKey: "k" } } }, "apiKey"],
+      ] as const) {
+        writeFileSync(file, JSON.stringify(content));
+        assert.throws(() => loadConfig({ SVC_CONFIG: file }), (e: Error) => e instanceof ConfigError && e.message.includes(`"${key}"`), key);
+      }
+      writeFileSync(file, JSON.stringify({ timeouts: { firstByteMs: 5000 }, maxRequestBytes: 1024 }));
+      assert.equal(loadConfig({ SVC_CONFIG: file }).timeouts.firstByteMs, 5000);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

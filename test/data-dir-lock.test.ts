@@ -1,0 +1,50 @@
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { loadConfig } from "../src/config.js";
+import { startServer } from "../src/server.js";
+
+/** The embedded data dir's lock (`svc.pid`): one process per dir, and no lock outlives its holder. */
+describe("the data dir lock", function () {
+  this.timeout(60_000);
+  let dir: string;
+  const start = () =>
+    startServer(loadConfig({ SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_DATA_DIR: dir, SVC_ADMIN_TOKEN: "lock-test", SVC_LOG_LEVEL: "error" }), { demo: true });
+  const startTime = (pid: number) => {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]!;
+  };
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), "svc-lock-"));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("refuses a second server on the same dir, and frees the dir when the first stops", async () => {
+    const first = await start();
+    try {
+      await assert.rejects(start(), /in use by process \d+/);
+    } finally {
+      await first.close();
+    }
+    await (await start()).close();
+  });
+
+  it("takes over a lock left by a crash, whatever process its pid now names", async () => {
+    // This very process (in a container, a restarted gateway is often pid 1 again, as the one that crashed was).
+    writeFileSync(join(dir, "svc.pid"), `${process.pid} 1`);
+    await (await start()).close();
+    // A live process that is not the one that wrote the file: its pid was reused (its start time differs).
+    const other = spawn("sleep", ["30"]);
+    try {
+      writeFileSync(join(dir, "svc.pid"), `${other.pid} 1`);
+      await (await start()).close();
+      // The same process, start time and all, still holds it.
+      writeFileSync(join(dir, "svc.pid"), `${other.pid} ${startTime(other.pid!)}`);
+      await assert.rejects(start(), new RegExp(`in use by process ${other.pid}`));
+    } finally {
+      other.kill();
+    }
+  });
+});
