@@ -42,6 +42,16 @@ describe("svc prompts and body logging against a running `svc serve --demo`", fu
     assert.notEqual(unknown.code, 0);
   });
 
+  it("refuses a project id that names no project, rather than filing prompts under it", async () => {
+    const file = join(tmpdir(), `svc-prompt-typo-${process.pid}.txt`);
+    writeFileSync(file, "text");
+    for (const args of [["put", "x", "--file", file], ["list"], ["show", "x"]]) {
+      const res = await server.svc("prompts", ...args, "--project", "proj_nonexistent00000");
+      assert.equal(res.code, 1, args.join(" "));
+      assert.match(res.stderr, /proj_nonexistent00000/);
+    }
+  });
+
   it("turns body logging off and on with svc projects update --log-bodies", async () => {
     const off = await server.svc("projects", "update", projectId, "--log-bodies", "off", "--json");
     assert.equal(off.code, 0, off.stderr);
