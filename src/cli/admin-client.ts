@@ -19,6 +19,15 @@ export interface AdminTarget {
  */
 export function resolveAdminTarget(flags: { server?: string; adminToken?: string }, env = process.env): AdminTarget {
   const server = flags.server || env.SVC_SERVER_URL || `http://127.0.0.1:${env.SVC_GRPC_PORT || 8090}`;
+  let url: URL | undefined;
+  try {
+    url = new URL(server);
+  } catch {
+    // refused below
+  }
+  if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
+    throw new UsageError(`the server must be an http(s) URL such as http://127.0.0.1:8090 (the gRPC port), got '${server}'`);
+  }
   let token = flags.adminToken || env.SVC_ADMIN_TOKEN || "";
   if (!token) {
     const path = join(resolve(env.SVC_DATA_DIR || "data"), "admin-token");

@@ -108,7 +108,9 @@ main(process.argv.slice(2)).catch((e: unknown) => {
         : e.code === Code.Unauthenticated
           ? " (check SVC_ADMIN_TOKEN or --admin-token)"
           : "";
-    process.stderr.write(`error: ${e.rawMessage}${hint}\n`);
+    // A server that is not the core (the gateway's or the management port) answers with no message.
+    const message = e.rawMessage || `the server answered ${Code[e.code]} with no message; is --server the core's gRPC port (SVC_GRPC_PORT, 8090)?`;
+    process.stderr.write(`error: ${message}${hint}\n`);
     process.exit(1);
   }
   process.stderr.write(`error: ${(e as Error)?.message ?? String(e)}\n`);

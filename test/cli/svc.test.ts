@@ -129,6 +129,15 @@ describe("the svc CLI against a running `svc serve --demo`", function () {
     assert.match(res.stderr, /svc serve/);
   });
 
+  it("says what --server should be when it is not a URL, or not the core's port", async () => {
+    const notUrl = await svc("projects", "list", "--server", "notaurl");
+    assert.equal(notUrl.code, 2);
+    assert.match(notUrl.stderr, /http\(s\) URL/);
+    const gateway = await svc("projects", "list", "--server", gatewayUrl);
+    assert.equal(gateway.code, 1);
+    assert.match(gateway.stderr, /gRPC port/);
+  });
+
   it("stops cleanly on SIGTERM", async () => {
     const code = await new Promise<number | null>((resolve) => {
       server.once("exit", (c) => resolve(c));
