@@ -21,7 +21,14 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
   const keys = new Map<string, KeyRecord>();
   const byHash = new Map<string, KeyRecord>();
 
-  const data = await readJsonFile<FileShape>(path);
+  let data: FileShape | undefined;
+  try {
+    data = await readJsonFile<FileShape>(path);
+    if (data !== undefined && (!Array.isArray(data.projects) || !Array.isArray(data.keys))) throw new Error("it has no `projects` and `keys` lists");
+  } catch (e) {
+    // Never started over: an empty registry written over it would lose every project and key.
+    throw new Error(`cannot read the registry ${path}: ${(e as Error).message}; restore it from a backup or move it aside`);
+  }
   if (data !== undefined) {
     for (const p of data.projects) projects.set(p.id, p);
     for (const k of data.keys) {

@@ -76,6 +76,7 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
     async createProject(req) {
       const name = req.name.trim();
       if (!name || name.length > 200) throw invalidRequest("invalid_value", "`name` must be 1 to 200 characters.");
+      if (/[\u0000-\u001f\u007f]/.test(name)) throw invalidRequest("invalid_value", "`name` must not hold control characters (newlines, tabs).");
       const plan = planName(req.plan);
       if (!plan) throw invalidRequest("invalid_value", "`plan` must be one of free, pro, enterprise.");
       const record: ProjectRecord = { id: `proj_${randomBase62(16)}`, name, plan, createdAt: now() };

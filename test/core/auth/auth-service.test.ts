@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ConnectError, Code } from "@connectrpc/connect";
@@ -106,6 +106,7 @@ describe("AuthService", () => {
   it("refuses a project without a plan, a key without a mode and unknown ids", async () => {
     await rejects(auth.createProject({ name: "p", plan: Plan.UNSPECIFIED }), 400, "invalid_value");
     await rejects(auth.createProject({ name: " ", plan: Plan.FREE }), 400, "invalid_value");
+    await rejects(auth.createProject({ name: "two\nlines", plan: Plan.FREE }), 400, "invalid_value");
     const { project } = await auth.createProject({ name: "p", plan: Plan.FREE });
     await rejects(auth.createKey({ projectId: project!.id, mode: KeyMode.UNSPECIFIED }), 400, "invalid_value");
     await rejects(auth.createKey({ projectId: "proj_nope", mode: KeyMode.LIVE }), 404, "project_not_found");
@@ -121,6 +122,18 @@ describe("AuthService", () => {
     const v = await auth.verifyKey({ secret });
     assert.equal(v.project!.name, "kept");
     assert.equal(v.project!.plan, Plan.ENTERPRISE);
+  });
+
+  it("refuses to start on a registry file it cannot read, rather than start over and write an empty one", async () => {
+    await auth.createProject({ name: "kept", plan: Plan.FREE });
+    await store.close();
+    const path = join(dir, "registry.json");
+    for (const broken of ["{not json", "[]", '{"version":1}']) {
+      writeFileSync(path, broken);
+      await assert.rejects(createFileRegistryStore(dir), (e: Error) => e.message.includes(path) && e.message.includes("backup"));
+      assert.equal(readFileSync(path, "utf8"), broken, "left as it was");
+    }
+    store = await createFileRegistryStore(join(dir, "fresh")); // for afterEach
   });
 
   it("gives the in-process client's errors the Connect codes a network client would see", async () => {
