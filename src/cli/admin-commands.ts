@@ -76,7 +76,7 @@ export async function projectsCommand(sub: string | undefined, args: string[], f
       return out(flags, j, `Updated project ${j.id}.\n\n${projectDetailText(j)}`);
     }
     default:
-      throw new UsageError(`unknown command 'projects ${sub ?? ""}'`);
+      throw new UsageError(sub ? `unknown command 'projects ${sub}'` : `'projects' needs a subcommand`);
   }
 }
 
@@ -108,6 +108,6 @@ export async function keysCommand(sub: string | undefined, args: string[], flags
       return out(flags, { id, deleted: true }, `Deleted key ${id}; requests that use it now fail.`);
     }
     default:
-      throw new UsageError(`unknown command 'keys ${sub ?? ""}'`);
+      throw new UsageError(sub ? `unknown command 'keys ${sub}'` : `'keys' needs a subcommand`);
   }
 }

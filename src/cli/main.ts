@@ -28,6 +28,22 @@ http://127.0.0.1:$SVC_GRPC_PORT, 8090), --admin-token T (default SVC_ADMIN_TOKEN
 $SVC_DATA_DIR/admin-token). Add --json for machine-readable output.
 `;
 
+/** How many operands (ids, names) each command takes after its subcommand; more is a usage error. */
+const OPERANDS: Record<string, number> = {
+  serve: 0,
+  demo: 0,
+  "projects create": 0,
+  "projects list": 0,
+  "projects show": 1,
+  "projects update": 1,
+  "keys create": 0,
+  "keys list": 0,
+  "keys delete": 1,
+  "prompts put": 1,
+  "prompts list": 0,
+  "prompts show": 1,
+};
+
 async function serve(demo: boolean): Promise<void> {
   const config = loadConfig();
   const running = await startServer(config, { demo });
@@ -83,6 +99,10 @@ async function main(argv: string[]): Promise<void> {
     process.stdout.write(USAGE);
     return;
   }
+  const operands = OPERANDS[cmd === "serve" || cmd === "demo" ? cmd : `${cmd} ${sub ?? ""}`];
+  // An unknown subcommand is reported as such by its command, below.
+  const extra = operands === undefined ? [] : (cmd === "serve" || cmd === "demo" ? [sub, ...rest].filter((a) => a !== undefined) : rest).slice(operands);
+  if (extra.length) throw new UsageError(`unexpected argument '${extra[0]}'`);
   if (cmd === "serve") return serve(values.demo === true);
   if (cmd === "demo") return serve(true);
   if (cmd === "projects") return projectsCommand(sub, rest, flags);

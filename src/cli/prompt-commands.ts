@@ -60,6 +60,6 @@ export async function promptsCommand(sub: string | undefined, args: string[], fl
       return out(flags, promptJson(prompt, true), `${prompt.name} version ${prompt.version}${prompt.description ? ` (${prompt.description})` : ""}\n\n${prompt.content}`);
     }
     default:
-      throw new UsageError(`unknown command 'prompts ${sub ?? ""}'`);
+      throw new UsageError(sub ? `unknown command 'prompts ${sub}'` : `'prompts' needs a subcommand`);
   }
 }

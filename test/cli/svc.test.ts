@@ -115,6 +115,13 @@ describe("the svc CLI against a running `svc serve --demo`", function () {
     const missing = await svc("keys", "create", "--mode", "live", "--server", grpcUrl);
     assert.equal(missing.code, 2);
     assert.match(missing.stderr, /--project is required/);
+    // An operand too many is refused, not ignored (`keys delete K1 K2` deleted K1 only).
+    const extra = await svc("keys", "delete", "key_a", "key_b", "--server", grpcUrl);
+    assert.equal(extra.code, 2);
+    assert.match(extra.stderr, /unexpected argument 'key_b'/);
+    const noSub = await svc("projects", "--server", grpcUrl);
+    assert.equal(noSub.code, 2);
+    assert.match(noSub.stderr, /'projects' needs a subcommand/);
   });
 
   it("refuses a wrong admin token", async () => {
