@@ -73,7 +73,10 @@ function inApiTerms(err: unknown): unknown {
 export function createManagementApp(deps: ManagementDeps): Koa {
   const app = new Koa();
   const router = new Router();
-  app.use(errorMiddleware());
+  // Every path of this API is read-only, so a 405 names the same methods everywhere.
+  app.use(errorMiddleware((info, headers) => {
+    if (info.status === 405) headers.Allow = "GET, HEAD";
+  }));
   router.get("/healthz", (ctx) => {
     ctx.body = { status: "ok" };
   });

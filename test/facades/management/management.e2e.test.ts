@@ -178,6 +178,10 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
     assert.ok(g.json().error.message.includes("granularity"));
     const r = await get("/v1/analytics?group_by=colour");
     assert.equal(r.status, 400);
+    const post = await rawRequest(`${gw.managementUrl}/v1/logs`, { method: "POST", headers: { authorization: `Bearer ${keys.live}` }, body: "{}" });
+    assert.equal(post.status, 405);
+    assert.equal(post.json().error.code, "method_not_allowed");
+    assert.equal(post.headers.allow, "GET, HEAD");
     const unauth = await get("/v1/logs", "svc_sk_live_nope");
     assert.equal(unauth.status, 401);
     assert.equal(unauth.json().error.code, "invalid_api_key");
