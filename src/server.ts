@@ -112,7 +112,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
       router.service(LimitsService, limitsBackend.impl);
       router.service(TelemetryService, telemetryBackend.impl);
     }, [adminAuthInterceptor(adminToken)]);
-    const grpcPort = await listen(core.server, config.grpcPort, config.host);
+    const grpcPort = await listen(core.server, config.grpcPort, config.host, "SVC_GRPC_PORT");
     cleanups.push(() => core.close());
 
     const auth = createDirectClient(AuthService, authImpl);
@@ -132,9 +132,9 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         maxRequestBytes: config.maxRequestBytes,
         // The writer queues in memory and never waits on the store: a request never waits for its log.
         record: (entry) => void telemetry.recordRequest({ $typeName: "svc.telemetry.v1.RecordRequestRequest", log: entry }).catch((e) => log.warn("request log dropped", { err: String(e) })),
-      }), config.gatewayPort, config.host, () => ({ "X-Svc-Request-Id": newRequestId(), "X-Svc-Cache": "MISS", "X-Svc-Cost": "0" }));
+      }), config.gatewayPort, config.host, "SVC_GATEWAY_PORT", () => ({ "X-Svc-Request-Id": newRequestId(), "X-Svc-Cache": "MISS", "X-Svc-Cost": "0" }));
     cleanups.push(gateway.close);
-    const management = await serveHttp(createManagementApp({ auth, telemetry }).callback(), config.managementPort, config.host);
+    const management = await serveHttp(createManagementApp({ auth, telemetry }).callback(), config.managementPort, config.host, "SVC_MANAGEMENT_PORT");
     cleanups.push(management.close);
 
     const host = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
@@ -156,11 +156,20 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
   }
 }
 
-async function listen(server: import("node:net").Server, port: number, host: string): Promise<number> {
+/** Listens on host:port; a failure names the settings that chose them (`portSetting`, SVC_HOST). */
+async function listen(server: import("node:net").Server, port: number, host: string, portSetting: string): Promise<number> {
   await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
+    const failed = (e: NodeJS.ErrnoException) => {
+      const why =
+        e.code === "EADDRINUSE" ? "the port is in use (by another process, or by another of the gateway's own ports)"
+        : e.code === "EACCES" ? "permission denied (ports below 1024 need privileges)"
+        : e.code === "ENOTFOUND" || e.code === "EADDRNOTAVAIL" || e.code === "EAI_AGAIN" ? "no such address on this machine"
+        : e.message;
+      reject(new Error(`cannot listen on ${host}:${port} (${portSetting}, SVC_HOST): ${why}`, { cause: e }));
+    };
+    server.once("error", failed);
     server.listen(port, host, () => {
-      server.off("error", reject);
+      server.off("error", failed);
       resolve();
     });
   });
@@ -171,11 +180,11 @@ async function listen(server: import("node:net").Server, port: number, host: str
  * Serves an HTTP facade. `errorHeaders` gives the headers of an answer to a request node:http could
  * not parse (the gateway's carry a request id, like all its responses).
  */
-async function serveHttp(handler: RequestListener, port: number, host: string, errorHeaders?: () => Record<string, string>): Promise<{ port: number; close: () => Promise<void> }> {
+async function serveHttp(handler: RequestListener, port: number, host: string, portSetting: string, errorHeaders?: () => Record<string, string>): Promise<{ port: number; close: () => Promise<void> }> {
   const server = createServer(handler);
   server.on("clientError", (err: Error, socket) => answerClientError(err, socket, errorHeaders?.()));
   server.keepAliveTimeout = 65_000; // longer than common load balancers' idle timeout
-  const actual = await listen(server, port, host);
+  const actual = await listen(server, port, host, portSetting);
   return {
     port: actual,
     close: () =>

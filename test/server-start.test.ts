@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadConfig } from "../src/config.js";
 import { startServer } from "../src/server.js";
+import { freePort } from "./support/redis.js";
 
 /** The embedded data dir's lock (`svc.pid`): one process per dir, and no lock outlives its holder. */
 describe("the data dir lock", function () {
@@ -45,6 +46,22 @@ describe("the data dir lock", function () {
       await assert.rejects(start(), new RegExp(`in use by process ${other.pid}`));
     } finally {
       other.kill();
+    }
+  });
+});
+
+describe("start-up failures name the setting to change", function () {
+  this.timeout(60_000);
+  it("says which port setting clashes, and stops everything it had started", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "svc-listen-"));
+    const port = String(await freePort());
+    try {
+      const config = loadConfig({ SVC_GATEWAY_PORT: port, SVC_MANAGEMENT_PORT: port, SVC_GRPC_PORT: "0", SVC_DATA_DIR: dir, SVC_ADMIN_TOKEN: "t", SVC_LOG_LEVEL: "error" });
+      await assert.rejects(startServer(config, { demo: true }), /cannot listen on 127\.0\.0\.1:\d+ \(SVC_MANAGEMENT_PORT, SVC_HOST\): the port is in use/);
+      // Nothing is left holding the data dir or the gateway's port.
+      await (await startServer({ ...config, managementPort: 0 }, { demo: true })).close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
