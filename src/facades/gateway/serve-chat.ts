@@ -497,6 +497,11 @@ async function serveHit(
   trace: RequestTrace,
   bodies: boolean,
 ): Promise<void> {
+  // A request that waited on an identical one in flight may have lost its client meanwhile.
+  if (res.destroyed) {
+    trace.failed({ status: 499, type: "", code: "" });
+    return;
+  }
   const c = hit.completion;
   svc["X-Svc-Cache"] = "HIT";
   trace.cache = "HIT";

@@ -1,9 +1,11 @@
 import assert from "node:assert/strict";
+import { request } from "node:http";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
+import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
-import { postJson, sseEvents } from "../../support/http.js";
+import { eventually, postJson, sseEvents } from "../../support/http.js";
 import { startRedis, type TestRedis } from "../../support/redis.js";
 
 let n = 0;
@@ -181,6 +183,29 @@ for (const mode of ["memory", "redis"] as const) {
       assert.deepEqual(all.map((r) => r.status), Array(8).fill(200));
       assert.equal(upstreamCalls(p), 1);
       assert.equal(all.filter((r) => r.headers["x-svc-cache"] === "MISS").length, 1);
+    });
+
+    it("logs a request that waited on an identical one and lost its client meanwhile as 499, not as a hit", async () => {
+      const own = await gw.project(Plan.ENTERPRISE);
+      const p = fresh("[[fake:delay=800]]");
+      const leader = postJson(url, own.live, chat(p));
+      await new Promise((r) => setTimeout(r, 150));
+      await new Promise<void>((resolve) => {
+        const req = request(url, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": own.live } });
+        req.on("error", () => {});
+        req.once("close", resolve);
+        req.end(JSON.stringify(chat(p)));
+        setTimeout(() => req.destroy(), 200);
+      });
+      assert.equal((await leader).status, 200);
+      assert.equal(upstreamCalls(p), 1);
+      let statuses: number[] = [];
+      await eventually(async () => {
+        const { logs } = await gw.telemetry.listLogs({ projectId: own.projectId, keyMode: KeyMode.LIVE, pageSize: 10 });
+        statuses = logs.map((l) => l.status).sort();
+        return statuses.length === 2;
+      }, 5_000, "both requests logged");
+      assert.deepEqual(statuses, [200, 499]);
     });
 
     it("caches /v1/messages too and honours X-Svc-Cache-Control there (official anthropic SDK)", async () => {
