@@ -149,7 +149,8 @@ function redisUrl(v: string | undefined): string | undefined {
   } catch {
     // not a URL at all
   }
-  if (!ok) throw new ConfigError(`SVC_REDIS_URL must be a redis:// or rediss:// URL, got ${JSON.stringify(v)}`);
+  // The value is not echoed: it may hold a password.
+  if (!ok) throw new ConfigError(`SVC_REDIS_URL must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379, got one starting ${JSON.stringify(v.slice(0, 8))}`);
   return v;
 }
 

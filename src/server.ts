@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, open, readFile, rm, writeFile } from "node:fs/promises";
+import { link, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { createServer, type RequestListener } from "node:http";
 import type { AddressInfo } from "node:net";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import type { Client, ConnectRouter } from "@connectrpc/connect";
 import type { Config } from "./config.js";
 import { adminAuthInterceptor } from "./core/admin-auth.js";
@@ -68,6 +68,9 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     for (const c of cleanups.reverse()) await c().catch((e) => log.warn("shutdown step failed", { err: String(e) }));
   };
   try {
+    // Embedded, the data dir is this process's alone; it is locked before anything in it is read
+    // or written (the admin token, the registry).
+    if (!config.redisUrl) cleanups.push(await lockDataDir(config.dataDir));
     const { token: adminToken, path: adminTokenPath } = await loadAdminToken(config);
     let demo: FakeProvider | undefined;
     if (opts.demo) {
@@ -83,7 +86,6 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     if (config.redisUrl) {
       store = createRedisRegistryStore(config.redisUrl);
     } else {
-      cleanups.push(await lockDataDir(config.dataDir));
       store = await createFileRegistryStore(config.dataDir);
     }
     cleanups.push(() => store.close());
@@ -215,36 +217,71 @@ async function loadAdminToken(config: Config): Promise<{ token: string; path: st
   return { token, path };
 }
 
+/** Data dirs this process holds: a second server in this process must not take one over. */
+const lockedDirs = new Set<string>();
+
 /**
- * Makes this process the only one on the data dir: `svc.pid` holds its pid and the kernel's start
- * time of that pid. A file left by a process that is gone (a crash, a kill) is taken over: its pid
- * is not running, or runs another process, this one included (pids are reused; in a container the
+ * Makes this process the only one on the data dir: `svc.pid` holds its pid, the kernel's start
+ * time of that pid and the boot's id. The file appears whole (written aside, then linked into
+ * place, which fails if one is there), so a process starting at the same moment never reads it half
+ * written. A file left by a process that is gone (a crash, a kill) is taken over: its pid is not
+ * running, or runs another process, this one included (pids are reused; in a container the
  * restarted gateway is often pid 1 again, as its crashed predecessor was). Where start times cannot
- * be read (no /proc), a running pid other than this one holds the lock.
+ * be read (no /proc), a running pid other than this one holds the lock. The lock tells processes
+ * of one machine and pid namespace apart: two containers sharing a data dir volume are not caught.
  */
 async function lockDataDir(dir: string): Promise<() => Promise<void>> {
   const path = join(dir, "svc.pid");
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      const fh = await open(path, "wx");
-      await fh.writeFile(`${process.pid} ${await startTimeOf(process.pid)}`.trim());
-      await fh.close();
-      return () => rm(path, { force: true });
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
-      const [pidText, started] = (await readFile(path, "utf8").catch(() => "")).trim().split(/\s+/);
+  const key = resolve(dir);
+  if (lockedDirs.has(key)) throw new Error(`the data dir ${dir} is in use by this process; set SVC_DATA_DIR to another directory`);
+  const mine = `${process.pid} ${await startTimeOf(process.pid)} ${await bootId()}`.trim();
+  const aside = `${path}.${process.pid}.${randomBytes(4).toString("hex")}`;
+  await writeFile(aside, mine, { mode: 0o644 });
+  try {
+    for (let attempt = 0; attempt < 5; attempt++) {
+      try {
+        await link(aside, path);
+        lockedDirs.add(key);
+        return async () => {
+          lockedDirs.delete(key);
+          await rm(path, { force: true });
+        };
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+      }
+      const text = await readFile(path, "utf8").catch(() => undefined);
+      if (text === undefined) continue; // gone meanwhile: try again
+      const [pidText, started, boot] = text.trim().split(/\s+/);
       const pid = Number(pidText);
       const now = pid > 0 ? await startTimeOf(pid) : "";
-      // The writer is still there when its pid runs with the start time it wrote; without start
-      // times to compare, when its pid runs and is not this process.
-      const writer = started && now ? now === started : pid !== process.pid;
-      if (pid > 0 && alive(pid) && writer) {
-        throw new Error(`the data dir ${dir} is in use by process ${pid}; stop it or set SVC_DATA_DIR to another directory`);
+      const sameBoot = !boot || boot === (await bootId());
+      // The writer is still there when its pid (not this process's) runs, with the start time it
+      // wrote in the same boot where those can be read.
+      const writer = pid > 0 && pid !== process.pid && alive(pid) && (started && now ? sameBoot && now === started : true);
+      if (writer) throw new Error(`the data dir ${dir} is in use by process ${pid}; stop it or set SVC_DATA_DIR to another directory`);
+      // Moved out of the way under a name of its own, then checked: what was moved must be the
+      // stale file read above, not the fresh lock of a process that took it over meanwhile (that
+      // one is put back, and holds the dir).
+      const moved = `${aside}.stale`;
+      if (await rename(path, moved).then(() => true, () => false)) {
+        const was = await readFile(moved, "utf8").catch(() => "");
+        if (was !== text) {
+          await link(moved, path).catch(() => {});
+          await rm(moved, { force: true });
+          throw new Error(`the data dir ${dir} is in use by another process starting now; set SVC_DATA_DIR to another directory`);
+        }
+        await rm(moved, { force: true });
       }
-      await rm(path, { force: true }); // left by a process that is gone
     }
+    throw new Error(`cannot lock the data dir ${dir}`);
+  } finally {
+    await rm(aside, { force: true });
   }
-  throw new Error(`cannot lock the data dir ${dir}`);
+}
+
+/** This boot's id (Linux); "" where unknown. Start times count from boot, so they compare within one. */
+async function bootId(): Promise<string> {
+  return (await readFile("/proc/sys/kernel/random/boot_id", "utf8").catch(() => "")).trim();
 }
 
 /** When a process started, in clock ticks since boot (Linux: field 22 of /proc/<pid>/stat); "" where unknown. */

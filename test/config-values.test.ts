@@ -20,7 +20,9 @@ describe("configuration values", () => {
     ["SVC_LOG_LEVEL", "loud"],
   ]) {
     it(`refuses ${name}=${value}, naming the setting and the value`, () => {
-      assert.throws(() => loadConfig({ [name]: value }), (e: Error) => e instanceof ConfigError && e.message.includes(name) && e.message.includes(JSON.stringify(value)));
+      // SVC_REDIS_URL is only quoted in part: it may hold a password.
+      const shown = name === "SVC_REDIS_URL" ? JSON.stringify(value.slice(0, 8)) : JSON.stringify(value);
+      assert.throws(() => loadConfig({ [name]: value }), (e: Error) => e instanceof ConfigError && e.message.includes(name) && e.message.includes(shown));
     });
   }
 

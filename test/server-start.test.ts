@@ -25,7 +25,7 @@ describe("the data dir lock", function () {
   it("refuses a second server on the same dir, and frees the dir when the first stops", async () => {
     const first = await start();
     try {
-      await assert.rejects(start(), /in use by process \d+/);
+      await assert.rejects(start(), /in use by this process/);
     } finally {
       await first.close();
     }
@@ -46,6 +46,27 @@ describe("the data dir lock", function () {
       await assert.rejects(start(), new RegExp(`in use by process ${other.pid}`));
     } finally {
       other.kill();
+    }
+  });
+
+  it("lets exactly one of several processes starting at the same moment take the dir", async () => {
+    const script = `import { startServer } from ${JSON.stringify(new URL("../src/server.ts", import.meta.url).href)};
+      import { loadConfig } from ${JSON.stringify(new URL("../src/config.ts", import.meta.url).href)};
+      const env = { SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_DATA_DIR: process.argv[1], SVC_ADMIN_TOKEN: "t", SVC_LOG_LEVEL: "error", SVC_CLICKHOUSE_URL: "http://127.0.0.1:1" };
+      startServer(loadConfig(env)).then(async (s) => { console.log("LOCKED"); await new Promise((r) => setTimeout(r, 1500)); await s.close(); process.exit(0); }, (e) => { console.log(String(e.message).includes("in use") ? "REFUSED" : "FAILED " + e.message); process.exit(0); });`;
+    for (let round = 0; round < 2; round++) {
+      const d = mkdtempSync(join(tmpdir(), "svc-race-"));
+      try {
+        const outs = await Promise.all(Array.from({ length: 3 }, () => new Promise<string>((resolve) => {
+          const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script, d], { stdio: ["ignore", "pipe", "inherit"] });
+          let out = "";
+          child.stdout.on("data", (b: Buffer) => (out += b.toString()));
+          child.on("exit", () => resolve(out.trim()));
+        })));
+        assert.deepEqual(outs.sort(), ["LOCKED", "REFUSED", "REFUSED"], `round ${round}: ${outs.join(", ")}`);
+      } finally {
+        rmSync(d, { recursive: true, force: true });
+      }
     }
   });
 });

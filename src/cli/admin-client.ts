@@ -43,8 +43,9 @@ export function resolveAdminTarget(flags: { server?: string; adminToken?: string
 /** A bad command line; printed with usage and exit code 2. */
 export class UsageError extends Error {}
 
+// A deadline for every admin call: a server (or its Redis) that stops answering must not hang the CLI.
 const transportFor = (target: AdminTarget) =>
-  createConnectTransport({ baseUrl: target.server, httpVersion: "1.1", interceptors: [bearerAuth(target.token)] });
+  createConnectTransport({ baseUrl: target.server, httpVersion: "1.1", interceptors: [bearerAuth(target.token)], defaultTimeoutMs: 30_000 });
 
 export function createAdminClient(target: AdminTarget): Client<typeof AuthService> {
   return createClient(AuthService, transportFor(target));

@@ -41,12 +41,15 @@ export const methodNotAllowed = (method: string, path: string, allow: string) =>
  * limit (`--max-http-header-size`, 16 KiB by default), 408 when the request took longer than the
  * server's request timeout, 400 for anything else malformed; `headers` added. The connection is
  * then destroyed, as Node does (what follows on it cannot be trusted, and a half-open socket would
- * otherwise stay). A socket already reset, or one with a request still in flight on it (pipelined),
- * is only destroyed: an answer written there would be read as that request's.
+ * otherwise stay). A socket already reset, one whose response has begun, or one where a whole
+ * earlier request is still being answered (a bad request pipelined behind it) is only destroyed:
+ * an answer written there would be read as that request's.
  */
 export function answerClientError(err: Error & { code?: string }, socket: Duplex, headers: Record<string, string> = {}): void {
-  const inFlight = (socket as Duplex & { _httpMessage?: unknown })._httpMessage;
-  if (err.code === "ECONNRESET" || !socket.writable || inFlight) {
+  // The response on the socket, if any: the failing request's own (a body that timed out or broke
+  // off), or, when that request came in whole, the one before a pipelined bad request.
+  const res = (socket as Duplex & { _httpMessage?: { headersSent?: boolean; req?: { complete?: boolean } } | null })._httpMessage;
+  if (err.code === "ECONNRESET" || !socket.writable || res?.headersSent || res?.req?.complete) {
     socket.destroy();
     return;
   }
@@ -64,5 +67,7 @@ export function answerClientError(err: Error & { code?: string }, socket: Duplex
     `Content-Length: ${Buffer.byteLength(body)}`,
     "Connection: close",
   ];
-  socket.write(`${lines.join("\r\n")}\r\n\r\n${body}`, () => socket.destroy());
+  // Ended first, so a further error on the socket (Node raises one per chunk that follows) finds it
+  // no longer writable and answers nothing twice; destroyed once written.
+  socket.end(`${lines.join("\r\n")}\r\n\r\n${body}`, () => socket.destroy());
 }

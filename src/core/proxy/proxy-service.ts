@@ -179,7 +179,8 @@ class UpstreamEvents {
 
   #finish(ev: StreamChatResponse): StreamChatResponse {
     const e = ev.event;
-    if (e.case === "blockDelta") this.#outChars += e.value.text.length + e.value.partialJson.length;
+    // Raw deltas (thinking, signatures) are output too, counted as their JSON, as for an answer cut short.
+    if (e.case === "blockDelta") this.#outChars += e.value.text.length + e.value.partialJson.length + e.value.rawJson.length;
     else if (e.case === "messageStart" && e.value.created === 0) e.value.created = nowSeconds();
     else if (e.case === "messageEnd") {
       e.value.usage = settleUsage(e.value.usage, this.req, () => this.#outChars);

@@ -72,6 +72,15 @@ function targetOf(url: string): { origin: string; path: string } {
   return t;
 }
 
+/**
+ * The metadata key a Canceled call carries when its request had already gone to the upstream: the
+ * upstream has the prompt then, and bills it.
+ */
+export const SENT_UPSTREAM = "svc-upstream-sent";
+
+/** Whether a call that failed had sent its request to the upstream (see SENT_UPSTREAM). */
+export const sentUpstream = (e: unknown): boolean => e instanceof ConnectError && e.metadata.get(SENT_UPSTREAM) === "1";
+
 class TotalTimeout extends Error {}
 class ClientGone extends Error {}
 
@@ -88,6 +97,8 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   #controller: Dispatcher.DispatchController | undefined;
   #timer: NodeJS.Timeout;
   #timedOut = false;
+  /** Whether the request went out on a connection (a client that leaves after that is still billed). */
+  #sent = false;
   #decoder: StringDecoder | undefined;
   #queue: string[] = [];
   #ended = false;
@@ -112,6 +123,7 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.#controller = controller;
     if (this.#cancel.aborted) controller.abort(new ClientGone("client closed the request"));
+    else this.#sent = true;
   }
 
   onResponseStart(_c: Dispatcher.DispatchController, statusCode: number): void {
@@ -233,7 +245,7 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   /** Maps a transport failure to the core's error: timeouts 504, unreachable 502, client gone Canceled. */
   #failure(e: unknown): ConnectError {
     if (e instanceof ConnectError) return e;
-    if (e instanceof ClientGone || this.#cancel.aborted) return new ConnectError("client closed the request", Code.Canceled);
+    if (e instanceof ClientGone || this.#cancel.aborted) return new ConnectError("client closed the request", Code.Canceled, this.#sent ? { [SENT_UPSTREAM]: "1" } : undefined);
     if (e instanceof TotalTimeout || this.#timedOut) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not finish within the total timeout.");
     if (e instanceof undiciErrors.ConnectTimeoutError) return apiError(504, "api_error", "upstream_timeout", "Timed out connecting to the upstream provider.");
     if (e instanceof undiciErrors.HeadersTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not start answering in time.");

@@ -100,8 +100,11 @@ export async function writeStream(
   };
   try {
     emit(first);
-    // An event that arrives after the client left is still seen (priced), only not written.
-    for (let r = await rest.next(); !r.done && !res.destroyed; r = await rest.next()) emit(r.value);
+    // An event that arrives after the client left is still seen (priced); flush() writes nothing then.
+    for (let r = await rest.next(); !r.done; r = await rest.next()) {
+      emit(r.value);
+      if (res.destroyed) break;
+    }
   } catch (err) {
     // A client that left has no reader for an error event; its answer is still priced below.
     if (!res.destroyed && !isCanceled(err)) {

@@ -19,6 +19,7 @@ import { encodeCompletion } from "../../core/proxy/completion-binary.js";
 import { Cancellation, cancellationKey } from "../../core/cancel.js";
 import { chatRequest, completionEvent } from "../../core/proxy/canonical.js";
 import { isCanceled } from "../../core/proxy/proxy-service.js";
+import { sentUpstream } from "../../core/proxy/upstream-http.js";
 import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
 import type { Pricing } from "../../core/proxy/pricing.js";
 import { log } from "../../logger.js";
@@ -209,8 +210,9 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
         trace.costUsd = cost;
       } catch (e) {
         // The client left before the answer's first event (any non-stream answer, a stream's
-        // start): the upstream has the prompt and bills it, so the month is charged for it.
-        if (isCanceled(e)) {
+        // start), after the request went out: the upstream has the prompt and bills it, so the
+        // month is charged for it. One that never left the gateway costs nothing.
+        if (isCanceled(e) && sentUpstream(e)) {
           const part = deps.pricing.partialAnswer(chat, 0, 0);
           cost = part.costUsd;
           trace.costUsd = cost;

@@ -147,6 +147,7 @@ export function createManagementApp(deps: ManagementDeps): Koa {
       if (group.startsWith("metadata.") && group.length > 9) {
         groupBy = AnalyticsGroupBy.METADATA;
         metadataKey = group.slice(9);
+        if (metadataKey.length > 64) throw invalidRequest("invalid_parameter", "Query parameter 'group_by': the metadata key after 'metadata.' must be at most 64 characters (longer keys are not rolled up).");
       } else if (group in groupBys) groupBy = groupBys[group as keyof typeof groupBys];
       else throw invalidRequest("invalid_parameter", `Query parameter 'group_by' must be model, user, key, status or metadata.<key>, got '${group}'.`);
     }

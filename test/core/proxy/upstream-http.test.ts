@@ -3,7 +3,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Cancellation, signalCancel } from "../../../src/core/cancel.js";
-import { createUpstreamHttp } from "../../../src/core/proxy/upstream-http.js";
+import { createUpstreamHttp, sentUpstream } from "../../../src/core/proxy/upstream-http.js";
 import { toErrorInfo } from "../../../src/core/errors.js";
 
 const timeouts = { connectMs: 1000, firstByteMs: 1000, idleMs: 1000, totalMs: 300 };
@@ -65,8 +65,16 @@ describe("upstream HTTP client", () => {
         for await (const _ of res.body);
       })();
       setTimeout(abort, 20);
-      await assert.rejects(read, (e: unknown) => e instanceof ConnectError && e.code === Code.Canceled);
+      await assert.rejects(read, (e: unknown) => e instanceof ConnectError && e.code === Code.Canceled && sentUpstream(e));
       await client.close();
     });
   }
+
+  it("says whether a cancelled call had sent its request (the upstream bills a prompt it received)", async () => {
+    const client = createUpstreamHttp(timeouts);
+    const c = new Cancellation();
+    c.abort();
+    await assert.rejects(client.send({ url: `${url}/slow`, headers: {}, body: "{}" }, c), (e: unknown) => e instanceof ConnectError && e.code === Code.Canceled && !sentUpstream(e));
+    await client.close();
+  });
 });
