@@ -103,14 +103,14 @@ const styles: Record<string, ApiStyle> = {
   messages: ApiStyle.MESSAGES,
 };
 
-/** Whole numbers are written in plain decimal digits: `Number()` would also take "0x50" or "1e3". */
-const DECIMAL = /^\d+$/;
+/** A whole number written in plain decimal digits, or NaN: `Number()` alone would also take "0x50" or "1e3". */
+const decimal = (s: string): number => (/^\d+$/.test(s.trim()) ? Number(s) : NaN);
 
 /** An integer setting from min to max, or `fallback` when unset; `what` says what is expected. */
 function intInRange(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number, what: string): number {
   const raw = env[name];
   if (raw === undefined || raw === "") return fallback;
-  const n = DECIMAL.test(raw.trim()) ? Number(raw) : NaN;
+  const n = decimal(raw);
   if (!Number.isSafeInteger(n) || n < min || n > max) throw new ConfigError(`${name} must be ${what}, got ${JSON.stringify(raw)}`);
   return n;
 }
@@ -119,7 +119,7 @@ const port = (env: NodeJS.ProcessEnv, name: string, fallback: number): number =>
 
 /** A positive whole number (a decimal string from the environment, a number from the config file), at most `max`. */
 function positiveInt(v: unknown, name: string, max = Number.MAX_SAFE_INTEGER): number {
-  const n = typeof v === "string" ? (DECIMAL.test(v.trim()) ? Number(v) : NaN) : v;
+  const n = typeof v === "string" ? decimal(v) : v;
   if (typeof n !== "number" || !Number.isSafeInteger(n) || n <= 0 || n > max) {
     throw new ConfigError(`${name} must be a positive integer${max < Number.MAX_SAFE_INTEGER ? ` up to ${max}` : ""}, got ${JSON.stringify(v)}`);
   }

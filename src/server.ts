@@ -234,7 +234,8 @@ async function lockDataDir(dir: string): Promise<() => Promise<void>> {
   const path = join(dir, "svc.pid");
   const key = resolve(dir);
   if (lockedDirs.has(key)) throw new Error(`the data dir ${dir} is in use by this process; set SVC_DATA_DIR to another directory`);
-  const mine = `${process.pid} ${await startTimeOf(process.pid)} ${await bootId()}`.trim();
+  const thisBoot = await bootId();
+  const mine = `${process.pid} ${await startTimeOf(process.pid)} ${thisBoot}`.trim();
   const aside = `${path}.${process.pid}.${randomBytes(4).toString("hex")}`;
   await writeFile(aside, mine, { mode: 0o644 });
   try {
@@ -254,7 +255,7 @@ async function lockDataDir(dir: string): Promise<() => Promise<void>> {
       const [pidText, started, boot] = text.trim().split(/\s+/);
       const pid = Number(pidText);
       const now = pid > 0 ? await startTimeOf(pid) : "";
-      const sameBoot = !boot || boot === (await bootId());
+      const sameBoot = !boot || boot === thisBoot;
       // The writer is still there when its pid (not this process's) runs, with the start time it
       // wrote in the same boot where those can be read.
       const writer = pid > 0 && pid !== process.pid && alive(pid) && (started && now ? sameBoot && now === started : true);

@@ -99,9 +99,11 @@ async function main(argv: string[]): Promise<void> {
     process.stdout.write(USAGE);
     return;
   }
-  const operands = OPERANDS[cmd === "serve" || cmd === "demo" ? cmd : `${cmd} ${sub ?? ""}`];
+  // serve and demo take no subcommand: what follows them is all operands.
+  const noSub = cmd === "serve" || cmd === "demo";
+  const operands = OPERANDS[noSub ? cmd : `${cmd} ${sub ?? ""}`];
   // An unknown subcommand is reported as such by its command, below.
-  const extra = operands === undefined ? [] : (cmd === "serve" || cmd === "demo" ? [sub, ...rest].filter((a) => a !== undefined) : rest).slice(operands);
+  const extra = operands === undefined ? [] : (noSub ? [sub, ...rest].filter((a) => a !== undefined) : rest).slice(operands);
   if (extra.length) throw new UsageError(`unexpected argument '${extra[0]}'`);
   if (cmd === "serve") return serve(values.demo === true);
   if (cmd === "demo") return serve(true);
