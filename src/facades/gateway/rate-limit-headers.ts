@@ -22,9 +22,19 @@ export function rateLimitHeaders(a: AdmitResponse, style: ApiStyle, nowMs = Date
       h["x-ratelimit-reset-requests"] = duration(a.resetSeconds);
     }
   }
-  if (a.decision !== Decision.ALLOWED && a.retryAfterSeconds > 0) h["Retry-After"] = String(a.retryAfterSeconds);
+  if (a.decision !== Decision.ALLOWED && a.retryAfterSeconds > 0) {
+    h["Retry-After"] = String(a.retryAfterSeconds);
+    // The official SDKs sleep for whatever Retry-After says before retrying (openai with no bound),
+    // past their own request timeout: a day's limit or the month's spend cap would hold the call
+    // for hours or weeks. Both SDKs obey `x-should-retry`, so a refusal that will not clear within
+    // a minute's window is raised at once instead.
+    if (a.retryAfterSeconds > SDK_RETRY_MAX_SECONDS) h["x-should-retry"] = "false";
+  }
   return h;
 }
+
+/** The longest Retry-After the SDKs are left to wait on: a minute's window, which can read 61 s. */
+export const SDK_RETRY_MAX_SECONDS = 61;
 
 /** Seconds as a Go-style duration, the form OpenAI's reset headers use: "45s", "6m0s", "2h0m0s". */
 function duration(s: number): string {

@@ -51,6 +51,7 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     assert.equal(res.json().error.type, "rate_limit_error");
     assert.equal(res.json().error.code, "rate_limit_exceeded");
     assert.match(String(res.headers["retry-after"]), /^[1-9]\d*$/);
+    assert.equal(res.headers["x-should-retry"], undefined, "a minute's limit is left to the SDKs' retry");
     assert.equal(res.headers["x-ratelimit-limit-requests"], "60");
     assert.equal(res.headers["x-ratelimit-remaining-requests"], "0");
     assert.match(String(res.headers["x-ratelimit-reset-requests"]), /^\d+(m\d+)?s$/);
@@ -111,6 +112,18 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     const big = await postJson(url, keys.live, chat({ max_tokens: 100_000 }), noCache);
     assert.equal(big.status, 429);
     assert.equal(big.json().error.code, "spend_cap_exceeded");
+    // Retry-After runs to the month's end; the SDKs are told not to sleep on it.
+    assert.ok(Number(big.headers["retry-after"]) > 61, String(big.headers["retry-after"]));
+    assert.equal(big.headers["x-should-retry"], "false");
+    const started = Date.now();
+    const openai = new OpenAI({ apiKey: keys.live, baseURL: `${gw.gatewayUrl}/v1`, timeout: 10_000 });
+    await assert.rejects(openai.chat.completions.create(chat({ max_tokens: 100_000 }) as OpenAI.ChatCompletionCreateParamsNonStreaming), (e: unknown) => e instanceof OpenAI.RateLimitError);
+    const anthropic = new Anthropic({ apiKey: keys.live, baseURL: gw.gatewayUrl, timeout: 10_000 });
+    await assert.rejects(
+      anthropic.messages.create({ model: "assistant-3-5-haiku-20241022", max_tokens: 100_000, messages: [{ role: "user", content: `capped ${++n}` }] }),
+      (e: unknown) => e instanceof Anthropic.RateLimitError,
+    );
+    assert.ok(Date.now() - started < 5_000, "both SDKs, retrying by default, raised at once");
     const small = await postJson(url, keys.live, chat({ max_tokens: 50 }), noCache);
     assert.equal(small.status, 200, small.text);
     const usage = await gw.limits.getUsage({ projectId: keys.projectId });
