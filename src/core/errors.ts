@@ -83,6 +83,38 @@ export function toErrorInfo(err: unknown): ErrorInfo {
   return { status: 500, type: "api_error", code: "internal_error", message: "The server had an error while processing the request." };
 }
 
+/**
+ * An upstream's retry guidance, which the client's SDK acts on: `retry-after` (seconds or an HTTP
+ * date), `retry-after-ms` (OpenAI's SDK reads it first) and `x-should-retry`. Carried in the error's
+ * metadata (the gRPC trailers on the wire) and written back as response headers by the facades.
+ */
+const RETRY_HEADERS: ReadonlyArray<readonly [name: string, valid: RegExp]> = [
+  ["retry-after", /^(?:\d{1,10}|[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT)$/],
+  ["retry-after-ms", /^\d{1,13}(?:\.\d{1,6})?$/],
+  ["x-should-retry", /^(?:true|false)$/],
+];
+const kRetry = "svc-upstream-";
+
+/** Copies an upstream answer's retry guidance onto an error, dropping values of any other form. */
+export function withRetryGuidance(err: ConnectError, headers: Record<string, string | string[] | undefined>): ConnectError {
+  for (const [name, valid] of RETRY_HEADERS) {
+    const v = headers[name];
+    if (typeof v === "string" && valid.test(v)) err.metadata.set(kRetry + name, v);
+  }
+  return err;
+}
+
+/** The retry guidance an error carries from its upstream, as response headers; undefined when none. */
+export function retryGuidanceOf(err: unknown): Record<string, string> | undefined {
+  if (!(err instanceof ConnectError)) return undefined;
+  let out: Record<string, string> | undefined;
+  for (const [name, valid] of RETRY_HEADERS) {
+    const v = err.metadata.get(kRetry + name);
+    if (v !== null && valid.test(v)) (out ??= {})[name] = v;
+  }
+  return out;
+}
+
 /** The spec's error body (section 2.6). */
 export function toErrorBody(info: ErrorInfo): { error: { message: string; type: string; code: string } } {
   return { error: { message: info.message, type: info.type, code: info.code } };

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { isObject, type JsonObject } from "../core/json.js";
-import { countTokens, fakeReply, parseDirectives, sleep, splitPieces } from "./fake-script.js";
+import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, splitPieces } from "./fake-script.js";
 
 /**
  * The demo provider's messages style (`POST /v1/messages`), shaped like
@@ -38,7 +38,7 @@ export async function serveAnthropicFake(_req: IncomingMessage, res: ServerRespo
   const lastUser = lastUserText(messages);
   const d = parseDirectives(lastUser);
   if (d.delayMs) await sleep(d.delayMs);
-  if (d.status && d.status >= 400) return sendError(res, d.status, `Scripted failure ${d.status}.`);
+  if (d.status && d.status >= 400) return sendError(res, d.status, `Scripted failure ${d.status}.`, retryHeaders(d));
 
   const reply = fakeReply(lastUser, body.max_tokens);
   const tool = d.tool ? firstToolName(body.tools) : undefined;
@@ -84,8 +84,8 @@ interface Answer {
   outputTokens: number;
 }
 
-function sendError(res: ServerResponse, status: number, message: string): void {
-  res.writeHead(status, { "content-type": "application/json", "request-id": newId("req_01") });
+function sendError(res: ServerResponse, status: number, message: string, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { ...headers, "content-type": "application/json", "request-id": newId("req_01") });
   res.end(JSON.stringify({ type: "error", error: { type: errorType(status), message } }));
 }
 

@@ -4,6 +4,8 @@
  * the last user text script failures for trying the gateway's error paths (documented in the README):
  *
  *   [[fake:status=NNN]]   answer with that HTTP status and the style's error body
+ *   [[fake:retry=S]]      with a scripted status: send `retry-after: S` and `retry-after-ms`, as
+ *                         providers do on 429, 503 and 529
  *   [[fake:delay=MS]]     wait MS milliseconds before the response headers
  *   [[fake:stall]]        stream: send the first events, then nothing (an idle upstream)
  *   [[fake:drop]]         stream: send the first events, then cut the connection
@@ -12,6 +14,7 @@
  */
 export interface FakeDirectives {
   status?: number;
+  retryAfterSeconds?: number;
   delayMs?: number;
   stall: boolean;
   drop: boolean;
@@ -26,6 +29,7 @@ export function parseDirectives(text: string): FakeDirectives {
   for (const m of text.matchAll(re)) {
     const n = m[2] === undefined ? undefined : Number(m[2]);
     if (m[1] === "status") d.status = n;
+    else if (m[1] === "retry") d.retryAfterSeconds = n;
     else if (m[1] === "delay") d.delayMs = n;
     else if (m[1] === "stall") d.stall = true;
     else if (m[1] === "drop") d.drop = true;
@@ -36,6 +40,10 @@ export function parseDirectives(text: string): FakeDirectives {
 }
 
 /** Rough token estimate: one token per 4 characters, at least 1 for non-empty text. */
+/** The retry guidance headers of a scripted failure (none unless `[[fake:retry=S]]` was given). */
+export const retryHeaders = (d: FakeDirectives): Record<string, string> =>
+  d.retryAfterSeconds === undefined ? {} : { "retry-after": String(d.retryAfterSeconds), "retry-after-ms": String(d.retryAfterSeconds * 1000) };
+
 export const countTokens = (text: string): number => (text.length === 0 ? 0 : Math.max(1, Math.ceil(text.length / 4)));
 
 /**

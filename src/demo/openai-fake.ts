@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { isObject, type JsonObject } from "../core/json.js";
-import { countTokens, fakeReply, parseDirectives, sleep, splitPieces } from "./fake-script.js";
+import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, splitPieces } from "./fake-script.js";
 
 /**
  * The demo provider's chat-completions style (`POST /v1/chat/completions`), shaped like
@@ -43,7 +43,7 @@ export async function serveOpenAiFake(_req: IncomingMessage, res: ServerResponse
   const lastUser = lastUserText(messages);
   const d = parseDirectives(lastUser);
   if (d.delayMs) await sleep(d.delayMs);
-  if (d.status && d.status >= 400) return sendError(res, d.status, `Scripted failure ${d.status}.`);
+  if (d.status && d.status >= 400) return sendError(res, d.status, `Scripted failure ${d.status}.`, retryHeaders(d));
 
   const limit = typeof body.max_tokens === "number" ? body.max_tokens : typeof body.max_completion_tokens === "number" ? body.max_completion_tokens : undefined;
   const reply = fakeReply(lastUser, limit);
@@ -128,9 +128,9 @@ function streamChunks(a: Answer, pieces: number | undefined, includeUsage: boole
   return out;
 }
 
-function sendError(res: ServerResponse, status: number, message: string): void {
+function sendError(res: ServerResponse, status: number, message: string, headers: Record<string, string> = {}): void {
   const { type, code } = errorOf(status);
-  res.writeHead(status, { "content-type": "application/json", "x-request-id": newId("req_") });
+  res.writeHead(status, { ...headers, "content-type": "application/json", "x-request-id": newId("req_") });
   res.end(JSON.stringify({ error: { message, type, param: null, code } }));
 }
 

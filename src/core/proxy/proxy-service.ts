@@ -9,7 +9,7 @@ import {
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { cancelOf } from "../cancel.js";
-import { apiError, invalidRequest } from "../errors.js";
+import { apiError, invalidRequest, withRetryGuidance } from "../errors.js";
 import { newRequestId } from "../ids.js";
 import { type SseEvent, SseParser } from "../sse.js";
 import { completionEvent, localInputTokens, localTokens, nowSeconds, usage as canonicalUsage } from "./canonical.js";
@@ -72,7 +72,7 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
       };
       const res = await deps.http.send(route.adapter.buildRequest(req, target), cancelOf(ctx));
       try {
-        if (res.status >= 400) throw upstreamError(route.adapter, res.status, await res.text());
+        if (res.status >= 400) throw withRetryGuidance(upstreamError(route.adapter, res.status, await res.text()), res.errorHeaders);
         if (!req.stream) {
           yield completionEvent(await completion(route, req, res));
           return;

@@ -9,6 +9,8 @@ import type { UpstreamHttpRequest } from "./upstreams/adapter.js";
 /** An upstream response: status and a body to read as text chunks. */
 export interface UpstreamResponse {
   status: number;
+  /** An error answer's headers (status 400 and up), for its retry guidance; empty otherwise. */
+  errorHeaders: Record<string, string | string[] | undefined>;
   body: AsyncIterable<string>;
   /** Reads the whole body as text, up to `limit` characters (more is cut off). */
   text(limit?: number): Promise<string>;
@@ -81,6 +83,8 @@ export const SENT_UPSTREAM = "svc-upstream-sent";
 /** Whether a call that failed had sent its request to the upstream (see SENT_UPSTREAM). */
 export const sentUpstream = (e: unknown): boolean => e instanceof ConnectError && e.metadata.get(SENT_UPSTREAM) === "1";
 
+const NO_HEADERS: Record<string, never> = Object.freeze({});
+
 class TotalTimeout extends Error {}
 class ClientGone extends Error {}
 
@@ -91,6 +95,7 @@ class ClientGone extends Error {}
  */
 class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   status = 0;
+  errorHeaders: Record<string, string | string[] | undefined> = NO_HEADERS;
   #resolve: ((r: UpstreamResponse) => void) | undefined;
   #reject: ((e: unknown) => void) | undefined;
   #cancel: CancelSignal;
@@ -126,9 +131,10 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
     else this.#sent = true;
   }
 
-  onResponseStart(_c: Dispatcher.DispatchController, statusCode: number): void {
+  onResponseStart(_c: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
     if (statusCode < 200) return; // 1xx informational: the real answer follows
     this.status = statusCode;
+    if (statusCode >= 400) this.errorHeaders = headers;
     const resolve = this.#resolve!;
     this.#resolve = this.#reject = undefined;
     resolve(this);

@@ -1,6 +1,6 @@
 import type { ServerResponse } from "node:http";
 import type { StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
-import { toErrorBody, toErrorInfo, type ErrorInfo } from "../../core/errors.js";
+import { retryGuidanceOf, toErrorBody, toErrorInfo, type ErrorInfo } from "../../core/errors.js";
 import { isCanceled } from "../../core/proxy/proxy-service.js";
 import { log } from "../../logger.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
@@ -34,7 +34,8 @@ export function writeJson(res: ServerResponse, status: number, headers: object, 
 
 /**
  * Writes an error in the spec's shape (section 2.6). Internal errors are logged with the request id
- * and reach the client only as a generic 500.
+ * and reach the client only as a generic 500. An upstream's refusal keeps its retry guidance
+ * (`retry-after`, `retry-after-ms`, `x-should-retry`), which the client's SDK waits on.
  */
 export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, extraHeaders?: Record<string, string>): { info: ErrorInfo; body: string } {
   const info = toErrorInfo(err);
@@ -45,7 +46,7 @@ export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, e
   if (res.headersSent || res.destroyed) return { info, body: "" };
   svc["X-Svc-Cost"] = "0";
   // 499 (the client went away) has no reader; should one still be there, it gets a plain 400.
-  writeJson(res, info.status === 499 ? 400 : info.status, { ...svc, ...extraHeaders }, body);
+  writeJson(res, info.status === 499 ? 400 : info.status, { ...svc, ...extraHeaders, ...retryGuidanceOf(err) }, body);
   return { info, body };
 }
 

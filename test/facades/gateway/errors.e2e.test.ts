@@ -141,6 +141,17 @@ describe("gateway errors: the spec's status and error object for every kind of b
       const res = await postJson(chatUrl, key, chat("[[fake:status=429]]"));
       assert.equal(res.status, 429);
       assert.equal(res.json().error.type, "rate_limit_error");
+      assert.equal(res.headers["retry-after"], undefined, "no guidance of the gateway's own on an upstream's refusal");
+    });
+
+    it("an upstream's retry guidance reaches the client, which the SDKs wait on", async () => {
+      for (const [url, body, status, seconds] of [[chatUrl, chat("[[fake:status=429]] [[fake:retry=7]]"), 429, "7"], [msgUrl, msgs("[[fake:status=529]] [[fake:retry=3]]"), 502, "3"]] as const) {
+        const res = await postJson(url, key, body);
+        assert.equal(res.status, status);
+        assert.equal(res.headers["retry-after"], seconds);
+        assert.equal(res.headers["retry-after-ms"], `${seconds}000`);
+        assertErrorShape(res.json());
+      }
     });
 
     it("an upstream 5xx is a 502 without internals", async () => {
