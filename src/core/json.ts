@@ -18,5 +18,18 @@ export function extraJson(obj: JsonObject, known: ReadonlySet<string>): string {
   return extra ? JSON.stringify(extra) : "";
 }
 
+/**
+ * Like `extraJson`, but leaves out null values as well: for objects whose unnamed fields are
+ * usually null (a choice's `logprobs`), which the renderer writes as null anyway.
+ */
+export function nonNullExtraJson(obj: JsonObject, known: ReadonlySet<string>): string {
+  let extra: JsonObject | undefined;
+  for (const k in obj) {
+    const v = obj[k];
+    if (!known.has(k) && v !== undefined && v !== null) (extra ??= {})[k] = v;
+  }
+  return extra ? JSON.stringify(extra) : "";
+}
+
 /** Parses an `extra_json` text into an object ({} when empty). */
 export const parseExtra = (json: string): JsonObject => (json ? (JSON.parse(json) as JsonObject) : {});

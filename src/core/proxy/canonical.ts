@@ -118,6 +118,7 @@ export function completion(c: Fields<Completion>): Completion {
     upstreamStyle: c.upstreamStyle ?? ApiStyle.UNSPECIFIED,
     extraJson: c.extraJson ?? "",
     messageExtraJson: c.messageExtraJson ?? "",
+    choiceExtraJson: c.choiceExtraJson ?? "",
   };
 }
 
@@ -166,7 +167,7 @@ function eventValue(e: StreamEventInit): StreamChatResponse["event"] {
       const d = e.value;
       return {
         case: "blockDelta",
-        value: { $typeName: "svc.proxy.v1.BlockDelta", index: d.index ?? 0, text: d.text ?? "", partialJson: d.partialJson ?? "", rawJson: d.rawJson ?? "" },
+        value: { $typeName: "svc.proxy.v1.BlockDelta", index: d.index ?? 0, text: d.text ?? "", partialJson: d.partialJson ?? "", rawJson: d.rawJson ?? "", choiceExtraJson: d.choiceExtraJson ?? "" },
       };
     }
     case "blockStop":

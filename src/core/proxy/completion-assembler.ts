@@ -3,8 +3,9 @@ import { completion, contentBlock } from "./canonical.js";
 
 /**
  * Builds the whole answer from a stream's canonical events, so a streamed answer can be cached and
- * served again as JSON or as a stream. Only text and tool-use blocks are assembled; an answer with
- * anything else (thinking, signatures, other raw deltas) has no faithful whole form here, so it is
+ * served again as JSON or as a stream. Only text, refusal and tool-use blocks are assembled; an answer
+ * with anything else (thinking, signatures, other raw deltas, per-chunk logprobs) has no faithful
+ * whole form here, so it is
  * reported as not assemblable and simply not cached.
  */
 export class CompletionAssembler {
@@ -28,13 +29,14 @@ export class CompletionAssembler {
         break;
       case "blockStart": {
         const b = e.value.block;
-        if (!b || (b.type !== BlockType.TEXT && b.type !== BlockType.TOOL_USE) || b.rawJson !== "") this.#ok = false;
+        if (!b || (b.type !== BlockType.TEXT && b.type !== BlockType.REFUSAL && b.type !== BlockType.TOOL_USE) || b.rawJson !== "") this.#ok = false;
         else this.#blocks.set(e.value.index, contentBlock({ type: b.type, text: b.text, toolCallId: b.toolCallId, toolName: b.toolName, toolInputJson: b.toolInputJson, style: b.style }));
         break;
       }
       case "blockDelta": {
         const b = this.#blocks.get(e.value.index);
-        if (!b || e.value.rawJson !== "") {
+        // Per-chunk choice fields (logprobs) have no place in the whole answer: such a stream is not cached.
+        if (!b || e.value.rawJson !== "" || e.value.choiceExtraJson !== "") {
           this.#ok = false;
           break;
         }

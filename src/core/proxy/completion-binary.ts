@@ -76,6 +76,7 @@ function completionSize(c: Completion, sizes: number[]): number {
   if (c.upstreamStyle !== 0) n += 1 + intSize(c.upstreamStyle);
   n += stringSize(c.extraJson, sizes);
   n += stringSize(c.messageExtraJson, sizes);
+  n += stringSize(c.choiceExtraJson, sizes);
   return n;
 }
 
@@ -100,6 +101,7 @@ class Writer {
     if (c.upstreamStyle !== 0) this.#int(9, c.upstreamStyle);
     this.#string(10, c.extraJson);
     this.#string(11, c.messageExtraJson);
+    this.#string(12, c.choiceExtraJson);
     return this.#at;
   }
 

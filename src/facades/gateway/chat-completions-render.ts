@@ -34,27 +34,29 @@ export function renderUsage(usage: Usage | undefined, style: ApiStyle): JsonObje
   return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, ...sameStyleExtra(style, usage?.extraJson ?? "") };
 }
 
-/** The answer's text and tool calls in chat-completions shape. */
-export function answerParts(c: Completion): { text: string; toolCalls: JsonObject[] } {
+/** The answer's text, refusal and tool calls in chat-completions shape. */
+export function answerParts(c: Completion): { text: string; refusal: string; toolCalls: JsonObject[] } {
   let text = "";
+  let refusal = "";
   const toolCalls: JsonObject[] = [];
   for (const b of c.blocks) {
     if (b.type === BlockType.TEXT) text += b.text;
+    else if (b.type === BlockType.REFUSAL) refusal += b.text;
     else if (b.type === BlockType.TOOL_USE) {
       toolCalls.push({ id: b.toolCallId, type: "function", function: { name: b.toolName, arguments: b.toolInputJson || "{}" } });
     }
   }
-  return { text, toolCalls };
+  return { text, refusal, toolCalls };
 }
 
 /** A whole answer as a `chat.completion` object. */
 export function renderChatCompletion(c: Completion): JsonObject {
   const style = c.upstreamStyle;
-  const { text, toolCalls } = answerParts(c);
+  const { text, refusal, toolCalls } = answerParts(c);
   const message: JsonObject = {
     role: "assistant",
-    content: text !== "" ? text : toolCalls.length ? null : "",
-    refusal: null,
+    content: text !== "" ? text : toolCalls.length || refusal !== "" ? null : "",
+    refusal: refusal !== "" ? refusal : null,
     annotations: [],
     ...sameStyleExtra(style, c.messageExtraJson),
   };
@@ -64,7 +66,7 @@ export function renderChatCompletion(c: Completion): JsonObject {
     object: "chat.completion",
     created: createdOr(c.created),
     model: c.model,
-    choices: [{ index: 0, message, logprobs: null, finish_reason: finishName(c.finishReason) }],
+    choices: [{ index: 0, message, logprobs: null, finish_reason: finishName(c.finishReason), ...sameStyleExtra(style, c.choiceExtraJson) }],
     usage: renderUsage(c.usage, style),
     ...sameStyleExtra(style, c.extraJson),
   };

@@ -41,6 +41,8 @@ class ChatStreamRenderer implements StreamRenderer {
   #style = ApiStyle.UNSPECIFIED;
   /** Canonical block index -> position among tool calls (OpenAI's tool_calls[].index). */
   readonly #toolIndex = new Map<number, number>();
+  /** Canonical block indexes of refusal blocks, whose text goes out as `delta.refusal`. */
+  readonly #refusals = new Set<number>();
 
   constructor(req: RenderedRequest) {
     this.#includeUsage = wantsUsage(req);
@@ -91,14 +93,24 @@ class ChatStreamRenderer implements StreamRenderer {
       const call = { index: k, id: block.toolCallId, type: "function", function: { name: block.toolName, arguments: block.toolInputJson } };
       return this.#chunk({ tool_calls: [call] });
     }
+    if (block?.type === BlockType.REFUSAL) {
+      this.#refusals.add(b.index);
+      return block.text !== "" ? this.#chunk({ refusal: block.text }) : "";
+    }
     if (block?.type === BlockType.TEXT && block.text !== "") return this.#chunk({ content: block.text });
     return "";
   }
 
   #blockDelta(d: BlockDelta): string {
-    if (d.text !== "") return this.#content(d.text);
+    // The choice's fields that came with the delta (logprobs), from an upstream of this style.
+    const extra = d.choiceExtraJson !== "" ? sameStyleExtra(this.#style, d.choiceExtraJson) : undefined;
+    if (d.text !== "") {
+      if (this.#refusals.has(d.index)) return this.#chunk({ refusal: d.text }, null, extra);
+      return extra ? this.#chunk({ content: d.text }, null, extra) : this.#content(d.text);
+    }
     const k = this.#toolIndex.get(d.index);
-    if (d.partialJson !== "" && k !== undefined) return this.#chunk({ tool_calls: [{ index: k, function: { arguments: d.partialJson } }] });
+    if (d.partialJson !== "" && k !== undefined) return this.#chunk({ tool_calls: [{ index: k, function: { arguments: d.partialJson } }] }, null, extra);
+    if (extra && Object.keys(extra).length) return this.#chunk({}, null, extra);
     return ""; // thinking and other deltas of another style have no chat-completions form
   }
 
@@ -111,18 +123,19 @@ class ChatStreamRenderer implements StreamRenderer {
   /** A whole answer served to a stream request (e.g. from the cache), as the chunks that would have carried it. */
   #completion(c: Completion): string {
     let out = this.#start(c);
-    const { text, toolCalls } = answerParts(c);
+    const { text, refusal, toolCalls } = answerParts(c);
     if (text !== "") out += this.#chunk({ content: text });
+    if (refusal !== "") out += this.#chunk({ refusal });
     toolCalls.forEach((call, index) => {
       out += this.#chunk({ tool_calls: [{ index, ...call }] });
     });
     return out + this.#end(c);
   }
 
-  #chunk(delta: object, finishReason: string | null = null): string {
+  #chunk(delta: object, finishReason: string | null = null, extra?: object): string {
     // Events before message_start would be a core bug; still write chunks the SDK can parse.
     if (this.#head === "") this.#start({ id: "", model: this.#model, created: 0, upstreamStyle: ApiStyle.UNSPECIFIED, extraJson: "" });
-    const choice = { index: 0, delta, logprobs: null, finish_reason: finishReason };
+    const choice = { index: 0, delta, logprobs: null, finish_reason: finishReason, ...extra };
     return formatSse(`${this.#head},"choices":[${JSON.stringify(choice)}]}`);
   }
 

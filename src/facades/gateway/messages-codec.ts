@@ -254,10 +254,11 @@ class MessagesStreamRenderer implements StreamRenderer {
     if (!wire) return "";
     const at = this.#next++;
     this.#index.set(index, at);
-    if (block.type === BlockType.TEXT) wire.text = "";
+    const text = block.type === BlockType.TEXT || block.type === BlockType.REFUSAL;
+    if (text) wire.text = "";
     if (block.type === BlockType.TOOL_USE) wire.input = {};
     let out = sse("content_block_start", { index: at, content_block: wire });
-    if (block.type === BlockType.TEXT && block.text) out += textDelta(at, block.text);
+    if (text && block.text) out += textDelta(at, block.text);
     if (block.type === BlockType.TOOL_USE && block.toolInputJson) out += jsonDelta(at, block.toolInputJson);
     return out;
   }

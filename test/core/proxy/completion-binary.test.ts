@@ -12,7 +12,7 @@ import { prng } from "../../support/prng.js";
 describe("encodeCompletion", () => {
   it("knows every field of Completion, ContentBlock and Usage (a field added to the .proto must be added to the encoder)", () => {
     const names = (schema: { fields: { name: string; number: number }[] }) => schema.fields.map((f) => `${f.number}:${f.name}`);
-    assert.deepEqual(names(CompletionSchema), ["1:id", "2:model", "3:created", "4:blocks", "5:finish_reason", "6:stop_sequence", "7:usage", "8:cost_usd", "9:upstream_style", "10:extra_json", "11:message_extra_json"]);
+    assert.deepEqual(names(CompletionSchema), ["1:id", "2:model", "3:created", "4:blocks", "5:finish_reason", "6:stop_sequence", "7:usage", "8:cost_usd", "9:upstream_style", "10:extra_json", "11:message_extra_json", "12:choice_extra_json"]);
     assert.deepEqual(names(ContentBlockSchema), ["1:type", "2:text", "3:tool_call_id", "4:tool_name", "5:tool_input_json", "6:is_error", "7:raw_json", "8:extra_json", "9:style"]);
     assert.deepEqual(names(UsageSchema), ["1:input_tokens", "2:output_tokens", "3:extra_json"]);
   });
@@ -30,7 +30,7 @@ describe("encodeCompletion", () => {
         model: str(),
         created: uint(),
         blocks: Array.from({ length: Math.floor(rand() * 4) }, () => ({
-          type: pick([0, 1, 2, 3, 4, 5]),
+          type: pick([0, 1, 2, 3, 4, 5, 6]),
           text: str(),
           toolCallId: str(),
           toolName: str(),
@@ -47,6 +47,7 @@ describe("encodeCompletion", () => {
         upstreamStyle: pick([0, 1, 2]),
         extraJson: str(),
         messageExtraJson: str(),
+        choiceExtraJson: str(),
       });
       const mine = encodeCompletion(c);
       assert.deepEqual(Buffer.from(mine), Buffer.from(toBinary(CompletionSchema, c)), `answer ${i}`);

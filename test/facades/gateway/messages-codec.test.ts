@@ -255,6 +255,18 @@ const renderAll = (events: StreamChatResponse[]) => {
   return events.map((e) => r.render(e)).join("");
 };
 
+describe("messages codec: another style's refusal", () => {
+  it("reads as text, whole and streamed", () => {
+    const refused = completion({ blocks: [{ type: BlockType.REFUSAL, text: "I can't help." }], upstreamStyle: C });
+    assert.deepEqual((codec.renderCompletion(refused) as Json).content, [{ type: "text", text: "I can't help." }]);
+    const r = codec.createStreamRenderer({ model: MODEL, stream: true });
+    r.render(ev({ case: "messageStart", value: { id: "msg_1", model: MODEL, upstreamStyle: C } }));
+    const open = r.render(ev({ case: "blockStart", value: { index: 0, block: { type: BlockType.REFUSAL } } }));
+    assert.match(open, /"content_block":\{"type":"text","text":""\}/);
+    assert.match(r.render(ev({ case: "blockDelta", value: { index: 0, text: "No." } })), /"delta":\{"type":"text_delta","text":"No\."\}/);
+  });
+});
+
 describe("messages codec: render a stream", () => {
   it("writes text deltas byte for byte as the serialised event, whatever the text holds", () => {
     for (const text of ["plain", 'quotes " and \\ backslash', "line\nbreak\ttab", "ünïcödé 日本 🎉", "\u0000\u001f\u2028", "lone \ud800"]) {

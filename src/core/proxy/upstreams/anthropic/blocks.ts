@@ -86,6 +86,9 @@ export function blockToWire(b: ContentBlock): JsonObject | undefined {
   switch (b.type) {
     case BlockType.TEXT:
       return { type: "text", text: b.text, ...extra };
+    case BlockType.REFUSAL:
+      // Another style's refusal (OpenAI's): what the model said instead of answering, as text.
+      return { type: "text", text: b.text };
     case BlockType.TOOL_USE:
       return { type: "tool_use", id: b.toolCallId, name: b.toolName, input: toolInput(b.toolInputJson), ...extra };
     case BlockType.TOOL_RESULT:

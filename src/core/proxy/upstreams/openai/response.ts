@@ -1,16 +1,19 @@
 import { ApiStyle, BlockType, type Completion, type ContentBlock, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
-import { extraJson, isObject, type JsonObject } from "../../../json.js";
+import { extraJson, isObject, nonNullExtraJson, type JsonObject } from "../../../json.js";
 import { completion, contentBlock } from "../../canonical.js";
 import { invalidUpstreamResponse } from "./error.js";
 import { toFinishReason, toUsage } from "./usage.js";
 
 const kTopKnown: ReadonlySet<string> = new Set(["id", "object", "created", "model", "choices", "usage"]);
-const kMessageKnown: ReadonlySet<string> = new Set(["role", "content", "tool_calls"]);
+const kMessageKnown: ReadonlySet<string> = new Set(["role", "content", "tool_calls", "refusal"]);
+/** Choice fields the canonical model names; the others (`logprobs`) ride in choice_extra_json. */
+const kChoiceKnown: ReadonlySet<string> = new Set(["index", "message", "finish_reason"]);
 
 /**
  * Converts a non-stream OpenAI `chat.completion` (https://platform.openai.com/docs/api-reference/chat/object).
- * Fields the canonical model does not name (system_fingerprint, service_tier; refusal, annotations)
- * ride in extra_json so a chat-style client gets them back.
+ * Fields the canonical model does not name (system_fingerprint, service_tier; annotations; the
+ * choice's logprobs) ride in the extra_json fields so a chat-style client gets them back. A refusal
+ * is a block of its own, which a messages-style client reads as text.
  */
 export function parseOpenAiCompletion(body: unknown, req: StreamChatRequest): Completion {
   if (!isObject(body) || !Array.isArray(body.choices)) throw invalidUpstreamResponse("no `choices` array");
@@ -27,6 +30,7 @@ export function parseOpenAiCompletion(body: unknown, req: StreamChatRequest): Co
     upstreamStyle: ApiStyle.CHAT_COMPLETIONS,
     extraJson: extraJson(body, kTopKnown),
     messageExtraJson: extraJson(message, kMessageKnown),
+    choiceExtraJson: nonNullExtraJson(choice, kChoiceKnown),
   });
 }
 
@@ -34,6 +38,9 @@ function blocksOf(message: JsonObject): ContentBlock[] {
   const blocks: ContentBlock[] = [];
   if (typeof message.content === "string" && message.content !== "") {
     blocks.push(contentBlock({ type: BlockType.TEXT, text: message.content }));
+  }
+  if (typeof message.refusal === "string" && message.refusal !== "") {
+    blocks.push(contentBlock({ type: BlockType.REFUSAL, text: message.refusal }));
   }
   if (Array.isArray(message.tool_calls)) {
     for (const call of message.tool_calls) if (isObject(call)) blocks.push(toolUseBlock(call));

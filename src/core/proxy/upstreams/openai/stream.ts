@@ -107,18 +107,25 @@ class OpenAiStreamConverter implements StreamConverter {
 
   #choice(choice: JsonObject, chunk: JsonObject, out: StreamChatResponse[]): void {
     const delta = isObject(choice.delta) ? choice.delta : {};
-    // A refusal is what the model says instead of answering: the client sees it as text.
-    for (const text of [delta.content, delta.refusal]) {
-      if (typeof text === "string" && text !== "") this.#text(text, chunk, out);
-    }
+    const from = out.length;
+    if (typeof delta.content === "string" && delta.content !== "") this.#text(delta.content, chunk, out);
+    // A refusal is what the model says instead of answering: a block of its own.
+    if (typeof delta.refusal === "string" && delta.refusal !== "") this.#text(delta.refusal, chunk, out, BlockType.REFUSAL);
     if (Array.isArray(delta.tool_calls)) {
       for (const call of delta.tool_calls) if (isObject(call)) this.#toolCall(call, chunk, out);
     }
     if (typeof choice.finish_reason === "string") this.#finish = toFinishReason(choice.finish_reason);
+    // The logprobs of this chunk's tokens go with its first delta. Other per-chunk choice fields
+    // (Azure's content_filter_results) are not carried: the whole answer's are, when not streamed.
+    if (choice.logprobs === null || choice.logprobs === undefined) return;
+    const extra = JSON.stringify({ logprobs: choice.logprobs });
+    const first = out.slice(from).find((e) => e.event.case === "blockDelta");
+    if (first?.event.case === "blockDelta") first.event.value.choiceExtraJson = extra;
+    else if (this.#open) out.push(streamEvent({ case: "blockDelta", value: { index: this.#open.index, choiceExtraJson: extra } }));
   }
 
-  #text(text: string, chunk: JsonObject, out: StreamChatResponse[]): void {
-    if (this.#open?.type !== BlockType.TEXT) this.#openBlock(BlockType.TEXT, {}, chunk, out);
+  #text(text: string, chunk: JsonObject, out: StreamChatResponse[], type = BlockType.TEXT): void {
+    if (this.#open?.type !== type) this.#openBlock(type, {}, chunk, out);
     out.push(streamEvent({ case: "blockDelta", value: { index: this.#open!.index, text } }));
   }
 
@@ -173,7 +180,9 @@ function plainTextContent(chunk: JsonObject): string | undefined {
   const choices = chunk.choices;
   if (!Array.isArray(choices) || choices.length !== 1) return undefined;
   const choice: unknown = choices[0];
-  if (!isObject(choice) || choice.index !== 0 || (choice.finish_reason !== null && choice.finish_reason !== undefined)) return undefined;
+  if (!isObject(choice) || choice.index !== 0) return undefined;
+  // No finish reason and no logprobs either.
+  if ((choice.finish_reason !== null && choice.finish_reason !== undefined) || (choice.logprobs !== null && choice.logprobs !== undefined)) return undefined;
   const delta = choice.delta;
   if (!isObject(delta)) return undefined;
   let content: string | undefined;

@@ -59,7 +59,7 @@ describe("openai response conversion", () => {
       usage: { inputTokens: 82, outputTokens: 17, extraJson: JSON.stringify({ prompt_tokens_details: usage.prompt_tokens_details, completion_tokens_details: usage.completion_tokens_details }) },
       upstreamStyle: "API_STYLE_CHAT_COMPLETIONS",
       extraJson: '{"service_tier":"default","system_fingerprint":"fp_07871e2ad8"}',
-      messageExtraJson: '{"refusal":null,"annotations":[]}',
+      messageExtraJson: '{"annotations":[]}',
     });
   });
 

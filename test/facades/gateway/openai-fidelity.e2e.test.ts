@@ -1,0 +1,123 @@
+import assert from "node:assert/strict";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import OpenAI from "openai";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { postJson } from "../../support/http.js";
+
+/**
+ * What an OpenAI-style upstream answers beyond text and tool calls reaches a chat-completions client
+ * as the upstream wrote it: the choice's logprobs, and a refusal as `refusal` (content null), both
+ * whole and streamed. The upstream is a scripted node:http server speaking the documented shapes
+ * (https://platform.openai.com/docs/api-reference/chat/object, .../chat-streaming).
+ */
+const logprob = (token: string) => ({ token, logprob: -0.25, bytes: [...Buffer.from(token)], top_logprobs: [] });
+const head = { id: "chatcmpl-fid1", object: "chat.completion.chunk", created: 1750431502, model: "gpt-4o-2024-11-20", system_fingerprint: "fp_1" };
+const chunk = (delta: object, finish: string | null = null, logprobs: object | null = null) =>
+  `data: ${JSON.stringify({ ...head, choices: [{ index: 0, delta, logprobs, finish_reason: finish }] })}\n\n`;
+
+function answer(body: { stream?: boolean; messages: Array<{ content: string }> }, res: http.ServerResponse): void {
+  const refusal = body.messages.at(-1)!.content.includes("refuse");
+  const usage = { prompt_tokens: 9, completion_tokens: 2, total_tokens: 11 };
+  if (!body.stream) {
+    const message = refusal ? { role: "assistant", content: null, refusal: "I can't help with that.", annotations: [] } : { role: "assistant", content: "Hi there", refusal: null, annotations: [] };
+    const logprobs = refusal ? { content: null, refusal: [logprob("I")] } : { content: [logprob("Hi"), logprob(" there")], refusal: null };
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(JSON.stringify({ id: "chatcmpl-fid0", object: "chat.completion", created: 1750431500, model: "gpt-4o-2024-11-20", choices: [{ index: 0, message, logprobs, finish_reason: "stop" }], usage }));
+    return;
+  }
+  res.writeHead(200, { "content-type": "text/event-stream" });
+  res.write(chunk({ role: "assistant", content: "", refusal: null }));
+  if (refusal) {
+    res.write(chunk({ refusal: "I can't" }, null, { content: null, refusal: [logprob("I can't")] }));
+    res.write(chunk({ refusal: " help." }, null, { content: null, refusal: [logprob(" help.")] }));
+  } else {
+    res.write(chunk({ content: "Hi" }, null, { content: [logprob("Hi")], refusal: null }));
+    res.write(chunk({ content: " there" }, null, { content: [logprob(" there")], refusal: null }));
+  }
+  res.write(chunk({}, "stop"));
+  res.end(`data: ${JSON.stringify({ ...head, choices: [], usage })}\n\ndata: [DONE]\n\n`);
+}
+
+describe("POST /v1/chat/completions: logprobs and refusals from an OpenAI-style upstream (official openai SDK)", () => {
+  let upstream: http.Server;
+  let gw: TestGateway;
+  let client: OpenAI;
+  let key: string;
+  let n = 0;
+
+  before(async () => {
+    upstream = http.createServer((req, res) => {
+      let text = "";
+      req.on("data", (d: Buffer) => (text += d));
+      req.on("end", () => answer(JSON.parse(text), res));
+    });
+    await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
+    const { port } = upstream.address() as AddressInfo;
+    gw = await startTestGateway({ SVC_OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`, SVC_OPENAI_API_KEY: "sk-test" }, false);
+    key = (await gw.project()).live;
+    client = new OpenAI({ apiKey: key, baseURL: `${gw.gatewayUrl}/v1`, maxRetries: 0 });
+  });
+  after(async () => {
+    await gw.close();
+    upstream.close();
+  });
+
+  const ask = (text: string) => ({ model: "chat-4o", logprobs: true, messages: [{ role: "user" as const, content: `${text} ${++n}` }] });
+
+  it("passes a whole answer's logprobs, and serves them again from the cache", async () => {
+    const body = ask("hello");
+    for (const cache of ["MISS", "HIT"]) {
+      const { data, response } = await client.chat.completions.create(body).withResponse();
+      assert.equal(response.headers.get("x-svc-cache"), cache);
+      assert.equal(data.choices[0]!.message.content, "Hi there");
+      assert.deepEqual(data.choices[0]!.logprobs?.content?.map((l) => l.token), ["Hi", " there"]);
+    }
+  });
+
+  it("passes a whole refusal as `refusal` with content null", async () => {
+    const res = await client.chat.completions.create(ask("please refuse"));
+    const choice = res.choices[0]!;
+    assert.equal(choice.message.content, null);
+    assert.equal(choice.message.refusal, "I can't help with that.");
+    assert.deepEqual(choice.logprobs?.refusal?.map((l) => l.token), ["I"]);
+  });
+
+  it("streams each chunk's logprobs with its text; such a stream is not cached", async () => {
+    const body = ask("hello");
+    for (let i = 0; i < 2; i++) {
+      const { data: stream, response } = await client.chat.completions.create({ ...body, stream: true }).withResponse();
+      assert.equal(response.headers.get("x-svc-cache"), "MISS", "per-chunk logprobs have no whole form to replay");
+      const tokens: string[] = [];
+      let text = "";
+      for await (const c of stream) {
+        text += c.choices[0]?.delta.content ?? "";
+        for (const l of c.choices[0]?.logprobs?.content ?? []) tokens.push(l.token);
+      }
+      assert.equal(text, "Hi there");
+      assert.deepEqual(tokens, ["Hi", " there"]);
+    }
+  });
+
+  it("streams a refusal as delta.refusal, which the SDK's helper reads back as the message's refusal", async () => {
+    const stream = client.chat.completions.stream(ask("please refuse"));
+    const pieces: string[] = [];
+    stream.on("chunk", (c) => {
+      const r = c.choices[0]?.delta.refusal;
+      if (r) pieces.push(r);
+      assert.equal(c.choices[0]?.delta.content ?? "", "", "no refusal text as content");
+    });
+    const final = await stream.finalChatCompletion();
+    assert.deepEqual(pieces, ["I can't", " help."]);
+    assert.equal(final.choices[0]!.message.refusal, "I can't help.");
+  });
+
+  it("replays a cached refusal as a stream with its refusal", async () => {
+    const body = ask("please refuse");
+    assert.equal((await postJson(`${gw.gatewayUrl}/v1/chat/completions`, key, body)).headers["x-svc-cache"], "MISS");
+    const stream = client.chat.completions.stream(body);
+    const final = await stream.finalChatCompletion();
+    assert.equal(final.choices[0]!.message.refusal, "I can't help with that.");
+    assert.equal(final.choices[0]!.message.content ?? "", "");
+  });
+});
