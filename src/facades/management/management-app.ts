@@ -181,6 +181,14 @@ export function createManagementApp(deps: ManagementDeps): Koa {
     ctx.body = promptJson(res.prompt!, true);
   });
 
+  // A method the router has no notion of (TRACE, PROPFIND, ...) would be its 501 thrown as a bare
+  // error (a 500 here): it is a 405 on a path of this API, and a 404 elsewhere.
+  const routerMethods = new Set(router.methods);
+  app.use(async (ctx, next) => {
+    if (routerMethods.has(ctx.method)) return next();
+    if (router.match(ctx.path, "GET").route) throw methodNotAllowed();
+    throw apiError(404, "not_found_error", "unknown_endpoint", `No endpoint ${ctx.method} ${ctx.path}.`);
+  });
   app.use(router.routes());
   app.use(router.allowedMethods({ throw: true, methodNotAllowed: () => methodNotAllowed() }));
   return app;

@@ -182,6 +182,14 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
     assert.equal(post.status, 405);
     assert.equal(post.json().error.code, "method_not_allowed");
     assert.equal(post.headers.allow, "GET, HEAD");
+    // Methods the router has never heard of: 405 on the API's paths, 404 elsewhere, never a 500.
+    for (const method of ["TRACE", "PROPFIND", "PURGE"]) {
+      for (const [path, status] of [["/v1/logs", 405], ["/v1/prompts/system", 405], ["/v1/nope", 404]] as const) {
+        const res = await rawRequest(`${gw.managementUrl}${path}`, { method, headers: { authorization: `Bearer ${keys.live}` } });
+        assert.equal(res.status, status, `${method} ${path}`);
+        assert.equal(res.json().error.code, status === 405 ? "method_not_allowed" : "unknown_endpoint");
+      }
+    }
     const unauth = await get("/v1/logs", "svc_sk_live_nope");
     assert.equal(unauth.status, 401);
     assert.equal(unauth.json().error.code, "invalid_api_key");
