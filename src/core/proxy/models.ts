@@ -1,4 +1,6 @@
 import { ApiStyle } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import type { ConnectError } from "@connectrpc/connect";
+import { invalidRequest } from "../errors.js";
 
 /** A public model id's route: the client surface it is served on, its upstream and its prices. */
 export interface ModelRoute {
@@ -43,3 +45,16 @@ export const defaultModels: readonly ModelRoute[] = [
   { id: "assistant-3-sonnet-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-sonnet-20240229", inputPer1M: "3", outputPer1M: "15", maxOutputTokens: 4096 },
   { id: "assistant-3-haiku-20240307", surface: messages, provider: "anthropic", upstreamModel: "claude-3-haiku-20240307", inputPer1M: "0.25", outputPer1M: "1.25", maxOutputTokens: 4096 },
 ];
+
+/**
+ * Why a public model id is not served on a surface: 400 model_not_found for an id the gateway does
+ * not know, 400 model_not_supported for one served on the other endpoint; undefined when it is served.
+ */
+export function unservedModel(route: ModelRoute | undefined, model: string, style: ApiStyle): ConnectError | undefined {
+  if (!route) return invalidRequest("model_not_found", `The model '${model}' does not exist or is not served by this gateway.`);
+  if (route.surface !== style) {
+    const path = route.surface === ApiStyle.CHAT_COMPLETIONS ? "/v1/chat/completions" : "/v1/messages";
+    return invalidRequest("model_not_supported", `The model '${model}' is not served on this endpoint; use ${path}.`);
+  }
+  return undefined;
+}

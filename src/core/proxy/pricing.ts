@@ -1,7 +1,7 @@
-import type { Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import type { ApiStyle, Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { type ChatRequestBody, localInputTokens, localTokens, usage } from "./canonical.js";
 import { costPico, formatUsd, parsePrice, type Prices } from "./cost.js";
-import type { ModelRoute } from "./models.js";
+import { type ModelRoute, unservedModel } from "./models.js";
 
 /** Prices and providers per public model id, and the worst case a request may cost (what a spend cap reserves). */
 export interface Pricing {
@@ -14,6 +14,8 @@ export interface Pricing {
   worstCaseUsd(req: ChatRequestBody): string;
   /** The provider a public model id is routed to ("" for an unknown id). */
   providerOf(model: string): string;
+  /** Throws ProxyService's own 400 for a model id not served on the `style` endpoint. */
+  checkServed(model: string, style: ApiStyle): void;
   /**
    * What a streamed answer cut short (the client left, the upstream broke off) cost so far: the
    * upstream bills the prompt and every token it generated, whether or not the stream ended. Input
@@ -28,6 +30,10 @@ export function createPricing(models: Map<string, ModelRoute>): Pricing {
   for (const m of models.values()) prices.set(m.id, { input: parsePrice(m.inputPer1M), output: parsePrice(m.outputPer1M), maxOutputTokens: m.maxOutputTokens });
   return {
     providerOf: (model) => models.get(model)?.provider ?? "",
+    checkServed(model, style) {
+      const unserved = unservedModel(models.get(model), model, style);
+      if (unserved) throw unserved;
+    },
     partialAnswer(req, inputTokens, outChars) {
       const u = usage({ inputTokens: inputTokens > 0 ? inputTokens : localInputTokens(req), outputTokens: localTokens(outChars) });
       const p = prices.get(req.model);

@@ -9,12 +9,12 @@ import {
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { cancelOf } from "../cancel.js";
-import { apiError, invalidRequest, withRetryGuidance } from "../errors.js";
+import { apiError, withRetryGuidance } from "../errors.js";
 import { newRequestId } from "../ids.js";
 import { type SseEvent, SseParser } from "../sse.js";
 import { completionEvent, localInputTokens, localTokens, nowSeconds, usage as canonicalUsage } from "./canonical.js";
 import { costPico, formatUsd, parsePrice, type Prices } from "./cost.js";
-import type { ModelRoute } from "./models.js";
+import { type ModelRoute, unservedModel } from "./models.js";
 import type { UpstreamHttp, UpstreamResponse } from "./upstream-http.js";
 import type { StreamConverter, UpstreamAdapter, UpstreamTarget } from "./upstreams/adapter.js";
 
@@ -48,15 +48,13 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
 
   function routeFor(req: StreamChatRequest): Route {
     const route = routes.get(req.model);
-    if (!route) throw invalidRequest("model_not_found", `The model '${req.model}' does not exist or is not served by this gateway.`);
-    if (route.model.surface !== req.style) {
-      throw invalidRequest("model_not_supported", `The model '${req.model}' is not served on this endpoint; use ${surfacePath(route.model.surface)}.`);
-    }
-    const { provider } = route;
+    const unserved = unservedModel(route?.model, req.model, req.style);
+    if (unserved) throw unserved;
+    const { provider } = route!;
     if (!provider.apiKey && PUBLIC_HOSTS.has(new URL(provider.baseUrl).hostname)) {
       throw apiError(502, "api_error", "upstream_not_configured", `No API key is configured for the ${provider.name} provider; set it, or start the gateway with --demo for the built-in provider.`);
     }
-    return route;
+    return route!;
   }
 
   return {
@@ -92,8 +90,6 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
     },
   };
 }
-
-const surfacePath = (s: ApiStyle): string => (s === 1 ? "/v1/chat/completions" : "/v1/messages");
 
 /**
  * An upstream's rejection of the gateway's own credentials is the operator's problem, not the

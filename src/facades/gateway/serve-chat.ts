@@ -165,6 +165,8 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     if (!pre.parsed) throw pre.error;
     const parsed = pre.parsed;
     const chat = chatRequest(parsed, { requestId, projectId: project!.id, keyId: key!.id, keyMode: key!.mode, userId, metadata, betas });
+    // A model this endpoint does not serve is refused before the limits count the request.
+    deps.pricing.checkServed(chat.model, chat.style);
     const cached = policy.lookup || policy.store;
     const scope: GetEntryRequest = { $typeName: "svc.cache.v1.GetEntryRequest", projectId: chat.projectId, keyMode: chat.keyMode, cacheKey: cached ? pre.cacheKey : "" };
 

@@ -147,6 +147,13 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 200);
     const bad = await postJson(url, keys.live, chat(), { "X-Svc-Cache-Control": "sometimes" });
     assert.equal(bad.status, 400, bad.text);
+    // A model the endpoint does not serve: its own 400 (not a spend-cap 429), no count, no limit headers.
+    for (const [model, code] of [["chat-5", "model_not_found"], ["assistant-3-haiku-20240307", "model_not_supported"]]) {
+      const res = await postJson(url, keys.live, chat({ model, max_tokens: 100_000_000 }), noCache);
+      assert.equal(res.status, 400, res.text);
+      assert.equal(res.json().error.code, code);
+      assert.equal(res.headers["x-ratelimit-limit-requests"], undefined);
+    }
     await gw.admin.deleteKey({ keyId: keys.liveKeyId });
     assert.equal((await postJson(url, keys.live, chat(), noCache)).status, 401);
     await minuteCountBecomes(keys.projectId, 1);
