@@ -1,6 +1,7 @@
 import type { IncomingMessage } from "node:http";
 import { invalidApiKey, invalidRequest } from "../../core/errors.js";
 import { isObject } from "../../core/json.js";
+import { startsWithCalendarDate } from "../../core/calendar.js";
 
 /**
  * Reading the parts of a gateway request that are not the provider-style body: the service key,
@@ -127,9 +128,8 @@ export function checkProviderVersion(req: IncomingMessage): void {
   const raw = req.headers["provider-version"];
   if (raw === undefined) return;
   const v = Array.isArray(raw) ? raw[0]! : raw;
-  const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(v.trim());
-  const d = m ? new Date(Date.UTC(+m[1]!, +m[2]! - 1, +m[3]!)) : undefined;
-  if (!m || !d || d.getUTCFullYear() !== +m[1]! || d.getUTCMonth() !== +m[2]! - 1 || d.getUTCDate() !== +m[3]!) {
+  const date = v.trim();
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(date) || !startsWithCalendarDate(date)) {
     throw invalidRequest("invalid_provider_version", `provider-version must be a date written YYYY-MM-DD, got '${v}'.`);
   }
 }

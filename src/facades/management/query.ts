@@ -1,3 +1,4 @@
+import { startsWithCalendarDate } from "../../core/calendar.js";
 import { invalidRequest } from "../../core/errors.js";
 
 /**
@@ -33,7 +34,8 @@ export class Query {
   time(name: string): number | undefined {
     const v = this.string(name);
     if (v === undefined) return undefined;
-    const ms = /^\d{10,16}$/.test(v) ? Number(v) : /^\d{4}-\d{2}-\d{2}/.test(v) ? Date.parse(v) : NaN;
+    // An ISO time must name a real day: Date.parse rolls 2026-02-30 over to March 2.
+    const ms = /^\d{10,16}$/.test(v) ? Number(v) : startsWithCalendarDate(v) ? Date.parse(v) : NaN;
     if (!Number.isFinite(ms)) throw bad(name, `must be an ISO 8601 time such as 2026-11-22T10:00:00Z, got '${v}'`);
     return ms;
   }

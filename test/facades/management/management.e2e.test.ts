@@ -153,6 +153,8 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
       ["status=abc", "invalid_parameter", "status"],
       ["start=yesterday", "invalid_parameter", "start"],
       ["cache=maybe", "invalid_parameter", "cache"],
+      ["start=2026-02-30T00:00:00Z", "invalid_parameter", "start"],
+      ["end=2026-11-31T00:00:00Z", "invalid_parameter", "end"],
       ["colour=blue", "unknown_parameter", "colour"],
     ] as const) {
       const res = await get(`/v1/logs?${q}`);
