@@ -8,25 +8,14 @@ export const isObject = (v: unknown): v is JsonObject =>
 
 /**
  * Returns the fields of `obj` not in `known`, as a JSON object text, or "" when there are none.
- * Never mutates `obj`.
+ * `dropNull` leaves out null values as well: for objects whose unnamed fields are usually null (a
+ * choice's `logprobs`), which the renderer writes as null anyway. Never mutates `obj`.
  */
-export function extraJson(obj: JsonObject, known: ReadonlySet<string>): string {
-  let extra: JsonObject | undefined;
-  for (const k in obj) {
-    if (!known.has(k) && obj[k] !== undefined) (extra ??= {})[k] = obj[k];
-  }
-  return extra ? JSON.stringify(extra) : "";
-}
-
-/**
- * Like `extraJson`, but leaves out null values as well: for objects whose unnamed fields are
- * usually null (a choice's `logprobs`), which the renderer writes as null anyway.
- */
-export function nonNullExtraJson(obj: JsonObject, known: ReadonlySet<string>): string {
+export function extraJson(obj: JsonObject, known: ReadonlySet<string>, dropNull = false): string {
   let extra: JsonObject | undefined;
   for (const k in obj) {
     const v = obj[k];
-    if (!known.has(k) && v !== undefined && v !== null) (extra ??= {})[k] = v;
+    if (!known.has(k) && v !== undefined && !(dropNull && v === null)) (extra ??= {})[k] = v;
   }
   return extra ? JSON.stringify(extra) : "";
 }

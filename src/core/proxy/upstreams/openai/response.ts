@@ -1,5 +1,5 @@
 import { ApiStyle, BlockType, type Completion, type ContentBlock, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
-import { extraJson, isObject, nonNullExtraJson, type JsonObject } from "../../../json.js";
+import { extraJson, isObject, type JsonObject } from "../../../json.js";
 import { completion, contentBlock } from "../../canonical.js";
 import { invalidUpstreamResponse } from "./error.js";
 import { toFinishReason, toUsage } from "./usage.js";
@@ -30,7 +30,7 @@ export function parseOpenAiCompletion(body: unknown, req: StreamChatRequest): Co
     upstreamStyle: ApiStyle.CHAT_COMPLETIONS,
     extraJson: extraJson(body, kTopKnown),
     messageExtraJson: extraJson(message, kMessageKnown),
-    choiceExtraJson: nonNullExtraJson(choice, kChoiceKnown),
+    choiceExtraJson: extraJson(choice, kChoiceKnown, true), // a null logprobs is left out
   });
 }
 
