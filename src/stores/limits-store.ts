@@ -34,7 +34,11 @@ export interface AdmitInput {
 /** The decision, in store terms; the service maps it to the proto. */
 export interface AdmitOutcome {
   allowed: boolean;
-  /** The window the counters describe (the tightest when allowed, the rejecting one otherwise). */
+  /**
+   * The window of the decision: the tightest when allowed, the rejecting one otherwise. The counters
+   * describe it, except on a spend-cap refusal ("month"): they are then the tightest request
+   * window's, this request not counted (limit 0 when no request limit applies).
+   */
   window: WindowName | undefined;
   limit: number;
   remaining: number;

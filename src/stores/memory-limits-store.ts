@@ -140,7 +140,19 @@ export function createMemoryLimitsStore(): LimitsStore {
         }
         spendRemainingNano = room - input.worstNano;
       }
-      if (worst) return worst;
+      if (worst) {
+        // A spend-cap refusal still tells the client where its request limits stand (this request
+        // not counted): the tightest request window's counters, as an admission would report them.
+        if (worst.window === "month") {
+          for (const c of checks) {
+            const remaining = Math.max(c.limit - c.total, 0);
+            if (worst.limit === 0 || remaining < worst.remaining) {
+              worst = { ...worst, limit: c.limit, remaining, resetMs: (c.cur + c.shape.buckets + 1) * c.shape.bucketMs - now };
+            }
+          }
+        }
+        return worst;
+      }
 
       let tight: AdmitOutcome = { allowed: true, window: undefined, limit: 0, remaining: 0, resetMs: 0, retryAfterMs: 0, spendRemainingNano };
       const counted: Partial<Record<WindowName, number>> | undefined = input.rescindable ? {} : undefined;

@@ -84,7 +84,8 @@ end
  * cap nano (-1: none), worst-case nano, reservation id, reservation ttl ms, month end ms,
  * rescindable ('1': record the reservation, and the buckets counted as `<id>:c` = "m,d,u").
  * Returns {allowed, window (1 minute, 2 day, 3 user, 4 month), limit, remaining, reset ms,
- * retry ms, cap left in nano or false}.
+ * retry ms, cap left in nano or false}; a spend-cap refusal's limit, remaining and reset are the
+ * tightest request window's (0 when none applies).
  */
 export const admitLua = `${common}
 local function free_at(key, total, limit, ms, n, cur)
@@ -151,6 +152,16 @@ if cap >= 0 then
   end
 end
 if worst_case then
+  if worst_case[1] == 4 then
+    -- A spend-cap refusal still reports the tightest request window (this request not counted).
+    for _, c in ipairs(checks) do
+      local w, key, limit, ms, n, total, cur = unpack(c)
+      local remaining = math.max(limit - total, 0)
+      if worst_case[2] == 0 or remaining < worst_case[3] then
+        worst_case[2], worst_case[3], worst_case[4] = limit, remaining, (cur + n + 1) * ms - now
+      end
+    end
+  end
   return { 0, worst_case[1], worst_case[2], worst_case[3], worst_case[4], worst_case[5], worst_case[6] }
 end
 

@@ -32,6 +32,22 @@ describe("LimitsService spend caps", () => {
       assert.equal(capped.spendRemainingUsd, "0.2");
     });
 
+    it("reports the tightest request window on a spend-cap refusal, without counting it", async () => {
+      const s = await backend.service();
+      const limits = { monthlySpendCapUsd: "1", requestsPerMinute: 5, requestsPerDay: 100 };
+      assert.equal((await s.limits.admit({ projectId: s.projectId, maxCostUsd: "0.5", limits })).decision, Decision.ALLOWED);
+      const capped = await s.limits.admit({ projectId: s.projectId, maxCostUsd: "0.9", limits });
+      assert.equal(capped.decision, Decision.SPEND_CAPPED);
+      assert.equal(capped.window, LimitWindow.MONTH);
+      assert.equal(capped.limit, 5);
+      assert.equal(capped.remaining, 4, "the refused request is not counted");
+      assert.ok(capped.resetSeconds > 0 && capped.resetSeconds <= 61, String(capped.resetSeconds));
+      assert.ok(capped.retryAfterSeconds > 0, "Retry-After still runs to the month's end");
+      const noLimits = await admit(s, "0", "0.1");
+      assert.equal(noLimits.decision, Decision.SPEND_CAPPED);
+      assert.equal(noLimits.limit, 0, "no request limit applies");
+    });
+
     it("tells a capped client to come back when the UTC month ends", async () => {
       const s = await backend.service({}, Date.UTC(2026, 10, 30, 23, 59, 0));
       const r = await admit(s, "0", "");

@@ -72,7 +72,9 @@ export const AdmitRequestSchema: GenMessage<AdmitRequest> = /*@__PURE__*/
 /**
  * AdmitResponse is the decision with what a client needs to pace itself or retry. For an admitted
  * request the counters describe the tightest rate window (the one with the fewest requests left);
- * for a rejected one, the limit that rejected it (when several did, the one that frees last).
+ * for a rejected one, the limit that rejected it (when several did, the one that frees last). A
+ * spend-cap refusal (`window` MONTH) has no request counters of its own: its limit, remaining and
+ * reset_seconds are the tightest rate window's, this request not counted.
  *
  * @generated from message svc.limits.v1.AdmitResponse
  */
@@ -85,7 +87,7 @@ export type AdmitResponse = Message<"svc.limits.v1.AdmitResponse"> & {
   decision: Decision;
 
   /**
-   * The request limit of `window`; 0 when no rate limit applies or `window` is the spend cap.
+   * The request limit the counters describe; 0 when no rate limit applies.
    *
    * @generated from field: int32 limit = 2;
    */
