@@ -29,15 +29,19 @@ function wantsUsage(req: RenderedRequest): boolean {
 
 /**
  * Renders canonical events as OpenAI `chat.completion.chunk` SSE
- * (https://platform.openai.com/docs/api-reference/chat-streaming): a role chunk, content and
- * tool-call fragments, a finish chunk, the usage chunk when asked for, then `data: [DONE]`.
- * Every chunk repeats the same id, created, model and (same style) system_fingerprint, so that
- * head is serialised once per stream.
+ * (https://platform.openai.com/docs/api-reference/chat-streaming): a role chunk (`role`, `content: ""`
+ * and `refusal: null`, as OpenAI's first chunk), content and tool-call fragments, a finish chunk,
+ * the usage chunk when asked for, then `data: [DONE]`. When the usage chunk is asked for, every
+ * chunk before it carries `"usage":null`, as OpenAI's do. Every chunk repeats the same id, created,
+ * model and (same style) system_fingerprint, so that head is serialised once per stream, and the
+ * same ending.
  */
 class ChatStreamRenderer implements StreamRenderer {
   readonly #includeUsage: boolean;
   readonly #model: string;
   #head = "";
+  /** What closes each chunk after its choices: `,"usage":null}` when the usage chunk is asked for, else `}`. */
+  readonly #tail: string;
   #style = ApiStyle.UNSPECIFIED;
   /** Canonical block index -> position among tool calls (OpenAI's tool_calls[].index). */
   readonly #toolIndex = new Map<number, number>();
@@ -46,6 +50,7 @@ class ChatStreamRenderer implements StreamRenderer {
 
   constructor(req: RenderedRequest) {
     this.#includeUsage = wantsUsage(req);
+    this.#tail = this.#includeUsage ? ',"usage":null}' : "}";
     this.#model = req.model ?? "";
   }
 
@@ -82,7 +87,7 @@ class ChatStreamRenderer implements StreamRenderer {
     };
     // '{"id":...,"model":"x"' without the closing brace: each chunk appends its choices.
     this.#head = JSON.stringify(head).slice(0, -1);
-    return this.#chunk({ role: "assistant", content: "" });
+    return this.#chunk({ role: "assistant", content: "", refusal: null });
   }
 
   #blockStart(b: BlockStart): string {
@@ -136,7 +141,7 @@ class ChatStreamRenderer implements StreamRenderer {
     // Events before message_start would be a core bug; still write chunks the SDK can parse.
     if (this.#head === "") this.#start({ id: "", model: this.#model, created: 0, upstreamStyle: ApiStyle.UNSPECIFIED, extraJson: "" });
     const choice = { index: 0, delta, logprobs: null, finish_reason: finishReason, ...extra };
-    return formatSse(`${this.#head},"choices":[${JSON.stringify(choice)}]}`);
+    return formatSse(`${this.#head},"choices":[${JSON.stringify(choice)}]${this.#tail}`);
   }
 
   /**
@@ -145,7 +150,7 @@ class ChatStreamRenderer implements StreamRenderer {
    */
   #content(text: string): string {
     if (this.#head === "") return this.#chunk({ content: text });
-    return `data: ${this.#head},"choices":[{"index":0,"delta":{"content":${JSON.stringify(text)}},"logprobs":null,"finish_reason":null}]}\n\n`;
+    return `data: ${this.#head},"choices":[{"index":0,"delta":{"content":${JSON.stringify(text)}},"logprobs":null,"finish_reason":null}]${this.#tail}\n\n`;
   }
 
   #usageChunk(usage: Usage | undefined): string {

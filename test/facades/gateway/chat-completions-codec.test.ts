@@ -245,11 +245,13 @@ function sdkClient(sse: string, contentType = "text/event-stream"): OpenAI {
 describe("chat-completions codec: rendering a stream", () => {
   it("writes text chunks byte for byte as the serialised chunk object, whatever the text holds", () => {
     const start = ev({ case: "messageStart", value: { id: "chatcmpl-t", model: "chat-4o", created: 1750432000, upstreamStyle: ApiStyle.CHAT_COMPLETIONS } });
-    for (const text of ['plain', 'quotes " and \\ backslash', "line\nbreak\ttab", "ünïcödé 日本 🎉", "\u0000\u001f\u2028", "lone \ud800"]) {
-      const r = codec.createStreamRenderer({ model: "chat-4o", stream: true });
-      r.render(start);
-      const expected = { id: "chatcmpl-t", object: "chat.completion.chunk", created: 1750432000, model: "chat-4o", choices: [{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }] };
-      assert.equal(r.render(ev({ case: "blockDelta", value: { index: 0, text } })), `data: ${JSON.stringify(expected)}\n\n`);
+    for (const usage of [false, true]) {
+      for (const text of ['plain', 'quotes " and \\ backslash', "line\nbreak\ttab", "ünïcödé 日本 🎉", "\u0000\u001f\u2028", "lone \ud800"]) {
+        const r = codec.createStreamRenderer({ model: "chat-4o", stream: true, extraJson: usage ? '{"stream_options":{"include_usage":true}}' : "" });
+        r.render(start);
+        const expected = { id: "chatcmpl-t", object: "chat.completion.chunk", created: 1750432000, model: "chat-4o", choices: [{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }], ...(usage ? { usage: null } : {}) };
+        assert.equal(r.render(ev({ case: "blockDelta", value: { index: 0, text } })), `data: ${JSON.stringify(expected)}\n\n`);
+      }
     }
   });
 
@@ -257,7 +259,7 @@ describe("chat-completions codec: rendering a stream", () => {
     const head = { id: "chatcmpl-s1", object: "chat.completion.chunk", created: 1750432000, model: "chat-4o", system_fingerprint: "fp_1" };
     const chunk = (delta: object, finish: string | null = null) => ({ ...head, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] });
     assert.deepEqual(dataLines(renderAll(textEvents)), [
-      chunk({ role: "assistant", content: "" }),
+      chunk({ role: "assistant", content: "", refusal: null }),
       chunk({ content: "Hel" }),
       chunk({ content: "lo" }),
       chunk({ tool_calls: [{ index: 0, id: "call_1", type: "function", function: { name: "f", arguments: "" } }] }),
@@ -274,12 +276,29 @@ describe("chat-completions codec: rendering a stream", () => {
     const lines = dataLines(renderAll(textEvents, { stream_options: { include_usage: true } }));
     assert.deepEqual(lines.at(-2).choices, []);
     assert.deepEqual(lines.at(-2).usage, { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 });
+    for (const l of dataLines(renderAll(textEvents, { stream_options: { include_usage: false } })).slice(0, -1)) assert.ok(!("usage" in l), "no usage field unless asked for");
+  });
+
+  it("puts \"usage\":null on every chunk before the usage chunk when it is asked for, as OpenAI does", () => {
+    for (const events of [textEvents, [ev({ case: "completion", value: textAnswer })]]) {
+      const lines = dataLines(renderAll(events, { stream_options: { include_usage: true } }));
+      assert.equal(lines.at(-1), "[DONE]");
+      const before = lines.slice(0, -2);
+      assert.ok(before.length >= 3);
+      for (const l of before) {
+        assert.equal(l.choices.length, 1);
+        assert.ok("usage" in l && l.usage === null, JSON.stringify(l));
+        // After the choices, as OpenAI orders it.
+        assert.deepEqual(Object.keys(l).slice(-2), ["choices", "usage"]);
+      }
+      assert.ok(lines.at(-2).usage.total_tokens > 0);
+    }
   });
 
   it("renders a whole completion served to a stream request as the full chunk sequence", () => {
     const lines = dataLines(renderAll([ev({ case: "completion", value: textAnswer })]));
     assert.deepEqual(lines.map((l) => (l === "[DONE]" ? l : [l.choices[0].delta, l.choices[0].finish_reason])), [
-      [{ role: "assistant", content: "" }, null],
+      [{ role: "assistant", content: "", refusal: null }, null],
       [{ content: "Hello!" }, null],
       [{}, "stop"],
       "[DONE]",

@@ -3,7 +3,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import OpenAI from "openai";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
-import { postJson } from "../../support/http.js";
+import { postJson, sseEvents } from "../../support/http.js";
 
 /**
  * What an OpenAI-style upstream answers beyond text and tool calls reaches a chat-completions client
@@ -16,7 +16,7 @@ const head = { id: "chatcmpl-fid1", object: "chat.completion.chunk", created: 17
 const chunk = (delta: object, finish: string | null = null, logprobs: object | null = null) =>
   `data: ${JSON.stringify({ ...head, choices: [{ index: 0, delta, logprobs, finish_reason: finish }] })}\n\n`;
 
-function answer(body: { stream?: boolean; messages: Array<{ content: string }> }, res: http.ServerResponse): void {
+function answer(body: { stream?: boolean; logprobs?: boolean; messages: Array<{ content: string }> }, res: http.ServerResponse): void {
   const refusal = body.messages.at(-1)!.content.includes("refuse");
   const usage = { prompt_tokens: 9, completion_tokens: 2, total_tokens: 11 };
   if (!body.stream) {
@@ -26,14 +26,16 @@ function answer(body: { stream?: boolean; messages: Array<{ content: string }> }
     res.end(JSON.stringify({ id: "chatcmpl-fid0", object: "chat.completion", created: 1750431500, model: "gpt-4o-2024-11-20", choices: [{ index: 0, message, logprobs, finish_reason: "stop" }], usage }));
     return;
   }
+  // Per-chunk logprobs only when asked for, as OpenAI does.
+  const lp = (l: object) => (body.logprobs ? l : null);
   res.writeHead(200, { "content-type": "text/event-stream" });
   res.write(chunk({ role: "assistant", content: "", refusal: null }));
   if (refusal) {
-    res.write(chunk({ refusal: "I can't" }, null, { content: null, refusal: [logprob("I can't")] }));
-    res.write(chunk({ refusal: " help." }, null, { content: null, refusal: [logprob(" help.")] }));
+    res.write(chunk({ refusal: "I can't" }, null, lp({ content: null, refusal: [logprob("I can't")] })));
+    res.write(chunk({ refusal: " help." }, null, lp({ content: null, refusal: [logprob(" help.")] })));
   } else {
-    res.write(chunk({ content: "Hi" }, null, { content: [logprob("Hi")], refusal: null }));
-    res.write(chunk({ content: " there" }, null, { content: [logprob(" there")], refusal: null }));
+    res.write(chunk({ content: "Hi" }, null, lp({ content: [logprob("Hi")], refusal: null })));
+    res.write(chunk({ content: " there" }, null, lp({ content: [logprob(" there")], refusal: null })));
   }
   res.write(chunk({}, "stop"));
   res.end(`data: ${JSON.stringify({ ...head, choices: [], usage })}\n\ndata: [DONE]\n\n`);
@@ -110,6 +112,28 @@ describe("POST /v1/chat/completions: logprobs and refusals from an OpenAI-style 
     const final = await stream.finalChatCompletion();
     assert.deepEqual(pieces, ["I can't", " help."]);
     assert.equal(final.choices[0]!.message.refusal, "I can't help.");
+  });
+
+  it("streams OpenAI's first chunk and, with include_usage, usage null on every chunk before the usage chunk; a cache hit replays the same", async () => {
+    const body = { model: "chat-4o", stream: true as const, stream_options: { include_usage: true }, messages: [{ role: "user" as const, content: `fidelity ${++n}` }] };
+    for (const cache of ["MISS", "HIT"]) {
+      const { data: stream, response } = await client.chat.completions.create(body).withResponse();
+      assert.equal(response.headers.get("x-svc-cache"), cache);
+      const chunks: OpenAI.ChatCompletionChunk[] = [];
+      for await (const c of stream) chunks.push(c);
+      assert.deepEqual(chunks[0]!.choices[0]!.delta, { role: "assistant", content: "", refusal: null }, cache);
+      const last = chunks.at(-1)!;
+      assert.deepEqual([last.choices, last.usage?.total_tokens], [[], 11], cache);
+      assert.ok(chunks.length >= 3, cache);
+      for (const c of chunks.slice(0, -1)) assert.ok("usage" in c && c.usage === null, `${cache}: ${JSON.stringify(c)}`);
+      assert.equal(chunks.map((c) => c.choices[0]?.delta.content ?? "").join(""), "Hi there");
+    }
+    // Without include_usage, no chunk names usage (OpenAI leaves it out).
+    const raw = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, key, { ...body, stream_options: undefined });
+    assert.equal(raw.headers["x-svc-cache"], "HIT");
+    const datas = sseEvents(raw.text).map((e) => e.data).filter((d) => d !== "[DONE]");
+    assert.deepEqual(JSON.parse(datas[0]!).choices[0].delta, { role: "assistant", content: "", refusal: null });
+    for (const d of datas) assert.ok(!("usage" in JSON.parse(d)), d);
   });
 
   it("replays a cached refusal as a stream with its refusal", async () => {
