@@ -9,6 +9,7 @@ import { createChatStreamRenderer } from "./chat-completions-stream.js";
  * chat-completions-stream.ts.
  */
 export const chatCompletionsCodec: ClientCodec = {
+  requestIdHeader: "x-request-id",
   parseRequest: parseChatCompletionsRequest,
   renderCompletion: renderChatCompletion,
   createStreamRenderer: createChatStreamRenderer,

@@ -25,6 +25,12 @@ export interface StreamRenderer {
  * `invalidRequest`) with a stable code and a message naming the field.
  */
 export interface ClientCodec {
+  /**
+   * The response header the style's provider SDK reads the request id from (its `_request_id`,
+   * `requestID` on errors): OpenAI's `x-request-id`, Anthropic's `request-id`. Every response of the
+   * surface sends the gateway's request id (X-Svc-Request-Id) under it too.
+   */
+  readonly requestIdHeader: "x-request-id" | "request-id";
   /** Validates a parsed JSON body and converts it. `body` is whatever JSON.parse returned. */
   parseRequest(body: unknown): ParsedChatRequest;
   /** Renders a whole answer as the style's JSON response object. */

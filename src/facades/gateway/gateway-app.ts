@@ -62,6 +62,7 @@ export function createGatewayApp(deps: GatewayDeps, state: GatewayState = newGat
     });
     router.all(s.path, (ctx) => {
       ctx.set("Allow", "POST");
+      ctx.set(s.codec.requestIdHeader, ctx.state.requestId as string);
       throw methodNotAllowed(ctx.method, s.path, "POST");
     });
   }

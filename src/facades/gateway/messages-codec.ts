@@ -40,6 +40,7 @@ import {
  * not name is carried verbatim to a messages-style upstream, so nothing a client sends is dropped.
  */
 export const messagesCodec: ClientCodec = {
+  requestIdHeader: "request-id",
   parseRequest,
   renderCompletion,
   createStreamRenderer: (req) => new MessagesStreamRenderer(req),

@@ -10,12 +10,27 @@ import type { ClientCodec, ParsedChatRequest } from "./codec.js";
  * (each `setHeader` validates and stores on its own, which this hot path would pay per header).
  */
 
-/** The headers every gateway response carries (spec 4.1): request id, cache status and cost. */
+/**
+ * The headers every gateway response carries (spec 4.1): request id, cache status and cost, and the
+ * request id again under the name the surface's provider SDK reads it from (one of the two).
+ */
 export interface SvcHeaders {
   "X-Svc-Request-Id": string;
   "X-Svc-Cache": "HIT" | "MISS";
   "X-Svc-Cost": string;
+  /** `ClientCodec.requestIdHeader` of chat completions (the openai SDK's `_request_id`). */
+  "x-request-id"?: string;
+  /** `ClientCodec.requestIdHeader` of messages (the anthropic SDK's `_request_id`). */
+  "request-id"?: string;
 }
+
+/** A new request's svc headers: its id (under both names), a miss, no cost yet. */
+export const svcHeaders = (requestId: string, codec: ClientCodec): SvcHeaders => ({
+  "X-Svc-Request-Id": requestId,
+  "X-Svc-Cache": "MISS",
+  "X-Svc-Cost": "0",
+  [codec.requestIdHeader]: requestId,
+});
 
 /** Writes a whole answer as JSON, with its cost in `X-Svc-Cost`; returns the body written. */
 export function writeCompletion(res: ServerResponse, svc: SvcHeaders, extra: Record<string, string> | undefined, codec: ClientCodec, ev: StreamChatResponse): string {
@@ -75,6 +90,7 @@ export async function writeStream(
     "X-Accel-Buffering": "no",
     Trailer: "X-Svc-Cost",
     "X-Svc-Request-Id": svc["X-Svc-Request-Id"],
+    [codec.requestIdHeader]: svc["X-Svc-Request-Id"],
     "X-Svc-Cache": svc["X-Svc-Cache"],
   });
   const renderer = codec.createStreamRenderer(req);

@@ -29,7 +29,7 @@ import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
 import { apiKeyOf, betasOf, checkProviderVersion, type JsonBody, metadataOf, parseJsonBody, readBodyText, userIdOf } from "./request-input.js";
 import { CachedAnswer, CachedAnswers, type PreparedRequest, PreparedRequests } from "./hit-memo.js";
 import { RequestTrace } from "./request-trace.js";
-import { type SvcHeaders, writeCompletion, writeError, writeJson, writeStream } from "./respond.js";
+import { type SvcHeaders, svcHeaders, writeCompletion, writeError, writeJson, writeStream } from "./respond.js";
 
 export interface GatewayDeps {
   auth: Client<typeof AuthService>;
@@ -120,7 +120,7 @@ export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Su
 async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, state: GatewayState, trace: RequestTrace): Promise<void> {
   const { flights, identities, prepared, answers } = state;
   const requestId = trace.requestId;
-  const svc: SvcHeaders = { "X-Svc-Request-Id": requestId, "X-Svc-Cache": "MISS", "X-Svc-Cost": "0" };
+  const svc = svcHeaders(requestId, s.codec);
   let bodies = false;
   let limitHeaders: Record<string, string> | undefined;
   let early: Promise<Ahead> | undefined;
