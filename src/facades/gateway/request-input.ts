@@ -1,3 +1,4 @@
+import { isUtf8 } from "node:buffer";
 import type { IncomingMessage } from "node:http";
 import { invalidApiKey, invalidRequest } from "../../core/errors.js";
 import { isObject } from "../../core/json.js";
@@ -71,11 +72,30 @@ export function readBodyText(req: IncomingMessage, maxBytes: number): Promise<st
 
 const tooLarge = (max: number) => invalidRequest("request_too_large", `The request body is larger than the limit of ${max} bytes.`);
 
-/** `X-Svc-Metadata`: a JSON object; values are kept as strings (non-strings as their JSON text). */
+/** A byte that is not ASCII, in a header value as Node gives it (one character per byte). */
+const NON_ASCII = /[\x80-\xff]/;
+
+/**
+ * A header value as the client wrote it. Node reads header bytes as latin1, one character per byte,
+ * so the raw UTF-8 that curl and most clients send for non-ASCII text arrives as mojibake ("Ã©" for
+ * "é"): a value with a byte over 0x7f whose bytes are valid UTF-8 is read again as UTF-8. One whose
+ * bytes are not (a client that sent latin1, as fetch does for "é") is kept as it came. An ASCII value,
+ * nearly every one, costs one scan and no copy.
+ */
+export function headerText(value: string): string {
+  if (!NON_ASCII.test(value)) return value;
+  const bytes = Buffer.from(value, "latin1");
+  return isUtf8(bytes) ? bytes.toString("utf8") : value;
+}
+
+/**
+ * `X-Svc-Metadata`: a JSON object; values are kept as strings (non-strings as their JSON text). Raw
+ * UTF-8 in the header is read as UTF-8 (`headerText`), as are `\u` escapes in the JSON.
+ */
 export function metadataOf(req: IncomingMessage): Record<string, string> {
   const raw = req.headers["x-svc-metadata"];
   if (raw === undefined) return {};
-  const text = Array.isArray(raw) ? raw.join(",") : raw;
+  const text = headerText(Array.isArray(raw) ? raw.join(",") : raw);
   // Sent empty is not a JSON object (as an empty provider-version is not a date): refused, not ignored.
   if (text.trim() === "") throw invalidRequest("invalid_metadata", "X-Svc-Metadata must be a JSON object; it is empty.");
   let parsed: unknown;
@@ -93,11 +113,11 @@ export function metadataOf(req: IncomingMessage): Record<string, string> {
   return out;
 }
 
-/** `X-Svc-User-Id`: any non-empty text up to 256 characters. */
+/** `X-Svc-User-Id`: any non-empty text up to 256 characters (raw UTF-8 read as such: `headerText`). */
 export function userIdOf(req: IncomingMessage): string {
   const raw = req.headers["x-svc-user-id"];
   if (raw === undefined) return "";
-  const v = (Array.isArray(raw) ? raw[0]! : raw).trim();
+  const v = headerText(Array.isArray(raw) ? raw[0]! : raw).trim();
   if (v.length > 256) throw invalidRequest("invalid_user_id", "X-Svc-User-Id must be at most 256 characters.");
   return v;
 }
