@@ -84,9 +84,10 @@ export function toErrorInfo(err: unknown): ErrorInfo {
 }
 
 /**
- * An upstream's retry guidance, which the client's SDK acts on: `retry-after` (seconds or an HTTP
- * date), `retry-after-ms` (OpenAI's SDK reads it first) and `x-should-retry`. Carried in the error's
- * metadata (the gRPC trailers on the wire) and written back as response headers by the facades.
+ * Retry guidance, which the client's SDK acts on: `retry-after` (seconds or an HTTP date),
+ * `retry-after-ms` (OpenAI's SDK reads it first) and `x-should-retry`. An upstream's, passed on, or
+ * the core's own (a 503 while a store is out of reach). Carried in the error's metadata (the gRPC
+ * trailers on the wire) and written back as response headers by the facades.
  */
 const RETRY_HEADERS: ReadonlyArray<readonly [name: string, valid: RegExp]> = [
   ["retry-after", /^(?:\d{1,10}|[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT)$/],
@@ -95,7 +96,7 @@ const RETRY_HEADERS: ReadonlyArray<readonly [name: string, valid: RegExp]> = [
 ];
 const kRetry = "svc-upstream-";
 
-/** Copies an upstream answer's retry guidance onto an error, dropping values of any other form. */
+/** Copies retry guidance (an upstream answer's headers) onto an error, dropping values of any other form. */
 export function withRetryGuidance(err: ConnectError, headers: Record<string, string | string[] | undefined>): ConnectError {
   for (const [name, valid] of RETRY_HEADERS) {
     const v = headers[name];

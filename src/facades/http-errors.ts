@@ -1,12 +1,13 @@
 import type { Duplex } from "node:stream";
 import type { Middleware } from "koa";
-import { apiError, toErrorBody, toErrorInfo, type ErrorInfo } from "../core/errors.js";
+import { apiError, retryGuidanceOf, toErrorBody, toErrorInfo, type ErrorInfo } from "../core/errors.js";
 import { log } from "../logger.js";
 
 /**
  * The one place errors become HTTP: any thrown value turns into the spec's error object (section
  * 2.6) with its status. Internal errors are logged with the request id and reach the client only as
- * a generic 500. `onError` lets a facade add its own headers.
+ * a generic 500. An error's retry guidance (`Retry-After` of a 503) is sent as headers. `onError`
+ * lets a facade add its own headers.
  */
 export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<string, string>) => void): Middleware {
   return async (ctx, next) => {
@@ -21,7 +22,7 @@ export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<stri
         log.error("request failed", { requestId: ctx.response.get("X-Svc-Request-Id") || undefined, path: ctx.path, err: String((err as Error)?.stack ?? err) });
       }
       if (ctx.headerSent || !ctx.writable) return;
-      const headers: Record<string, string> = {};
+      const headers: Record<string, string> = { ...retryGuidanceOf(err) };
       onError?.(info, headers);
       ctx.set(headers);
       ctx.status = info.status === 499 ? 400 : info.status;

@@ -1,7 +1,7 @@
 import { Redis } from "ioredis";
 import { log } from "../logger.js";
 import { createProbe } from "./redis-connection.js";
-import type { KeyRecord, KeyWithProject, ProjectRecord, RegistryStore } from "./registry-store.js";
+import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
 
 /**
  * The cluster registry in Redis. Every key shares the `{svc:reg}` hash tag so the one Lua script
@@ -79,6 +79,24 @@ const READ_TIMEOUT_MS = 1_000;
 /** A read given up on: Redis did not answer within READ_TIMEOUT_MS. */
 class ReadTimeout extends Error {}
 
+/**
+ * Redis's refusals that pass: a Redis loading its data or busy with a script, a replica not yet
+ * promoted, a full or read-only one. Any other reply (a wrong type, a script's error) is a bug.
+ */
+const PASSING_REPLY = /^(?:LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|READONLY|OOM|MISCONF|NOREPLICAS)\b/;
+
+/**
+ * Whether a failed command means Redis is unavailable rather than a bug: every failure that is not
+ * Redis's reply (connection lost, retries used up, offline) and the replies that pass. A transaction
+ * refused as a whole (EXECABORT) is judged by the refusals of its commands.
+ */
+function isOutage(e: unknown): boolean {
+  const err = e as (Error & { previousErrors?: unknown[] }) | undefined;
+  if (err?.name !== "ReplyError") return true;
+  if (err.message.startsWith("EXECABORT")) return (err.previousErrors ?? []).some((p) => PASSING_REPLY.test((p as Error)?.message ?? ""));
+  return PASSING_REPLY.test(err.message);
+}
+
 export function createRedisRegistryStore(url: string): RegistryStore {
   // No command timeout: an admin write that timed out would still be applied once Redis answers,
   // behind the caller's back (a key created after its creator was told it failed). Only reads, which
@@ -87,7 +105,9 @@ export function createRedisRegistryStore(url: string): RegistryStore {
   // Requests must keep flowing while Redis is unreachable (cache and limits step aside too): the
   // keys and projects this replica verified last are served from memory until Redis is back. A key
   // cannot be deleted during the outage either, so this only ever serves what was valid when Redis
-  // was last reachable. Logged once per outage.
+  // was last reachable. Logged once per outage. Everything else (a key not verified before, every
+  // admin call) fails with RegistryUnavailableError: at once while the outage is known, so nothing
+  // waits on it and no write is queued to be applied later behind its caller's back.
   //
   // The same copies keep a record that reads back unchanged the same object, so the auth service's
   // per-record messages (built once per record object) are not rebuilt on every request.
@@ -133,10 +153,32 @@ export function createRedisRegistryStore(url: string): RegistryStore {
   );
   redis.on("error", down);
   redis.on("ready", back);
-  /** Reads through Redis when it is up; from the known-good copy when it is not. */
-  async function read<V, R>(m: Map<string, Known<V>>, k: string, fallback: (v: V) => R, load: () => Promise<R | undefined>): Promise<R | undefined> {
-    const known = m.get(k);
-    if ((redis.status !== "ready" || stalled) && known) return fallback(known.value);
+  /**
+   * Runs Redis commands, refused at once while Redis is known to be lost (until "ready") or stalled
+   * (until a PING answers): nothing is sent then, so nothing can be applied later. A failure that
+   * means an outage becomes RegistryUnavailableError (and starts the outage, logged once); any
+   * other is a bug and stays as it is. Only the commands go through here, never what is done with
+   * their replies, so a record that does not parse is not taken for an outage.
+   */
+  async function call<T>(commands: () => Promise<T>): Promise<T> {
+    if (stalled || (outage && redis.status !== "ready")) throw new RegistryUnavailableError("redis is unreachable");
+    try {
+      return await commands();
+    } catch (e) {
+      if (!isOutage(e)) throw e;
+      if (!closed) {
+        down(e);
+        // A refusal on a connection that stays up (READONLY, OOM) brings no "ready" to end it.
+        if (redis.status === "ready") probe();
+      }
+      throw new RegistryUnavailableError(`redis failed: ${(e as Error)?.message ?? e}`, { cause: e });
+    }
+  }
+  /**
+   * A read, which changes nothing and so may be given up on: after READ_TIMEOUT_MS it fails with
+   * RegistryUnavailableError, and on a connection that stays open Redis counts as stalled.
+   */
+  async function timed<R>(load: () => Promise<R>): Promise<R> {
     let timer: NodeJS.Timeout | undefined;
     try {
       const late = new Promise<never>((_, reject) => {
@@ -144,15 +186,26 @@ export function createRedisRegistryStore(url: string): RegistryStore {
       });
       return await Promise.race([load(), late]);
     } catch (e) {
-      if (e instanceof ReadTimeout && redis.status === "ready" && !closed) {
+      if (!(e instanceof ReadTimeout)) throw e;
+      if (redis.status === "ready" && !closed) {
         stalled = true;
         down(e);
         probe();
       }
-      if (known) return fallback(known.value);
-      throw e;
+      throw new RegistryUnavailableError(e.message, { cause: e });
     } finally {
       clearTimeout(timer);
+    }
+  }
+  /** Reads through Redis when it is up; from the known-good copy when it is not. */
+  async function read<V, R>(m: Map<string, Known<V>>, k: string, fallback: (v: V) => R, load: () => Promise<R | undefined>): Promise<R | undefined> {
+    const known = m.get(k);
+    if ((redis.status !== "ready" || stalled) && known) return fallback(known.value);
+    try {
+      return await timed(load);
+    } catch (e) {
+      if (known) return fallback(known.value);
+      throw e;
     }
   }
   // defineCommand sends EVALSHA and falls back to EVAL on NOSCRIPT (a restarted Redis).
@@ -165,18 +218,18 @@ export function createRedisRegistryStore(url: string): RegistryStore {
 
   return {
     async createProject(p) {
-      await redis.multi().set(kProject(p.id), JSON.stringify(p)).zadd(kProjects, p.createdAt, p.id).exec();
+      await call(() => redis.multi().set(kProject(p.id), JSON.stringify(p)).zadd(kProjects, p.createdAt, p.id).exec());
     },
     async getProject(id) {
-      return read(knownProjects, id, (p) => p, async () => remember(knownProjects, id, await redis.get(kProject(id))));
+      return read(knownProjects, id, (p) => p, async () => remember(knownProjects, id, await call(() => redis.get(kProject(id)))));
     },
     async updateProject(id, change) {
       // Optimistic: read, change, write if unchanged; a concurrent update makes it try again.
       for (let attempt = 0; attempt < 20; attempt++) {
-        const before = await redis.get(kProject(id));
+        const before = await timed(() => call(() => redis.get(kProject(id))));
         if (before === null) return undefined;
         const next = change(JSON.parse(before) as ProjectRecord);
-        const done = await redis.svcReplaceProject(kProject(id), before, JSON.stringify(next));
+        const done = await call(() => redis.svcReplaceProject(kProject(id), before, JSON.stringify(next)));
         if (done === 1) {
           if (knownProjects.has(id)) remember(knownProjects, id, JSON.stringify(next));
           return next;
@@ -186,30 +239,32 @@ export function createRedisRegistryStore(url: string): RegistryStore {
       throw new Error(`project ${id} kept changing; update not applied`);
     },
     async listProjects() {
-      const ids = await redis.zrange(kProjects, "0", "-1");
-      if (!ids.length) return [];
-      const values = await redis.mget(ids.map(kProject));
+      const values = await timed(() => call(async () => {
+        const ids = await redis.zrange(kProjects, "0", "-1");
+        return ids.length ? redis.mget(ids.map(kProject)) : [];
+      }));
       return values.map((v) => parse<ProjectRecord>(v)).filter((p): p is ProjectRecord => p !== undefined);
     },
     async createKey(k, maxKeys) {
-      const ok = await redis.svcCreateKey(kKeys(k.projectId), kKey(k.id), kHash(k.hash), maxKeys, k.createdAt, k.id, JSON.stringify(k));
+      const ok = await call(() => redis.svcCreateKey(kKeys(k.projectId), kKey(k.id), kHash(k.hash), maxKeys, k.createdAt, k.id, JSON.stringify(k)));
       return ok === 1;
     },
     async listKeys(projectId) {
-      const ids = await redis.zrange(kKeys(projectId), "0", "-1");
-      if (!ids.length) return [];
-      const values = await redis.mget(ids.map(kKey));
+      const values = await timed(() => call(async () => {
+        const ids = await redis.zrange(kKeys(projectId), "0", "-1");
+        return ids.length ? redis.mget(ids.map(kKey)) : [];
+      }));
       return values.map((v) => parse<KeyRecord>(v)).filter((k): k is KeyRecord => k !== undefined);
     },
     async deleteKey(id) {
-      const k = parse<KeyRecord>(await redis.svcDeleteKey(kKey(id), `${T}:keys:`, `${T}:hash:`));
+      const k = parse<KeyRecord>(await call(() => redis.svcDeleteKey(kKey(id), `${T}:keys:`, `${T}:hash:`)));
       if (k) knownKeys.delete(k.hash);
       return k;
     },
     async findKeyByHash(hash) {
       const withProject = (key: KeyRecord): KeyWithProject => ({ key, project: knownProjects.get(key.projectId)?.value });
       return read(knownKeys, hash, withProject, async () => {
-        const found = await redis.svcFindKey(kHash(hash), `${T}:key:`, `${T}:project:`);
+        const found = await call(() => redis.svcFindKey(kHash(hash), `${T}:key:`, `${T}:project:`));
         const key = remember(knownKeys, hash, found ? found[0] : null);
         if (!found || !key) return undefined;
         return { key, project: remember(knownProjects, key.projectId, found[1]) };

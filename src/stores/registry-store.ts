@@ -43,7 +43,9 @@ export interface KeyWithProject {
 
 /**
  * Where projects and keys live: a file under the data dir (embedded) or Redis (cluster). Every
- * method reads the store itself, not a copy, so a deleted key fails on every replica at once.
+ * method reads the store itself, not a copy, so a deleted key fails on every replica at once. A
+ * store that cannot be reached (Redis down or stalled) throws RegistryUnavailableError, and the
+ * auth service answers 503 `auth_unavailable`.
  */
 export interface RegistryStore {
   createProject(p: ProjectRecord): Promise<void>;
@@ -66,4 +68,15 @@ export interface RegistryStore {
    */
   findKeyByHash(hash: string): Promise<KeyWithProject | undefined>;
   close(): Promise<void>;
+}
+
+/**
+ * The registry could not be reached: Redis is down, stalled, or refused the command for a passing
+ * reason (loading, read-only, out of memory). The store logs the outage once; the caller may retry.
+ */
+export class RegistryUnavailableError extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "RegistryUnavailableError";
+  }
 }

@@ -1,10 +1,20 @@
 import assert from "node:assert/strict";
 import { Redis } from "ioredis";
 import { createRedisRegistryStore } from "../../src/stores/redis-registry-store.js";
-import type { KeyRecord, RegistryStore } from "../../src/stores/registry-store.js";
+import { type KeyRecord, type RegistryStore, RegistryUnavailableError } from "../../src/stores/registry-store.js";
 import { eventually } from "../support/http.js";
 import { captureLog } from "../support/log-capture.js";
 import { startRedis, type TestRedis } from "../support/redis.js";
+
+const key = (id: string, projectId: string, at: number): KeyRecord => ({
+  id,
+  projectId,
+  mode: "live",
+  description: "",
+  displayPrefix: "svc_sk_live_xxxx…",
+  hash: `hash-${id}`,
+  createdAt: at,
+});
 
 describe("Redis registry store", () => {
   let redis: TestRedis;
@@ -20,16 +30,6 @@ describe("Redis registry store", () => {
     await a.close();
     await b.close();
     await redis.stop();
-  });
-
-  const key = (id: string, projectId: string, at: number): KeyRecord => ({
-    id,
-    projectId,
-    mode: "live",
-    description: "",
-    displayPrefix: "svc_sk_live_xxxx…",
-    hash: `hash-${id}`,
-    createdAt: at,
   });
 
   it("shares projects and keys between replicas", async () => {
@@ -104,8 +104,10 @@ describe("Redis registry store", () => {
         for (let i = 0; i < 20; i++) assert.equal((await b.findKeyByHash("hash-key_stall"))?.project?.name, "stall");
         assert.ok(Date.now() - started < 200, `20 reads of a known key took ${Date.now() - started} ms while stalled`);
         started = Date.now();
-        await assert.rejects(b.findKeyByHash("hash-never-seen"));
-        assert.ok(Date.now() - started < 1_800, "an unknown key fails after the command timeout, not with the stall");
+        await assert.rejects(b.findKeyByHash("hash-never-seen"), RegistryUnavailableError);
+        await assert.rejects(b.createProject({ id: "proj_during_stall", name: "x", plan: "pro", createdAt: 10 }), RegistryUnavailableError);
+        await assert.rejects(b.listKeys("proj_stall"), RegistryUnavailableError);
+        assert.ok(Date.now() - started < 200, `known to be stalled, an unknown key and admin calls fail at once (took ${Date.now() - started} ms)`);
         // Once Redis answers again, reads go through: a key deleted there is unknown here at once.
         await eventually(async () => {
           await raw.del("{svc:reg}:hash:hash-key_stall");
@@ -114,8 +116,70 @@ describe("Redis registry store", () => {
       });
       assert.equal(lines.filter((l) => l.includes("redis unreachable (registry)")).length, 1, "logged once per outage");
       assert.equal(lines.filter((l) => l.includes("redis is back (registry)")).length, 1);
+      assert.equal(await a.getProject("proj_during_stall"), undefined, "a write refused during the stall is not applied after it");
     } finally {
       raw.disconnect();
     }
+  });
+
+  it("refuses writes to a read-only Redis as unavailable, and a bug (a record that does not parse, a wrong type) as itself", async () => {
+    await a.createProject({ id: "proj_ro", name: "ro", plan: "pro", createdAt: 11 });
+    const raw = new Redis(redis.url);
+    try {
+      await raw.set("{svc:reg}:project:proj_bad", "{not json");
+      await assert.rejects(a.getProject("proj_bad"), SyntaxError);
+      await raw.set("{svc:reg}:keys:proj_wrongtype", "a string");
+      await assert.rejects(a.listKeys("proj_wrongtype"), (e: Error) => !(e instanceof RegistryUnavailableError) && /WRONGTYPE/.test(e.message));
+      const lines = await captureLog(async () => {
+        await raw.call("REPLICAOF", "127.0.0.1", "1"); // a replica of nothing: read-only
+        await assert.rejects(a.createKey(key("key_ro", "proj_ro", 11), 10), RegistryUnavailableError);
+        await assert.rejects(a.createProject({ id: "proj_ro2", name: "ro2", plan: "pro", createdAt: 12 }), RegistryUnavailableError);
+        assert.equal((await a.getProject("proj_ro"))?.name, "ro", "reads still go through");
+        await raw.call("REPLICAOF", "NO", "ONE");
+        assert.ok(await a.createKey(key("key_ro", "proj_ro", 11), 10));
+      });
+      assert.equal(lines.filter((l) => l.includes("redis unreachable (registry)")).length, 1, "logged once");
+    } finally {
+      await raw.call("REPLICAOF", "NO", "ONE");
+      raw.disconnect();
+    }
+  });
+});
+
+describe("Redis registry store while Redis is down", () => {
+  let redis: TestRedis;
+  let store: RegistryStore;
+
+  before(async () => {
+    redis = await startRedis();
+    store = createRedisRegistryStore(redis.url);
+  });
+  after(async () => {
+    await store.close();
+    await redis.stop();
+  });
+
+  it("fails an unknown key and every admin call with RegistryUnavailableError, at once once the outage is known, and works again when Redis is back", async () => {
+    await store.createProject({ id: "proj_d", name: "d", plan: "pro", createdAt: 1 });
+    const lines = await captureLog(async () => {
+      await redis.stop();
+      // The first call may meet a connection not yet known to be lost: it fails all the same.
+      await assert.rejects(store.findKeyByHash("hash-unknown"), RegistryUnavailableError);
+      const started = Date.now();
+      await assert.rejects(store.findKeyByHash("hash-unknown"), RegistryUnavailableError);
+      await assert.rejects(store.getProject("proj_d"), RegistryUnavailableError);
+      await assert.rejects(store.listProjects(), RegistryUnavailableError);
+      await assert.rejects(store.createProject({ id: "proj_e", name: "e", plan: "pro", createdAt: 2 }), RegistryUnavailableError);
+      await assert.rejects(store.updateProject("proj_d", (p) => ({ ...p, name: "changed" })), RegistryUnavailableError);
+      await assert.rejects(store.createKey(key("key_d", "proj_d", 3), 10), RegistryUnavailableError);
+      await assert.rejects(store.listKeys("proj_d"), RegistryUnavailableError);
+      await assert.rejects(store.deleteKey("key_d"), RegistryUnavailableError);
+      assert.ok(Date.now() - started < 200, `calls during a known outage took ${Date.now() - started} ms`);
+    });
+    assert.equal(lines.filter((l) => l.includes("redis unreachable (registry)")).length, 1, "logged once per outage");
+    redis = await startRedis(redis.port);
+    await eventually(async () => store.listProjects().then(() => true, () => false), 10_000, "Redis to be back");
+    await store.createProject({ id: "proj_f", name: "f", plan: "pro", createdAt: 4 });
+    assert.deepEqual((await store.listProjects()).map((p) => p.id), ["proj_f"], "nothing refused during the outage was applied");
   });
 });

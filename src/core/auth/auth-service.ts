@@ -9,8 +9,8 @@ import {
   ProjectSchema,
 } from "../../gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
-import type { KeyRecord, ProjectRecord, RegistryStore } from "../../stores/registry-store.js";
-import { apiError, invalidApiKey, invalidRequest, notFound } from "../errors.js";
+import { type KeyRecord, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "../../stores/registry-store.js";
+import { apiError, invalidApiKey, invalidRequest, notFound, withRetryGuidance } from "../errors.js";
 import { randomBase62 } from "../ids.js";
 import { displayPrefix, hashSecret, hashSecretForLookup, modeOfSecret, newSecret } from "./keys.js";
 import { planLimits, planName, planOf } from "./plans.js";
@@ -63,11 +63,32 @@ const toKey = perRecord((k: KeyRecord): ApiKey =>
   }),
 );
 
+/**
+ * The answer while the registry cannot be reached (Redis down or stalled): 503 `auth_unavailable`
+ * (Connect code `unavailable`) with `Retry-After: 1`, as for `limits_unavailable`. The store logs
+ * the outage once; no request logs it again. The message reaches gateway clients, so it names no
+ * internals.
+ */
+function registryUnavailable(message: string) {
+  return withRetryGuidance(apiError(503, "api_error", "auth_unavailable", message), { "retry-after": "1" });
+}
+const cannotVerify = "The API key cannot be verified right now. Retry shortly.";
+const cannotReach = "The registry of projects and keys cannot be reached right now. Retry shortly.";
+
+/** The store's answer, with an outage turned into the spec's 503 (any other error left as it is). */
+async function registry<T>(read: Promise<T>): Promise<T> {
+  try {
+    return await read;
+  } catch (e) {
+    throw e instanceof RegistryUnavailableError ? registryUnavailable(cannotReach) : e;
+  }
+}
+
 /** Creates the AuthService implementation over a registry store. */
 export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceImpl<typeof AuthService> {
   async function project(id: string): Promise<ProjectRecord> {
     if (!id) throw invalidRequest("missing_required_field", "`project_id` is required.");
-    const p = await store.getProject(id);
+    const p = await registry(store.getProject(id));
     if (!p) throw notFound("project_not_found", `No project with id '${id}'.`);
     return p;
   }
@@ -80,7 +101,7 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
       const plan = planName(req.plan);
       if (!plan) throw invalidRequest("invalid_value", "`plan` must be one of free, pro, enterprise.");
       const record: ProjectRecord = { id: `proj_${randomBase62(16)}`, name, plan, createdAt: now() };
-      await store.createProject(record);
+      await registry(store.createProject(record));
       return { project: toProject(record) };
     },
 
@@ -91,13 +112,13 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
     async updateProject(req) {
       if (!req.projectId) throw invalidRequest("missing_required_field", "`project_id` is required.");
       const change = parseProjectChange(req);
-      const p = await store.updateProject(req.projectId, (current) => applyProjectChange(current, change));
+      const p = await registry(store.updateProject(req.projectId, (current) => applyProjectChange(current, change)));
       if (!p) throw notFound("project_not_found", `No project with id '${req.projectId}'.`);
       return { project: toProject(p) };
     },
 
     async listProjects() {
-      return { projects: (await store.listProjects()).map(toProject) };
+      return { projects: (await registry(store.listProjects())).map(toProject) };
     },
 
     async createKey(req) {
@@ -115,7 +136,7 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
         createdAt: now(),
       };
       const max = planLimits[p.plan].maxKeys;
-      if (!(await store.createKey(record, max))) {
+      if (!(await registry(store.createKey(record, max)))) {
         throw apiError(403, "permission_error", "key_limit_reached", `The ${p.plan} plan allows ${max} keys per project; delete a key or change the plan.`);
       }
       return { key: toKey(record), secret };
@@ -123,19 +144,25 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
 
     async listKeys(req) {
       const p = await project(req.projectId);
-      return { keys: (await store.listKeys(p.id)).map(toKey) };
+      return { keys: (await registry(store.listKeys(p.id))).map(toKey) };
     },
 
     async deleteKey(req) {
       if (!req.keyId) throw invalidRequest("missing_required_field", "`key_id` is required.");
-      if (!(await store.deleteKey(req.keyId))) throw notFound("key_not_found", `No key with id '${req.keyId}'.`);
+      if (!(await registry(store.deleteKey(req.keyId)))) throw notFound("key_not_found", `No key with id '${req.keyId}'.`);
       return {};
     },
 
     async verifyKey(req) {
       const mode = modeOfSecret(req.secret);
       if (mode === undefined) throw invalidApiKey(req.secret ? "Invalid API key." : "Missing API key: send it in the X-Svc-Api-Key header.");
-      const found = await store.findKeyByHash(hashSecretForLookup(req.secret));
+      let found;
+      try {
+        found = await store.findKeyByHash(hashSecretForLookup(req.secret));
+      } catch (e) {
+        // A key this replica has not verified before, while Redis is out of reach.
+        throw e instanceof RegistryUnavailableError ? registryUnavailable(cannotVerify) : e;
+      }
       if (!found?.project) throw invalidApiKey();
       return { $typeName: "svc.auth.v1.VerifyKeyResponse", key: toKey(found.key), project: toProject(found.project) };
     },

@@ -4,12 +4,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ConnectError, Code } from "@connectrpc/connect";
 import { createAuthService } from "../../../src/core/auth/auth-service.js";
-import { toErrorInfo } from "../../../src/core/errors.js";
+import { retryGuidanceOf, toErrorInfo } from "../../../src/core/errors.js";
 import { AuthService, Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { createFileRegistryStore } from "../../../src/stores/file-registry-store.js";
 import { createDirectClient } from "../../../src/core/direct-client.js";
-import type { RegistryStore } from "../../../src/stores/registry-store.js";
+import { type RegistryStore, RegistryUnavailableError } from "../../../src/stores/registry-store.js";
 
 describe("AuthService", () => {
   let dir: string;
@@ -138,5 +138,44 @@ describe("AuthService", () => {
 
   it("gives the in-process client's errors the Connect codes a network client would see", async () => {
     await assert.rejects(auth.verifyKey({ secret: "x" }), (e: unknown) => e instanceof ConnectError && e.code === Code.Unauthenticated);
+  });
+
+  it("answers every call 503 auth_unavailable (Connect unavailable, Retry-After 1) while the store cannot be reached, and a store's bug stays internal", async () => {
+    const { project } = await auth.createProject({ name: "p", plan: Plan.PRO });
+    const { secret, key } = await auth.createKey({ projectId: project!.id, mode: KeyMode.LIVE });
+    const down = new RegistryUnavailableError("redis is unreachable");
+    const failing = (err: Error): RegistryStore => {
+      const fail = async () => {
+        throw err;
+      };
+      return { createProject: fail, getProject: fail, listProjects: fail, updateProject: fail, createKey: fail, listKeys: fail, deleteKey: fail, findKeyByHash: fail, close: async () => {} };
+    };
+    const outage = createDirectClient(AuthService, createAuthService({ store: failing(down) }));
+    const unavailable = (e: unknown) => {
+      assert.ok(e instanceof ConnectError);
+      assert.equal(e.code, Code.Unavailable);
+      assert.deepEqual(toErrorInfo(e).status, 503);
+      assert.equal(toErrorInfo(e).type, "api_error");
+      assert.equal(toErrorInfo(e).code, "auth_unavailable");
+      assert.doesNotMatch(e.rawMessage, /redis/i, "names no internals");
+      assert.deepEqual(retryGuidanceOf(e), { "retry-after": "1" });
+      return true;
+    };
+    await assert.rejects(outage.verifyKey({ secret }), unavailable);
+    await assert.rejects(outage.createProject({ name: "q", plan: Plan.PRO }), unavailable);
+    await assert.rejects(outage.getProject({ projectId: project!.id }), unavailable);
+    await assert.rejects(outage.listProjects({}), unavailable);
+    await assert.rejects(outage.updateProject({ projectId: project!.id, plan: Plan.FREE }), unavailable);
+    await assert.rejects(outage.createKey({ projectId: project!.id, mode: KeyMode.LIVE }), unavailable);
+    await assert.rejects(outage.listKeys({ projectId: project!.id }), unavailable);
+    await assert.rejects(outage.deleteKey({ keyId: key!.id }), unavailable);
+    // Checks that need no store still come first.
+    await rejects(outage.verifyKey({ secret: "sk-not-ours" }), 401, "invalid_api_key");
+    await rejects(outage.createKey({ projectId: "", mode: KeyMode.LIVE }), 400, "missing_required_field");
+
+    const broken = createDirectClient(AuthService, createAuthService({ store: failing(new Error("WRONGTYPE")) }));
+    const internal = (e: unknown) => toErrorInfo(e).status === 500 && toErrorInfo(e).code === "internal_error";
+    await assert.rejects(broken.verifyKey({ secret }), internal);
+    await assert.rejects(broken.listProjects({}), internal);
   });
 });

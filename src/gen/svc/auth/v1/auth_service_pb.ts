@@ -700,7 +700,8 @@ export const AuthService: GenService<{
   /**
    * Resolves a full key value to its key and project (with the project's effective limits, ready
    * for LimitsService.Admit); fails with UNAUTHENTICATED when the key is unknown, malformed or
-   * deleted.
+   * deleted, and with UNAVAILABLE (503 auth_unavailable) when the registry cannot be reached and
+   * this replica has not verified the key before. Every other call fails the same way then.
    *
    * @generated from rpc svc.auth.v1.AuthService.VerifyKey
    */
