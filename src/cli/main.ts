@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ConfigError, loadConfig } from "../config.js";
+import { carriesErrorInfo } from "../core/errors.js";
 import { startServer } from "../server.js";
 import { UsageError } from "./admin-client.js";
 import { keysCommand, projectsCommand, type Flags } from "./admin-commands.js";
@@ -124,8 +125,10 @@ main(process.argv.slice(2)).catch((e: unknown) => {
     process.exit(2);
   }
   if (e instanceof ConnectError) {
+    // The server's own 503 (its registry's Redis is unreachable) says so itself: only a server
+    // that did not answer at all gets the hint.
     const hint =
-      e.code === Code.Unavailable || e.code === Code.Unknown && /ECONNREFUSED|fetch failed/.test(e.rawMessage)
+      (e.code === Code.Unavailable && !carriesErrorInfo(e)) || (e.code === Code.Unknown && /ECONNREFUSED|fetch failed/.test(e.rawMessage))
         ? " (is `svc serve` running? set --server or SVC_SERVER_URL)"
         : e.code === Code.Unauthenticated
           ? " (check SVC_ADMIN_TOKEN or --admin-token)"

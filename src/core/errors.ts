@@ -50,6 +50,9 @@ export function apiError(status: number, type: string, code: string, message: st
   return new ConnectError(message, codeByStatus(status), metadata);
 }
 
+/** Whether an error carries the spec's error object: an answer of the core, not a transport failure. */
+export const carriesErrorInfo = (err: ConnectError): boolean => err.metadata.has(kStatus);
+
 /** 400 invalid_request_error with the given code. */
 export const invalidRequest = (code: string, message: string) =>
   apiError(400, "invalid_request_error", code, message);

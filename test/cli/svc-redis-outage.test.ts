@@ -1,0 +1,30 @@
+import assert from "node:assert/strict";
+import { startRedis, type TestRedis } from "../support/redis.js";
+import { startSvcServe, type SvcServe } from "../support/svc-cli.js";
+
+describe("the svc CLI while the registry's Redis is down", function () {
+  this.timeout(60_000);
+  let redis: TestRedis;
+  let srv: SvcServe;
+
+  before(async () => {
+    redis = await startRedis();
+    srv = await startSvcServe({ SVC_REDIS_URL: redis.url });
+  });
+  after(async () => {
+    await srv?.stop();
+    await redis?.stop();
+  });
+
+  it("says the registry cannot be reached (not that no server runs), with exit code 1", async () => {
+    const created = await srv.svc("projects", "create", "--name", "outage", "--plan", "pro", "--json");
+    assert.equal(created.code, 0, created.stderr);
+    const id = JSON.parse(created.stdout).id as string;
+    await redis.stop();
+    for (const args of [["projects", "list"], ["projects", "create", "--name", "during", "--plan", "pro"], ["keys", "create", "--project", id, "--mode", "live"], ["keys", "list", "--project", id]]) {
+      const res = await srv.svc(...args);
+      assert.equal(res.code, 1, `${args.join(" ")}: ${res.stdout}`);
+      assert.match(res.stderr, /^error: The registry of projects and keys cannot be reached right now\. Retry shortly\.\n$/, args.join(" "));
+    }
+  });
+});
