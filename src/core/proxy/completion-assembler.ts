@@ -35,11 +35,13 @@ export class CompletionAssembler {
       }
       case "blockDelta": {
         const b = this.#blocks.get(e.value.index);
-        // Per-chunk choice fields (logprobs) have no place in the whole answer: such a stream is not cached.
-        if (!b || e.value.rawJson !== "" || e.value.choiceExtraJson !== "") {
+        if (!b) {
           this.#ok = false;
           break;
         }
+        // Per-chunk choice fields (logprobs) have no place in the whole answer: such a stream is not
+        // cached (its text is still kept, for partial()).
+        if (e.value.rawJson !== "" || e.value.choiceExtraJson !== "") this.#ok = false;
         if (e.value.text !== "") b.text += e.value.text;
         if (e.value.partialJson !== "") b.toolInputJson += e.value.partialJson;
         break;
@@ -64,7 +66,21 @@ export class CompletionAssembler {
   /** The whole answer, or undefined when the stream did not end well or held blocks that cannot be assembled. */
   result(): Completion | undefined {
     if (!this.#ok || !this.#ended || !this.#c) return undefined;
-    if (this.#blocks.size) this.#c.blocks = [...this.#blocks.entries()].sort((a, b) => a[0] - b[0]).map(([, b]) => b);
+    if (this.#blocks.size) this.#c.blocks = this.#sortedBlocks();
     return this.#c;
+  }
+
+  /**
+   * The answer as far as it came, for a stream that was cut short (the upstream broke off, the
+   * client left): its text, refusal and tool-use blocks so far (the others left out), and no finish
+   * reason unless it had one. Undefined before the answer's start. A copy: result() is unchanged.
+   */
+  partial(): Completion | undefined {
+    if (!this.#c) return undefined;
+    return { ...this.#c, blocks: this.#blocks.size ? this.#sortedBlocks() : this.#c.blocks };
+  }
+
+  #sortedBlocks(): ContentBlock[] {
+    return [...this.#blocks.entries()].sort((a, b) => a[0] - b[0]).map(([, b]) => b);
   }
 }

@@ -1,6 +1,6 @@
 import type { ClientCodec } from "./codec.js";
 import { parseChatCompletionsRequest } from "./chat-completions-parse.js";
-import { renderChatCompletion } from "./chat-completions-render.js";
+import { renderChatCompletion, renderPartialChatCompletion } from "./chat-completions-render.js";
 import { createChatStreamRenderer } from "./chat-completions-stream.js";
 
 /**
@@ -12,5 +12,6 @@ export const chatCompletionsCodec: ClientCodec = {
   requestIdHeader: "x-request-id",
   parseRequest: parseChatCompletionsRequest,
   renderCompletion: renderChatCompletion,
+  renderPartial: renderPartialChatCompletion,
   createStreamRenderer: createChatStreamRenderer,
 };

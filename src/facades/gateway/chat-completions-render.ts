@@ -71,3 +71,10 @@ export function renderChatCompletion(c: Completion): JsonObject {
     ...sameStyleExtra(style, c.extraJson),
   };
 }
+
+/** An answer cut short, as a `chat.completion` object: `finish_reason` null unless the stream had sent one. */
+export function renderPartialChatCompletion(c: Completion): JsonObject {
+  const out = renderChatCompletion(c);
+  if (c.finishReason === FinishReason.UNSPECIFIED) (out.choices as JsonObject[])[0]!.finish_reason = null;
+  return out;
+}

@@ -35,6 +35,11 @@ export interface ClientCodec {
   parseRequest(body: unknown): ParsedChatRequest;
   /** Renders a whole answer as the style's JSON response object. */
   renderCompletion(completion: Completion): object;
+  /**
+   * Renders an answer cut short (a stream the upstream broke off, or the client left) in the same
+   * shape, its finish reason null when it never came: what the request's log keeps of it.
+   */
+  renderPartial(completion: Completion): object;
   /** Creates a renderer for one streamed answer of the given request. */
   createStreamRenderer(req: RenderedRequest): StreamRenderer;
 }

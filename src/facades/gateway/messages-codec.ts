@@ -5,7 +5,7 @@ import {
   type ChatMessage,
   type Completion,
   type ContentBlock,
-  type FinishReason,
+  FinishReason,
   type StreamChatResponse,
   type ToolDefinition,
   type Usage,
@@ -43,6 +43,8 @@ export const messagesCodec: ClientCodec = {
   requestIdHeader: "request-id",
   parseRequest,
   renderCompletion,
+  // An answer cut short: `stop_reason` null, as in the stream's message_start, unless it had come.
+  renderPartial: (c) => (c.finishReason === FinishReason.UNSPECIFIED ? { ...renderCompletion(c), stop_reason: null } : renderCompletion(c)),
   createStreamRenderer: (req) => new MessagesStreamRenderer(req),
 };
 

@@ -39,12 +39,18 @@ export function parseJsonBody(text: string): JsonBody {
   }
 }
 
-/** Reads the body as text, refusing content types other than JSON and bodies over `maxBytes`. */
-export function readBodyText(req: IncomingMessage, maxBytes: number): Promise<string> {
+/** The error of a request whose Content-Type is not JSON, or undefined when it is JSON. */
+export function contentTypeError(req: IncomingMessage): Error | undefined {
   const type = req.headers["content-type"] ?? "";
-  if (!/^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i.test(type)) {
-    throw invalidRequest("invalid_content_type", `Content-Type must be application/json, got '${type || "(none)"}'.`);
-  }
+  if (/^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i.test(type)) return undefined;
+  return invalidRequest("invalid_content_type", `Content-Type must be application/json, got '${type || "(none)"}'.`);
+}
+
+/**
+ * Reads the body as text (UTF-8, whatever its Content-Type: contentTypeError() judges that),
+ * refusing bodies over `maxBytes`.
+ */
+export function readBodyText(req: IncomingMessage, maxBytes: number): Promise<string> {
   const declared = Number(req.headers["content-length"] ?? NaN);
   if (declared > maxBytes) throw tooLarge(maxBytes);
   // Events, not `for await`: the stream's async iterator costs more than the rest of the read.

@@ -75,6 +75,16 @@ export class RequestTrace {
   }
 
   /**
+   * Records an error the client got as an event inside a stream already answered with `status`
+   * (200): the log keeps the status that was sent, and the error's type and code.
+   */
+  failedInStream(e: { type: string; code: string }, status: number): void {
+    this.status = status;
+    this.errorType = e.type;
+    this.errorCode = e.code;
+  }
+
+  /**
    * The log as a complete message, every field set here (the type checker holds it to the schema):
    * no `create()` walk over the schema on each request.
    */

@@ -26,7 +26,7 @@ import { log } from "../../logger.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
-import { apiKeyOf, betasOf, checkProviderVersion, type JsonBody, metadataOf, parseJsonBody, readBodyText, userIdOf } from "./request-input.js";
+import { apiKeyOf, betasOf, checkProviderVersion, contentTypeError, type JsonBody, metadataOf, parseJsonBody, readBodyText, userIdOf } from "./request-input.js";
 import { CachedAnswer, CachedAnswers, type PreparedRequest, PreparedRequests } from "./hit-memo.js";
 import { RequestTrace } from "./request-trace.js";
 import { type SvcHeaders, svcHeaders, writeCompletion, writeError, writeJson, writeStream } from "./respond.js";
@@ -142,9 +142,10 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     trace.keyId = key!.id;
     trace.keyMode = key!.mode;
     const pre = await early;
+    // The body as sent, also when it is refused (not JSON, not sent as JSON).
+    if (bodies && pre.text !== undefined) trace.requestBody = pre.text;
     if (!pre.body) throw pre.error;
     const body = pre.body;
-    if (bodies) trace.requestBody = body.text;
     const v = body.value as { model?: unknown; stream?: unknown } | null;
     if (typeof v?.model === "string") {
       trace.model = v.model;
@@ -236,8 +237,10 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
   } catch (err) {
     const { info, body } = writeError(res, svc, err, limitHeaders);
     trace.firstByte();
-    trace.failed(info);
-    if (bodies) trace.responseBody = body;
+    // An error after the answer's head went out reached the client (if at all) inside it.
+    if (res.headersSent && info.status !== 499) trace.failedInStream(info, res.statusCode);
+    else trace.failed(info);
+    if (bodies && body) trace.responseBody = body;
   } finally {
     // An admission made ahead that the request never came to (its key or its headers refused).
     if (early && deps.admitAhead) void early.then((pre) => dropAhead(deps, pre.admitting));
@@ -282,7 +285,9 @@ export class Identities {
 
 /** What a request works out while its key is being verified. */
 interface Ahead {
-  /** The body, or undefined with `error` when it could not be read. */
+  /** The body's text as sent, whether or not it is JSON; undefined when it could not be read (too large). */
+  text: string | undefined;
+  /** The body, or undefined with `error` when it could not be read or is not JSON. */
   body: JsonBody | undefined;
   /** The parsed request, or undefined with `error` when the body is not a valid request. */
   parsed: ParsedChatRequest | undefined;
@@ -321,10 +326,19 @@ async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess:
   // refused in its turn, after the key.
   const betas = s.style === ApiStyle.MESSAGES ? betasOrNone(req) : [];
   const memoPath = betas.length ? `${s.path} ${betas.join(",")}` : s.path;
-  const out: Ahead = { body: undefined, parsed: undefined, error: undefined, cacheKey: "", prepared: false, memoPath, guess: undefined, lookup: undefined, admitting: undefined };
+  const out: Ahead = { text: undefined, body: undefined, parsed: undefined, error: undefined, cacheKey: "", prepared: false, memoPath, guess: undefined, lookup: undefined, admitting: undefined };
   let known: PreparedRequest | undefined;
   try {
-    const text = await readBodyText(req, deps.maxRequestBytes);
+    // A body not sent as JSON is read all the same (within the size limit), for the request's log.
+    const badType = contentTypeError(req);
+    let text: string;
+    try {
+      text = await readBodyText(req, deps.maxRequestBytes);
+    } catch (e) {
+      throw badType ?? e;
+    }
+    out.text = text;
+    if (badType) throw badType;
     known = deps.cacheEnabled ? prepared.get(memoPath, text) : undefined;
     if (known) {
       out.body = { text, value: known.value };
@@ -474,11 +488,16 @@ async function callUpstream(
     const failure = await writeStream(res, svc, extra, s.codec, parsed, first.value, events, onEvent, partialCost);
     trace.upstreamEnded();
     trace.used(usage);
-    if (failure) trace.failed(failure);
     const clientGone = res.destroyed && !res.writableFinished;
+    // What the client got: a 200 whose stream ended in an error event, or nothing more (it left:
+    // 499 client_closed_request, as for a client that left before the answer).
     if (clientGone) trace.failed({ status: 499, type: "", code: "" });
+    else if (failure) trace.failedInStream(failure, res.statusCode);
     const answer = clientGone ? undefined : whole.result();
-    if (bodies && answer) trace.responseBody = JSON.stringify(s.codec.renderCompletion(answer));
+    if (bodies) {
+      if (answer) trace.responseBody = JSON.stringify(s.codec.renderCompletion(answer));
+      else if (clientGone || failure) trace.responseBody = partialBody(s.codec, whole, usage);
+    }
     return answer;
   }
   trace.upstreamEnded();
@@ -488,6 +507,22 @@ async function callUpstream(
   const answer = first.value.event.case === "completion" ? first.value.event.value : undefined;
   trace.answered(answer);
   return answer;
+}
+
+/**
+ * The answer a stream carried before it was cut short, as the JSON of a whole answer of the
+ * client's style with no finish reason, and the usage it was billed on; "" when nothing came.
+ */
+function partialBody(codec: ClientCodec, whole: CompletionAssembler, usage: Completion["usage"]): string {
+  const part = whole.partial();
+  if (!part) return "";
+  try {
+    return JSON.stringify(codec.renderPartial(usage ? { ...part, usage } : part));
+  } catch (e) {
+    // The log's copy of the body is best effort: it never changes what the request logs otherwise.
+    log.warn("partial answer not rendered for the log", { err: String(e) });
+    return "";
+  }
 }
 
 /** Serves a stored (or shared in-flight) answer: no upstream call, so it costs nothing. */

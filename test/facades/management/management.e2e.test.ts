@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
+import { request } from "node:http";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
-import { postJson, rawRequest, type RawResponse } from "../../support/http.js";
+import { postJson, rawRequest, type RawResponse, sseEvents } from "../../support/http.js";
 import { captureLog } from "../../support/log-capture.js";
 
 /** Polls `fn` until `ok` holds (logs are written off the request path), or fails after `ms`. */
@@ -219,5 +220,86 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
     assert.equal((await get("/v1/prompts/greeting?version=1")).json().content, "Hello {{name}}");
     assert.equal((await get("/v1/prompts/nope")).status, 404);
     assert.equal((await get("/v1/prompts/greeting", other.live)).status, 404, "prompts are per project");
+  });
+
+  describe("what a log keeps of requests that went wrong", () => {
+    const logOf = async (id: string, key: string) => {
+      const res = await until(() => get(`/v1/logs/${id}`, key), (x) => x.status === 200);
+      assert.equal(res.status, 200, res.text);
+      return res.json();
+    };
+    /** The text of the content chunks a chat-completions SSE answer carried. */
+    const streamedText = (sse: string) =>
+      sseEvents(sse).map((e) => (e.data.startsWith("{") ? JSON.parse(e.data) : {})).map((c) => c.choices?.[0]?.delta?.content ?? "").join("");
+
+    it("logs a stream the upstream broke off after its 200 as the client got it: 200, the in-stream error, the answer so far", async () => {
+      const own = await gw.project(Plan.PRO);
+      const r = await postJson(chatUrl(), own.live, { model: "chat-4o", messages: [{ role: "user", content: "broken answer [[fake:drop]]" }], stream: true });
+      assert.equal(r.status, 200);
+      const sent = JSON.parse(sseEvents(r.text).at(-1)!.data).error;
+      const log = await logOf(String(r.headers["x-svc-request-id"]), own.live);
+      assert.equal(log.status, 200, "the status the client got");
+      assert.deepEqual(log.error, { type: sent.type, code: sent.code }, "the error event the client got");
+      assert.ok(streamedText(r.text).length > 0, "the upstream's first piece reached the client");
+      const body = JSON.parse(log.response_body);
+      assert.equal(body.choices[0].message.content, streamedText(r.text), "the answer as far as it was streamed");
+      assert.equal(body.choices[0].finish_reason, null, "an answer cut short did not finish");
+      // The messages style too.
+      const m = await postJson(`${gw.gatewayUrl}/v1/messages`, own.live, { model: "assistant-3-5-haiku-20241022", max_tokens: 100, messages: [{ role: "user", content: "broken answer [[fake:drop]]" }], stream: true });
+      assert.equal(m.status, 200);
+      const mlog = await logOf(String(m.headers["x-svc-request-id"]), own.live);
+      assert.equal(mlog.status, 200);
+      assert.ok(mlog.error?.code, JSON.stringify(mlog.error));
+      const mbody = JSON.parse(mlog.response_body);
+      assert.equal(mbody.stop_reason, null);
+      assert.ok(mbody.content[0].text.length > 0, mlog.response_body);
+      // Listed, and found by status, as the 200 it was.
+      const listed = (await get("/v1/logs?status=200", own.live)).json().data.map((l: { id: string }) => l.id);
+      assert.ok(listed.includes(log.id) && listed.includes(mlog.id), JSON.stringify(listed));
+    });
+
+    it("logs a client that left mid-stream as 499 client_closed_request, with the answer streamed so far", async () => {
+      const own = await gw.project(Plan.PRO);
+      let id = "";
+      let got = "";
+      await new Promise<void>((resolve, reject) => {
+        const req = request(chatUrl(), { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": own.live } }, (res) => {
+          id = String(res.headers["x-svc-request-id"]);
+          res.setEncoding("utf8");
+          res.on("data", (c: string) => {
+            got += c;
+            if (streamedText(got).length > 0) req.destroy();
+          });
+        });
+        req.on("error", () => {});
+        req.once("close", resolve);
+        req.end(JSON.stringify({ model: "chat-4o", messages: [{ role: "user", content: "left early [[fake:chunks=4]] [[fake:stall]]" }], stream: true }));
+        setTimeout(() => reject(new Error("no first piece")), 5_000).unref();
+      });
+      const log = await logOf(id, own.live);
+      assert.equal(log.status, 499);
+      assert.deepEqual(log.error, { type: "client_closed", code: "client_closed_request" });
+      const body = JSON.parse(log.response_body);
+      assert.equal(body.choices[0].message.content, streamedText(got));
+      assert.equal(body.choices[0].finish_reason, null);
+    });
+
+    it("logs the body as sent when it is not JSON, or not sent as JSON", async () => {
+      const own = await gw.project(Plan.PRO);
+      const send = async (contentType: string, body: string) => {
+        const r = await rawRequest(chatUrl(), { headers: { "content-type": contentType, "x-svc-api-key": own.live }, body });
+        assert.equal(r.status, 400, r.text);
+        return { code: r.json().error.code, log: await logOf(String(r.headers["x-svc-request-id"]), own.live) };
+      };
+      const notJson = await send("application/json", '{"model": "chat-4o", "messages": [ oops');
+      assert.equal(notJson.code, "invalid_json");
+      assert.equal(notJson.log.request_body, '{"model": "chat-4o", "messages": [ oops');
+      const plain = await send("text/plain", "model=chat-4o&text=héllo");
+      assert.equal(plain.code, "invalid_content_type");
+      assert.equal(plain.log.request_body, "model=chat-4o&text=héllo");
+      const big = "x".repeat(300 * 1024);
+      const cut = await send("text/plain", big);
+      assert.ok(cut.log.request_body.startsWith("x".repeat(256 * 1024)) && cut.log.request_body.length < big.length, "cut like any logged body");
+    });
   });
 });

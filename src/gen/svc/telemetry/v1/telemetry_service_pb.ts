@@ -87,21 +87,22 @@ export type RequestLog = Message<"svc.telemetry.v1.RequestLog"> & {
   stream: boolean;
 
   /**
-   * The HTTP status sent to the client.
+   * The HTTP status sent to the client. A stream answered 200 that then ended in an error event
+   * keeps 200 (the error is in error_type and error_code); a client that went away is 499.
    *
    * @generated from field: int32 status = 10;
    */
   status: number;
 
   /**
-   * The error type, for a failed request.
+   * The error type the client got, as an error status or as an error event inside a stream.
    *
    * @generated from field: string error_type = 11;
    */
   errorType: string;
 
   /**
-   * The error code, for a failed request.
+   * The error code the client got, as an error status or as an error event inside a stream.
    *
    * @generated from field: string error_code = 12;
    */
@@ -178,14 +179,15 @@ export type RequestLog = Message<"svc.telemetry.v1.RequestLog"> & {
   upstreamLatencyMs: number;
 
   /**
-   * The request body, unless body logging is off; empty in ListLogs answers.
+   * The request body as sent, JSON or not, unless body logging is off; empty in ListLogs answers.
    *
    * @generated from field: string request_body = 23;
    */
   requestBody: string;
 
   /**
-   * The response body, unless body logging is off; empty in ListLogs answers.
+   * The response body, unless body logging is off; empty in ListLogs answers. For a stream, its
+   * answer as the JSON a non-stream request would get, as far as it came when it was cut short.
    *
    * @generated from field: string response_body = 24;
    */
