@@ -217,13 +217,13 @@ export function createClickHouseTelemetryStore(opts: ClickHouseTelemetryStoreOpt
 
 function filterSql(f: LogFilter, params: Record<string, unknown>): string[] {
   const out: string[] = [];
-  if (f.fromMs !== undefined) {
-    params.from_ms = f.fromMs;
-    out.push(`time >= fromUnixTimestamp64Milli({from_ms:Int64}, 'UTC')`);
+  if (f.fromUs !== undefined) {
+    params.from_us = f.fromUs;
+    out.push(`time >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')`);
   }
-  if (f.toMs !== undefined) {
-    params.to_ms = f.toMs;
-    out.push(`time < fromUnixTimestamp64Milli({to_ms:Int64}, 'UTC')`);
+  if (f.toUs !== undefined) {
+    params.to_us = f.toUs;
+    out.push(`time < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')`);
   }
   const eq = (column: string, name: string, type: string, v: unknown) => {
     if (v === undefined) return;

@@ -42,10 +42,10 @@ export interface LogRecord extends Omit<LogRow, "time" | "bodies_expire_at"> {
 
 /** Filters of a log listing; every one set must match. */
 export interface LogFilter {
-  /** Inclusive, epoch ms. */
-  fromMs?: number;
-  /** Exclusive, epoch ms. */
-  toMs?: number;
+  /** Inclusive, epoch microseconds (log times are whole microseconds). */
+  fromUs?: number;
+  /** Exclusive, epoch microseconds. */
+  toUs?: number;
   model?: string;
   status?: number;
   /** The hundreds digit of the status: 2 for 2xx. */

@@ -65,7 +65,10 @@ describe("ClickHouse telemetry store", function () {
       assert.deepEqual(await list({ metadata: [["env", "prod"]] }), [id(3), id(1)]);
       assert.deepEqual(await list({ metadata: [["env", "prod"], ["team", "x"]] }), [id(3)]);
       assert.deepEqual(await list({ metadata: [["env", ""]] }), []);
-      assert.deepEqual(await list({ fromMs: T0 + 2000, toMs: T0 + 4000 }), [id(3), id(2)]);
+      assert.deepEqual(await list({ fromUs: (T0 + 2000) * 1000, toUs: (T0 + 4000) * 1000 }), [id(3), id(2)]);
+      // Bounds to the microsecond: row 2 is at T0 + 2 s exactly.
+      assert.deepEqual(await list({ fromUs: (T0 + 2000) * 1000 + 1, toUs: (T0 + 4000) * 1000 }), [id(3)]);
+      assert.deepEqual(await list({ fromUs: (T0 + 1000) * 1000, toUs: (T0 + 2000) * 1000 + 1 }), [id(2), id(1)]);
       assert.deepEqual(await list({ model: "chat-4o", cache: "MISS" }), [id(4), id(1)]);
     });
 

@@ -28,6 +28,11 @@ export function microsOfTimestamp(t: Timestamp): number {
   return Number(t.seconds) * 1_000_000 + Math.floor(t.nanos / 1000);
 }
 
+/** The first whole microsecond at or after `t`: where a time filter's bound falls among log times. */
+export function microsAtOrAfter(t: Pick<Timestamp, "seconds" | "nanos">): number {
+  return Number(t.seconds) * 1_000_000 + Math.ceil(t.nanos / 1000);
+}
+
 /**
  * UTC `YYYY-MM-DD HH:MM:SS` of whole epoch seconds, remembering the last second it formatted:
  * consecutive logs mostly fall in the same second, so its text is made once (toISOString is costly).

@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { type Prompt, PromptSchema, type TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "../../logger.js";
@@ -8,6 +8,7 @@ import { type LogFilter, type TelemetryStore, TelemetryUnavailableError } from "
 import { apiError, invalidRequest, notFound } from "../errors.js";
 import { analyticsQueryOf, analyticsResponseOf } from "./analytics-request.js";
 import { checkId, logOfRecord, modeName, rowOfLog } from "./log-row.js";
+import { microsAtOrAfter } from "./micros.js";
 import type { LogWriter } from "./log-writer.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 
@@ -132,9 +133,10 @@ function filterOf(req: {
   metadata: Record<string, string>;
 }): LogFilter {
   const f: LogFilter = {};
-  if (req.startTime) f.fromMs = timestampMs(req.startTime as never);
-  if (req.endTime) f.toMs = timestampMs(req.endTime as never);
-  if (f.fromMs !== undefined && f.toMs !== undefined && f.fromMs >= f.toMs) throw invalidRequest("invalid_value", "`start_time` must be before `end_time`.");
+  // Log times are whole microseconds: a bound rounded up to one selects exactly as the bound itself.
+  if (req.startTime) f.fromUs = microsAtOrAfter(req.startTime);
+  if (req.endTime) f.toUs = microsAtOrAfter(req.endTime);
+  if (f.fromUs !== undefined && f.toUs !== undefined && f.fromUs >= f.toUs) throw invalidRequest("invalid_value", "`start_time` must be before `end_time`.");
   if (req.model) f.model = req.model;
   if (req.status) {
     if (req.status < 100 || req.status > 599) throw invalidRequest("invalid_value", "`status` must be an HTTP status (100 to 599).");

@@ -1,10 +1,10 @@
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { Client } from "@connectrpc/connect";
 import Router from "@koa/router";
 import Koa, { type Context } from "koa";
 import type { ApiKey, AuthService, Project } from "../../gen/svc/auth/v1/auth_service_pb.js";
 import { AnalyticsGranularity, AnalyticsGroupBy, type TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { apiError, invalidApiKey, invalidRequest, toErrorInfo } from "../../core/errors.js";
+import { timestampFromMicros } from "../../core/telemetry/micros.js";
 import { errorMiddleware } from "../http-errors.js";
 import { Query } from "./query.js";
 import { analyticsJson, logJson, promptJson } from "./render.js";
@@ -17,7 +17,7 @@ export interface ManagementDeps {
 const granularities = { minute: AnalyticsGranularity.MINUTE, hour: AnalyticsGranularity.HOUR, day: AnalyticsGranularity.DAY } as const;
 const groupBys = { model: AnalyticsGroupBy.MODEL, user: AnalyticsGroupBy.USER, key: AnalyticsGroupBy.KEY, status: AnalyticsGroupBy.STATUS } as const;
 const endpoints = { "chat.completions": "/v1/chat/completions", messages: "/v1/messages" } as const;
-const DAY_MS = 24 * 3600_000;
+const DAY_US = 24 * 3600_000_000;
 
 interface Caller {
   key: ApiKey;
@@ -27,10 +27,10 @@ interface Caller {
 const caller = (ctx: Context): Caller => ctx.state.caller as Caller;
 const scope = (ctx: Context) => ({ projectId: caller(ctx).project.id, keyMode: caller(ctx).key.mode });
 
-/** A time range from `start` / `end` (default: the `defaultSpanMs` before now). */
-function range(q: Query, defaultSpanMs: number): { start: number; end: number } {
-  const end = q.time("end") ?? Date.now();
-  const start = q.time("start") ?? end - defaultSpanMs;
+/** A time range from `start` / `end` in epoch microseconds (default: the `defaultSpanUs` before now). */
+function range(q: Query, defaultSpanUs: number): { start: number; end: number } {
+  const end = q.time("end") ?? Date.now() * 1000;
+  const start = q.time("start") ?? end - defaultSpanUs;
   if (start >= end) throw invalidRequest("invalid_parameter", "Query parameter 'start' must be before 'end'.");
   return { start, end };
 }
@@ -118,8 +118,8 @@ export function createManagementApp(deps: ManagementDeps): Koa {
       ...scope(ctx),
       pageSize: limit,
       pageToken: cursor,
-      startTime: start === undefined ? undefined : timestampFromMs(start),
-      endTime: end === undefined ? undefined : timestampFromMs(end),
+      startTime: start === undefined ? undefined : timestampFromMicros(start),
+      endTime: end === undefined ? undefined : timestampFromMicros(end),
       status: statusCode,
       statusClass,
       endpoint: endpoint ? endpoints[endpoint] : "",
@@ -138,7 +138,7 @@ export function createManagementApp(deps: ManagementDeps): Koa {
 
   router.get("/v1/analytics", async (ctx) => {
     const q = new Query(ctx.querystring);
-    const { start, end } = range(q, DAY_MS);
+    const { start, end } = range(q, DAY_US);
     const granularity = q.oneOf("granularity", Object.keys(granularities) as Array<keyof typeof granularities>) ?? "hour";
     const group = q.string("group_by");
     let groupBy = AnalyticsGroupBy.UNSPECIFIED;
@@ -154,8 +154,8 @@ export function createManagementApp(deps: ManagementDeps): Koa {
     q.done();
     const res = await deps.telemetry.getAnalytics({
       ...scope(ctx),
-      startTime: timestampFromMs(start),
-      endTime: timestampFromMs(end),
+      startTime: timestampFromMicros(start),
+      endTime: timestampFromMicros(end),
       granularity: granularities[granularity],
       groupBy,
       metadataKey,

@@ -2,8 +2,9 @@ import { startsWithCalendarDate } from "../../core/calendar.js";
 import { invalidRequest } from "../../core/errors.js";
 
 /**
- * Reading management query parameters strictly: an unknown parameter, a repeated one or a bad value
- * is a 400 that names it, so a typo never silently widens a query.
+ * Reading management query parameters strictly: an unknown parameter, a repeated one, an empty one
+ * or a bad value is a 400 that names it, so a typo (or a client that sends `model=` for "no
+ * model") never silently widens a query.
  */
 export class Query {
   readonly #params: URLSearchParams;
@@ -13,8 +14,17 @@ export class Query {
     this.#params = new URLSearchParams(search);
   }
 
-  /** The raw value of `name`, or undefined when absent. */
+  /**
+   * The raw value of `name`, or undefined when absent. Empty (`model=`, or `model` alone) is
+   * refused: an empty filter would match every row, which is never what was meant.
+   */
   string(name: string): string | undefined {
+    const v = this.#value(name);
+    if (v === "") throw bad(name, "must not be empty (leave the parameter out to not filter on it)");
+    return v;
+  }
+
+  #value(name: string): string | undefined {
     this.#used.add(name);
     const all = this.#params.getAll(name);
     if (all.length > 1) throw bad(name, "must be given once");
@@ -30,14 +40,18 @@ export class Query {
     return n;
   }
 
-  /** A time: RFC 3339 / ISO 8601 (`2026-11-22T10:00:00Z`) or milliseconds since the epoch. */
+  /**
+   * A time in epoch microseconds: RFC 3339 / ISO 8601 (`2026-11-22T10:00:00.123456Z`, any number of
+   * fractional digits) or milliseconds since the epoch. Digits past the microsecond round up to the
+   * next one: log times are whole microseconds, so `time >= t` and `time < t` select exactly as
+   * with the time given.
+   */
   time(name: string): number | undefined {
     const v = this.string(name);
     if (v === undefined) return undefined;
-    // An ISO time must name a real day: Date.parse rolls 2026-02-30 over to March 2.
-    const ms = /^\d{10,16}$/.test(v) ? Number(v) : startsWithCalendarDate(v) ? Date.parse(v) : NaN;
-    if (!Number.isFinite(ms)) throw bad(name, `must be an ISO 8601 time such as 2026-11-22T10:00:00Z, got '${v}'`);
-    return ms;
+    const us = parseMicros(v);
+    if (us === undefined) throw bad(name, `must be an ISO 8601 time such as 2026-11-22T10:00:00Z, got '${v}'`);
+    return us;
   }
 
   /** One of `allowed` (compared without case). */
@@ -56,7 +70,8 @@ export class Query {
       if (!name.startsWith(`${prefix}.`)) continue;
       const key = name.slice(prefix.length + 1);
       if (!key) throw bad(name, "needs a key after the dot");
-      out[key] = this.string(name)!;
+      // A metadata value may be empty ({"team":""} is a pair like any other): it selects that pair.
+      out[key] = this.#value(name)!;
     }
     return out;
   }
@@ -67,6 +82,24 @@ export class Query {
       if (!this.#used.has(name)) throw invalidRequest("unknown_parameter", `Unknown query parameter '${name}'.`);
     }
   }
+}
+
+/** Whole seconds, then the fraction (`.` or `,`), then the rest (a zone): ISO 8601 with a fraction. */
+const FRACTION = /^(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2})[.,](\d+)(.*)$/;
+
+/** An API time as epoch microseconds (see Query.time), or undefined when it is not one. */
+export function parseMicros(v: string): number | undefined {
+  if (/^\d{10,16}$/.test(v)) return Number(v) * 1000;
+  // An ISO time must name a real day: Date.parse rolls 2026-02-30 over to March 2.
+  if (!startsWithCalendarDate(v)) return undefined;
+  // Date.parse keeps milliseconds only: the fraction is read here, the rest (whole seconds) there.
+  const m = FRACTION.exec(v);
+  const ms = Date.parse(m ? m[1]! + m[3]! : v);
+  if (!Number.isFinite(ms)) return undefined;
+  if (!m) return ms * 1000;
+  const digits = m[2]!;
+  const fraction = Number(digits.slice(0, 6).padEnd(6, "0")) + (/[1-9]/.test(digits.slice(6)) ? 1 : 0);
+  return ms * 1000 + fraction;
 }
 
 const bad = (name: string, what: string) => invalidRequest("invalid_parameter", `Query parameter '${name}' ${what}.`);

@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import { request } from "node:http";
+import { timestampFromMicros } from "../../../src/core/telemetry/micros.js";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
+import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { postJson, rawRequest, type RawResponse, sseEvents } from "../../support/http.js";
 import { captureLog } from "../../support/log-capture.js";
@@ -301,5 +303,53 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
       const cut = await send("text/plain", big);
       assert.ok(cut.log.request_body.startsWith("x".repeat(256 * 1024)) && cut.log.request_body.length < big.length, "cut like any logged body");
     });
+  });
+
+  it("selects logs by start and end to the microsecond", async () => {
+    const own = await gw.project(Plan.PRO);
+    const us = Date.UTC(2026, 10, 20, 12, 0, 0) * 1000 + 123_456; // 12:00:00.123456
+    const requestId = `req_micros${Date.now()}`;
+    await gw.telemetry.recordRequest({
+      log: { requestId, time: timestampFromMicros(us), projectId: own.projectId, keyId: own.liveKeyId, keyMode: KeyMode.LIVE, endpoint: "/v1/chat/completions", model: "chat-4o", status: 200, cache: "MISS" },
+    });
+    await until(() => get(`/v1/logs/${requestId}`, own.live), (x) => x.status === 200);
+    const ids_ = async (q: string) => {
+      const res = await get(`/v1/logs?${q}`, own.live);
+      assert.equal(res.status, 200, res.text);
+      return res.json().data.map((l: { id: string }) => l.id);
+    };
+    const at = (fraction: string) => encodeURIComponent(`2026-11-20T12:00:00.${fraction}Z`);
+    assert.deepEqual(await ids_(`start=${at("123456")}`), [requestId], "start is inclusive");
+    assert.deepEqual(await ids_(`start=${at("123457")}`), [], "a row at .123456 is before .123457");
+    assert.deepEqual(await ids_(`start=${at("123456001")}`), [], "nanoseconds after the row's microsecond");
+    assert.deepEqual(await ids_(`end=${at("123456")}`), [], "end is exclusive");
+    assert.deepEqual(await ids_(`end=${at("123457")}`), [requestId]);
+    assert.deepEqual(await ids_(`end=${at("1234561")}`), [requestId]);
+    assert.deepEqual(await ids_(`start=${encodeURIComponent("2026-11-20T13:00:00.123456+01:00")}`), [requestId], "an offset keeps its microseconds");
+    assert.deepEqual(await ids_(`start=${Math.floor(us / 1000)}&end=${Math.floor(us / 1000) + 1}`), [requestId], "milliseconds since the epoch still work");
+  });
+
+  it("refuses an empty filter value with 400 naming the parameter, rather than ignoring the filter", async () => {
+    for (const [path, name] of [
+      ["/v1/logs?model=", "model"],
+      ["/v1/logs?user_id=", "user_id"],
+      ["/v1/logs?model", "model"],
+      ["/v1/logs?cursor=", "cursor"],
+      ["/v1/logs?endpoint=", "endpoint"],
+      ["/v1/prompts?cursor=", "cursor"],
+      ["/v1/analytics?group_by=", "group_by"],
+    ] as const) {
+      const res = await get(path);
+      assert.equal(res.status, 400, path);
+      assert.deepEqual([res.json().error.type, res.json().error.code], ["invalid_request_error", "invalid_parameter"], path);
+      assert.ok(res.json().error.message.includes(`'${name}'`), res.json().error.message);
+    }
+    // A metadata value may be empty (X-Svc-Metadata {"team":""}): it selects that pair, not everything.
+    const own = await gw.project(Plan.PRO);
+    const r = await postJson(chatUrl(), own.live, { model: "chat-4o", messages: [{ role: "user", content: "empty team" }] }, { "X-Svc-Metadata": '{"team":""}' });
+    await postJson(chatUrl(), own.live, { model: "chat-4o", messages: [{ role: "user", content: "search team" }] }, { "X-Svc-Metadata": '{"team":"search"}' });
+    const all = await until(() => get("/v1/logs", own.live), (x) => x.json().data?.length === 2);
+    assert.equal(all.json().data.length, 2);
+    assert.deepEqual((await get("/v1/logs?metadata.team=", own.live)).json().data.map((l: { id: string }) => l.id), [r.headers["x-svc-request-id"]]);
   });
 });

@@ -31,7 +31,7 @@ export type RequestLog = Message<"svc.telemetry.v1.RequestLog"> & {
   requestId: string;
 
   /**
-   * When the request arrived; kept to the millisecond.
+   * When the request arrived; kept to the microsecond.
    *
    * @generated from field: google.protobuf.Timestamp time = 2;
    */
@@ -272,14 +272,15 @@ export type ListLogsRequest = Message<"svc.telemetry.v1.ListLogsRequest"> & {
   pageToken: string;
 
   /**
-   * Only logs at or after this time.
+   * Only logs at or after this time. Log times are whole microseconds: a finer time rounds up to
+   * the next microsecond, which selects exactly the same logs.
    *
    * @generated from field: google.protobuf.Timestamp start_time = 5;
    */
   startTime?: Timestamp | undefined;
 
   /**
-   * Only logs before this time.
+   * Only logs before this time (a finer time than microseconds rounds up, as start_time).
    *
    * @generated from field: google.protobuf.Timestamp end_time = 6;
    */
