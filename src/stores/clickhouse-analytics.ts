@@ -16,7 +16,7 @@ const LOG_VALUE: Record<Exclude<Dimension, `metadata.${string}`>, string> = {
   status: "toString(status)",
 };
 
-/** The longest range a log scan may cover, in seconds. */
+/** The longest range a grouped minute series may ask for, in seconds (rounded out to whole minutes, its scan may cover one more). */
 export const LOG_SCAN_MAX_SECONDS = 24 * 3600;
 
 const ROLLUP_METRICS = `sum(requests) AS m_requests, sum(errors) AS m_errors, sum(cache_hits) AS m_cache_hits,

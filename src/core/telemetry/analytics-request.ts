@@ -18,6 +18,7 @@ import { checkId } from "./log-row.js";
 const STEP: Record<Granularity, number> = { minute: 60, hour: 3600, day: 86_400 };
 /** The longest range per granularity, in buckets (7 days of minutes, 400 of hours, 3660 days). */
 const MAX_BUCKETS: Record<Granularity, number> = { minute: 7 * 1440, hour: 400 * 24, day: 3660 };
+const MAX_SPAN_TEXT: Record<Granularity, string> = { minute: "7 days", hour: "400 days", day: "3660 days" };
 /** The default range per granularity, in seconds, ending now. */
 const DEFAULT_SPAN: Record<Granularity, number> = { minute: 3600, hour: 86_400, day: 30 * 86_400 };
 
@@ -65,14 +66,17 @@ export function analyticsQueryOf(req: GetAnalyticsRequest, nowMs: number): Analy
 
   const endSec = req.endTime ? timestampMs(req.endTime) / 1000 : nowMs / 1000;
   const toSec = Math.ceil(endSec / step) * step;
-  const fromSec = req.startTime ? Math.floor(timestampMs(req.startTime) / 1000 / step) * step : toSec - DEFAULT_SPAN[granularity];
+  const startSec = req.startTime ? timestampMs(req.startTime) / 1000 : toSec - DEFAULT_SPAN[granularity];
+  const fromSec = Math.floor(startSec / step) * step;
   if (!(fromSec >= 0) || !(toSec > fromSec)) throw invalidRequest("invalid_value", "`start_time` must be before `end_time`.");
-  // Rounding both ends out may add a bucket: a range of exactly the maximum, not aligned, is fine.
-  if ((toSec - fromSec) / step > MAX_BUCKETS[granularity] + 1) {
-    throw invalidRequest("invalid_value", `a ${granularity} series covers at most ${MAX_BUCKETS[granularity]} ${granularity}s; narrow the range or use a coarser granularity.`);
+  // The maximum is of the range asked for, start to end (docs/management-api.md). The series is
+  // rounded out to whole buckets, so a range of the maximum that is not aligned spans one bucket
+  // more; a range longer than the maximum is refused, however it is aligned.
+  if (endSec - startSec > MAX_BUCKETS[granularity] * step) {
+    throw invalidRequest("invalid_value", `a ${granularity} series covers at most ${MAX_BUCKETS[granularity]} ${granularity}s (${MAX_SPAN_TEXT[granularity]}) from \`start_time\` to \`end_time\`; narrow the range or use a coarser granularity.`);
   }
-  if (needsLogScan(granularity, groupBy) && toSec - fromSec > LOG_SCAN_MAX_SECONDS + step) {
-    throw invalidRequest("invalid_value", "a grouped minute series covers at most 24 hours; use hour granularity for longer ranges.");
+  if (needsLogScan(granularity, groupBy) && endSec - startSec > LOG_SCAN_MAX_SECONDS) {
+    throw invalidRequest("invalid_value", "a grouped minute series covers at most 24 hours from `start_time` to `end_time`; use hour granularity for longer ranges.");
   }
   return { projectId, fromSec, toSec, granularity, groupBy, groupLimit };
 }

@@ -148,6 +148,24 @@ describe("TelemetryService", function () {
     assert.equal(timestampMs(r.endTime!) - timestampMs(r.startTime!), 86_400_000 + 60_000, "rounded out to whole minutes");
   });
 
+  it("refuses a range longer than the granularity's maximum, aligned or not, by as little as a bucket", async () => {
+    const DAY = 86_400_000;
+    const start = Date.UTC(2026, 0, 1); // aligned to every granularity
+    for (const [granularity, groupBy, max, step] of [
+      [AnalyticsGranularity.MINUTE, AnalyticsGroupBy.UNSPECIFIED, 7 * DAY, 60_000],
+      [AnalyticsGranularity.MINUTE, AnalyticsGroupBy.MODEL, DAY, 60_000],
+      [AnalyticsGranularity.HOUR, AnalyticsGroupBy.UNSPECIFIED, 400 * DAY, 3_600_000],
+      [AnalyticsGranularity.DAY, AnalyticsGroupBy.UNSPECIFIED, 3660 * DAY, DAY],
+    ] as const) {
+      const ask = (from: number, span: number) =>
+        gw.telemetry.getAnalytics({ projectId, keyMode: KeyMode.LIVE, granularity, groupBy, startTime: timestampFromMs(from), endTime: timestampFromMs(from + span) });
+      const r = await ask(start, max);
+      assert.equal(timestampMs(r.endTime!) - timestampMs(r.startTime!), max, "the maximum, aligned: exactly that many buckets");
+      await refuses(ask(start, max + step), 400, "invalid_value");
+      await refuses(ask(start + 1000, max + 1000), 400, "invalid_value");
+    }
+  });
+
   it("refuses bad requests with the spec's errors", async () => {
     const t = gw.telemetry;
     await refuses(t.recordRequest({}), 400, "missing_required_field");

@@ -352,4 +352,29 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
     assert.equal(all.json().data.length, 2);
     assert.deepEqual((await get("/v1/logs?metadata.team=", own.live)).json().data.map((l: { id: string }) => l.id), [r.headers["x-svc-request-id"]]);
   });
+
+  it("refuses analytics ranges longer than documented, by one bucket, and takes the documented maximum", async () => {
+    const iso = (ms: number) => new Date(ms).toISOString();
+    const t = Date.UTC(2026, 9, 1); // aligned to every granularity
+    const MIN = 60_000;
+    const HOUR = 60 * MIN;
+    const DAY = 24 * HOUR;
+    for (const [granularity, groupBy, max, step] of [
+      ["minute", "", 7 * DAY, MIN],
+      ["minute", "&group_by=model", DAY, MIN],
+      ["hour", "", 400 * DAY, HOUR],
+      ["day", "", 3660 * DAY, DAY],
+    ] as const) {
+      const q = (span: number, from = t) => `/v1/analytics?granularity=${granularity}${groupBy}&start=${iso(from)}&end=${iso(from + span)}`;
+      const ok = await get(q(max));
+      assert.equal(ok.status, 200, `${granularity}${groupBy}: the maximum ${ok.text}`);
+      const unaligned = await get(q(max, t + step / 2));
+      assert.equal(unaligned.status, 200, `${granularity}${groupBy}: the maximum, not aligned ${unaligned.text}`);
+      for (const span of [max + step, max + 1000]) {
+        const res = await get(q(span));
+        assert.equal(res.status, 400, `${granularity}${groupBy}: ${span - max} ms over the maximum`);
+        assert.equal(res.json().error.code, "invalid_parameter");
+      }
+    }
+  });
 });

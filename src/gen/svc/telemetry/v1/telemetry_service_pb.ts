@@ -456,7 +456,10 @@ export type GetAnalyticsRequest = Message<"svc.telemetry.v1.GetAnalyticsRequest"
   startTime?: Timestamp | undefined;
 
   /**
-   * The end of the range, exclusive, rounded up to the granularity; by default now.
+   * The end of the range, exclusive, rounded up to the granularity; by default now. From
+   * start_time to end_time is at most 7 days (minute; 24 hours grouped), 400 days (hour) or 3660
+   * days (day); rounded out, a range of the maximum not aligned to the granularity spans one
+   * bucket more.
    *
    * @generated from field: google.protobuf.Timestamp end_time = 4;
    */
