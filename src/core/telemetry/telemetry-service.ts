@@ -10,7 +10,7 @@ import { analyticsQueryOf, analyticsResponseOf } from "./analytics-request.js";
 import { checkId, logOfRecord, modeName, rowOfLog } from "./log-row.js";
 import { microsAtOrAfter } from "./micros.js";
 import type { LogWriter } from "./log-writer.js";
-import { decodePageToken, encodePageToken } from "./page-token.js";
+import { decodePageToken, decodePromptPageToken, encodePageToken, encodePromptPageToken } from "./page-token.js";
 
 export interface TelemetryDeps {
   store: TelemetryStore;
@@ -106,16 +106,12 @@ export function createTelemetryService({ store, writer, prompts, bodyTtlDays, no
       const projectId = checkId(req.projectId, "project_id");
       const limit = req.pageSize === 0 ? 100 : req.pageSize;
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw invalidRequest("invalid_value", "`page_size` must be 1 to 1000.");
-      let after = "";
-      if (req.pageToken) {
-        after = Buffer.from(req.pageToken, "base64url").toString("utf8");
-        if (!PROMPT_NAME.test(after)) throw invalidRequest("invalid_page_token", "`page_token` is not a token this listing returned.");
-      }
+      const after = req.pageToken ? decodePromptPageToken(req.pageToken, projectId) : "";
       const all = (await prompts.list(projectId)).filter((p) => p.name > after);
       const page = all.slice(0, limit);
       return {
         prompts: page.map((p) => promptMessage(p, false)),
-        nextPageToken: all.length > limit ? Buffer.from(page.at(-1)!.name).toString("base64url") : "",
+        nextPageToken: all.length > limit ? encodePromptPageToken(page.at(-1)!.name, projectId) : "",
       };
     },
   };

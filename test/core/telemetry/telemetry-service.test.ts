@@ -197,6 +197,15 @@ describe("TelemetryService", function () {
     const page1 = await t.listPrompts({ projectId, pageSize: 1 });
     const page2 = await t.listPrompts({ projectId, pageSize: 1, pageToken: page1.nextPageToken });
     assert.deepEqual([page1.prompts[0]!.name, page2.prompts[0]!.name, page2.nextPageToken], ["apology", "greeting", ""]);
+    // Only a token this listing returned: not a made-up one (the name "apology" in base64url),
+    // not another project's, not a log listing's.
+    await refuses(t.listPrompts({ projectId, pageToken: Buffer.from("apology").toString("base64url") }), 400, "invalid_page_token");
+    await refuses(t.listPrompts({ projectId, pageToken: "garbage" }), 400, "invalid_page_token");
+    await refuses(t.listPrompts({ projectId: "proj_other", pageToken: page1.nextPageToken }), 400, "invalid_page_token");
+    const logToken = (await gw.telemetry.listLogs({ projectId, keyMode: KeyMode.LIVE, pageSize: 1 })).nextPageToken;
+    assert.ok(logToken);
+    await refuses(t.listPrompts({ projectId, pageToken: logToken }), 400, "invalid_page_token");
+    await refuses(gw.telemetry.listLogs({ projectId, keyMode: KeyMode.LIVE, pageToken: page1.nextPageToken }), 400, "invalid_page_token");
     await refuses(t.getPrompt({ projectId: "proj_other", name: "greeting" }), 404, "prompt_not_found");
     await refuses(t.getPrompt({ projectId, name: "greeting", version: 3 }), 404, "prompt_not_found");
     await refuses(t.putPrompt({ projectId, name: "../etc", content: "x" }), 400, "invalid_value");

@@ -377,4 +377,25 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
       }
     }
   });
+
+  it("refuses a prompts cursor it did not return, and one of another project", async () => {
+    const own = await gw.project(Plan.PRO);
+    for (const name of ["alpha", "beta", "gamma"]) await gw.telemetry.putPrompt({ projectId: own.projectId, name, content: `I am ${name}` });
+    const page1 = (await get("/v1/prompts?limit=1", own.live)).json();
+    assert.deepEqual([page1.data.map((p: { name: string }) => p.name), page1.has_more], [["alpha"], true]);
+    const page2 = (await get(`/v1/prompts?limit=1&cursor=${encodeURIComponent(page1.next_cursor)}`, own.live)).json();
+    assert.deepEqual(page2.data.map((p: { name: string }) => p.name), ["beta"]);
+    const made = [Buffer.from("beta").toString("base64url"), "garbage", Buffer.from("[2,1,\"x\",\"y\"]").toString("base64url"), `${page1.next_cursor}!`];
+    for (const cursor of made) {
+      const res = await get(`/v1/prompts?cursor=${encodeURIComponent(cursor)}`, own.live);
+      assert.equal(res.status, 400, `${cursor}: ${res.text}`);
+      assert.deepEqual([res.json().error.type, res.json().error.code], ["invalid_request_error", "invalid_page_token"]);
+      assert.ok(res.json().error.message.includes("'cursor'"), res.json().error.message);
+    }
+    const foreign = await get(`/v1/prompts?cursor=${encodeURIComponent(page1.next_cursor)}`, other.live);
+    assert.equal(foreign.status, 400);
+    assert.equal(foreign.json().error.code, "invalid_page_token");
+    const logCursor = (await get("/v1/logs?limit=1")).json().next_cursor;
+    assert.equal((await get(`/v1/prompts?cursor=${encodeURIComponent(logCursor)}`)).status, 400, "a logs cursor is not a prompts cursor");
+  });
 });

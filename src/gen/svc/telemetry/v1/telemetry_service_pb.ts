@@ -900,7 +900,7 @@ export type ListPromptsRequest = Message<"svc.telemetry.v1.ListPromptsRequest"> 
   pageSize: number;
 
   /**
-   * The cursor from a previous page.
+   * The cursor from a previous page of this project's listing; any other is refused.
    *
    * @generated from field: string page_token = 3;
    */
