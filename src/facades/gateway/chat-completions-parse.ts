@@ -1,6 +1,17 @@
 import { ApiStyle, BlockType, type ChatMessage, type ContentBlock, type ToolDefinition } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject, type JsonObject } from "../../core/json.js";
 import { chatMessage, contentBlock, toolDefinition } from "../../core/proxy/canonical.js";
+import {
+  CHAT_FUNCTION_FIELDS,
+  CHAT_REQUEST_FIELDS,
+  CHAT_ROLES,
+  CHAT_TEXT_PART_FIELDS,
+  CHAT_TOOL_CALL_FIELDS,
+  CHAT_TOOL_FIELDS,
+  MAX_TEMPERATURE_CHAT,
+  MIN_MAX_TOKENS,
+  TOOL_NAME,
+} from "../../core/proxy/request-rules.js";
 import type { ParsedChatRequest } from "./codec.js";
 import {
   fail,
@@ -19,17 +30,19 @@ import {
 } from "./validate.js";
 
 const chat = ApiStyle.CHAT_COMPLETIONS;
-const roles = ["system", "developer", "user", "assistant", "tool", "function"] as const;
+const roles = CHAT_ROLES;
 /**
  * Top-level fields the canonical model names. Everything else (top_p, stop, tool_choice, seed,
  * response_format, max_completion_tokens, ...) is kept verbatim for a chat-completions upstream.
+ * The names and limits are shared with the check of requests that come over the network
+ * (core/proxy/request-rules.ts).
  */
-const kKnown: ReadonlySet<string> = new Set(["model", "messages", "temperature", "max_tokens", "stream", "tools"]);
-const kTextPartKnown: ReadonlySet<string> = new Set(["type", "text"]);
-const kToolCallKnown: ReadonlySet<string> = new Set(["id", "type", "function"]);
-const kToolKnown: ReadonlySet<string> = new Set(["type", "function"]);
-const kFunctionKnown: ReadonlySet<string> = new Set(["name", "description", "parameters"]);
-const toolName = /^[a-zA-Z0-9_-]{1,64}$/;
+const kKnown = CHAT_REQUEST_FIELDS;
+const kTextPartKnown = CHAT_TEXT_PART_FIELDS;
+const kToolCallKnown = CHAT_TOOL_CALL_FIELDS;
+const kToolKnown = CHAT_TOOL_FIELDS;
+const kFunctionKnown = CHAT_FUNCTION_FIELDS;
+const toolName = TOOL_NAME;
 
 /**
  * Validates a chat-completions body (https://platform.openai.com/docs/api-reference/chat/create) and
@@ -42,9 +55,9 @@ export function parseChatCompletionsRequest(body: unknown): ParsedChatRequest {
   const rawMessages = requireArray(b, "messages");
   if (rawMessages.length === 0) fail("invalid_value", "`messages` must contain at least one message.");
   const messages = rawMessages.map((m, i) => parseMessage(m, `messages[${i}]`));
-  const temperature = optionalNumberInRange(b, "temperature", 0, 2);
-  const maxTokens = optionalIntegerInRange(b, "max_tokens", 1);
-  const maxCompletionTokens = optionalIntegerInRange(b, "max_completion_tokens", 1);
+  const temperature = optionalNumberInRange(b, "temperature", 0, MAX_TEMPERATURE_CHAT);
+  const maxTokens = optionalIntegerInRange(b, "max_tokens", MIN_MAX_TOKENS);
+  const maxCompletionTokens = optionalIntegerInRange(b, "max_completion_tokens", MIN_MAX_TOKENS);
   const stream = optionalBoolean(b, "stream") ?? false;
   checkChoiceCount(b);
   checkStreamOptions(b, stream);

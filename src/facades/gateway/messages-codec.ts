@@ -13,6 +13,15 @@ import {
 import type { ErrorInfo } from "../../core/errors.js";
 import { extraJson, parseExtra, type JsonObject } from "../../core/json.js";
 import { chatMessage, contentBlock, toolDefinition } from "../../core/proxy/canonical.js";
+import {
+  MAX_TEMPERATURE_MESSAGES,
+  MESSAGE_FIELDS,
+  MESSAGES_REQUEST_FIELDS,
+  MESSAGES_ROLES,
+  MESSAGES_TOOL_FIELDS,
+  MIN_MAX_TOKENS,
+  TOOL_NAME as TOOL_NAME_RULE,
+} from "../../core/proxy/request-rules.js";
 import { blockFromWire, blockToWire, joinTexts } from "../../core/proxy/upstreams/anthropic/blocks.js";
 import { stopReasonFromFinish } from "../../core/proxy/upstreams/anthropic/stop-reason.js";
 import { formatSse } from "../../core/sse.js";
@@ -48,12 +57,14 @@ export const messagesCodec: ClientCodec = {
   createStreamRenderer: (req) => new MessagesStreamRenderer(req),
 };
 
-const TOP_KEYS = new Set(["model", "max_tokens", "messages", "system", "temperature", "stream", "tools"]);
+// The names and limits are shared with the check of requests that come over the network
+// (core/proxy/request-rules.ts).
+const TOP_KEYS = MESSAGES_REQUEST_FIELDS;
 // A system sent as blocks (cache_control...) also stays in extra_json, where it wins for a same-style upstream.
 const TOP_KEYS_BLOCK_SYSTEM = new Set([...TOP_KEYS].filter((k) => k !== "system"));
-const MESSAGE_KEYS = new Set(["role", "content"]);
-const TOOL_KEYS = new Set(["name", "description", "input_schema"]);
-const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+const MESSAGE_KEYS = MESSAGE_FIELDS;
+const TOOL_KEYS = MESSAGES_TOOL_FIELDS;
+const TOOL_NAME = TOOL_NAME_RULE;
 
 // ---- request ----------------------------------------------------------------------------------
 
@@ -61,11 +72,11 @@ function parseRequest(input: unknown): ParsedChatRequest {
   const body = requireBody(input);
   const model = requireString(body, "model");
   if (!model) fail("invalid_value", "`model` must be a non-empty string.");
-  const maxTokens = requireIntegerInRange(body, "max_tokens", 1);
+  const maxTokens = requireIntegerInRange(body, "max_tokens", MIN_MAX_TOKENS);
   const messages = requireArray(body, "messages");
   if (!messages.length) fail("invalid_value", "`messages` must contain at least one message.");
   const system = parseSystem(body.system);
-  const temperature = optionalNumberInRange(body, "temperature", 0, 1);
+  const temperature = optionalNumberInRange(body, "temperature", 0, MAX_TEMPERATURE_MESSAGES);
   const stream = optionalBoolean(body, "stream") ?? false;
   const tools = (optionalArray(body, "tools") ?? []).map(parseTool);
   checkSampling(body);
@@ -98,7 +109,7 @@ function parseSystem(v: unknown): string {
 function parseMessage(v: unknown, i: number): ChatMessage {
   const path = `messages[${i}]`;
   const m = requireObject(v, path);
-  const role = requireOneOf(m, "role", ["user", "assistant"], `${path}.role`);
+  const role = requireOneOf(m, "role", MESSAGES_ROLES, `${path}.role`);
   const content = m.content;
   let blocks: ContentBlock[];
   if (content === undefined || content === null) return missing(`${path}.content`);

@@ -3,6 +3,7 @@ import type { IncomingMessage } from "node:http";
 import { invalidApiKey, invalidRequest } from "../../core/errors.js";
 import { isObject } from "../../core/json.js";
 import { startsWithCalendarDate } from "../../core/calendar.js";
+import { BETA_NAME, MAX_BETAS, MAX_USER_ID_CHARS } from "../../core/proxy/request-rules.js";
 
 /**
  * Reading the parts of a gateway request that are not the provider-style body: the service key,
@@ -124,12 +125,10 @@ export function userIdOf(req: IncomingMessage): string {
   const raw = req.headers["x-svc-user-id"];
   if (raw === undefined) return "";
   const v = headerText(Array.isArray(raw) ? raw[0]! : raw).trim();
-  if (v.length > 256) throw invalidRequest("invalid_user_id", "X-Svc-User-Id must be at most 256 characters.");
+  if (v.length > MAX_USER_ID_CHARS) throw invalidRequest("invalid_user_id", "X-Svc-User-Id must be at most 256 characters.");
   return v;
 }
 
-/** A beta feature's name, as Anthropic writes them (e.g. `prompt-caching-2024-07-31`). */
-const BETA = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 /**
  * `anthropic-beta` on /v1/messages: opt-in features for the upstream, comma-separated (the SDK's
@@ -143,7 +142,7 @@ export function betasOf(req: IncomingMessage): string[] {
   for (const part of (Array.isArray(raw) ? raw.join(",") : raw).split(",")) {
     const name = part.trim();
     if (name === "" || names.has(name)) continue;
-    if (names.size >= 32 || !BETA.test(name)) throw invalidRequest("invalid_beta", "anthropic-beta must be a comma-separated list of at most 32 beta feature names.");
+    if (names.size >= MAX_BETAS || !BETA_NAME.test(name)) throw invalidRequest("invalid_beta", "anthropic-beta must be a comma-separated list of at most 32 beta feature names.");
     names.add(name);
   }
   return [...names].sort();
