@@ -13,6 +13,7 @@ import { createTelemetryBackend } from "./core/telemetry/telemetry-backend.js";
 import { createDirectClient } from "./core/direct-client.js";
 import { createCoreServer } from "./core/grpc-server.js";
 import { newRequestId } from "./core/ids.js";
+import { internalErrorInterceptor, servedProxyService, servedTelemetryService } from "./core/served.js";
 import { createPricing } from "./core/proxy/pricing.js";
 import { createProxyService } from "./core/proxy/proxy-service.js";
 import { createUpstreamHttp } from "./core/proxy/upstream-http.js";
@@ -107,17 +108,21 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     const telemetryBackend = await createTelemetryBackend(config);
     cleanups.push(() => telemetryBackend.close());
 
+    const auth = createDirectClient(AuthService, authImpl);
+    // The core port serves the same implementations, with what only calls from the network need
+    // (src/core/served.ts): checks of the requests the facades build from validated input, and a
+    // log of every internal error. The facades' in-process calls below skip both.
+    const projectExists = (projectId: string) => auth.getProject({ projectId });
     const core = createCoreServer((router: ConnectRouter) => {
       router.service(AuthService, authImpl);
-      router.service(ProxyService, proxyImpl);
+      router.service(ProxyService, servedProxyService(proxyImpl, projectExists));
       router.service(CacheService, cacheBackend.impl);
       router.service(LimitsService, limitsBackend.impl);
-      router.service(TelemetryService, telemetryBackend.impl);
-    }, [adminAuthInterceptor(adminToken)]);
+      router.service(TelemetryService, servedTelemetryService(telemetryBackend.impl, projectExists));
+    }, [internalErrorInterceptor(), adminAuthInterceptor(adminToken)]);
     const grpcPort = await listen(core.server, config.grpcPort, config.host, "SVC_GRPC_PORT");
     cleanups.push(() => core.close());
 
-    const auth = createDirectClient(AuthService, authImpl);
     const proxy = createDirectClient(ProxyService, proxyImpl);
     const cache = createDirectClient(CacheService, cacheBackend.impl);
     const limits = createDirectClient(LimitsService, limitsBackend.impl);

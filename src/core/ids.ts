@@ -33,3 +33,6 @@ export function randomBase62(n: number): string {
 
 /** A request id for `X-Svc-Request-Id`: `req_` and 24 base62 characters (~143 bits). */
 export const newRequestId = (): string => `req_${randomBase62(24)}`;
+
+/** What `newRequestId` makes: what a request id given over the network must look like. */
+export const REQUEST_ID = /^req_[0-9A-Za-z]{24}$/;

@@ -8,6 +8,7 @@ import { AuthService, Plan } from "../../src/gen/svc/auth/v1/auth_service_pb.js"
 import { KeyMode } from "../../src/gen/svc/common/v1/key_mode_pb.js";
 import { ApiStyle, ProxyService } from "../../src/gen/svc/proxy/v1/proxy_service_pb.js";
 import { createDirectClient } from "../../src/core/direct-client.js";
+import { newRequestId } from "../../src/core/ids.js";
 import { loadConfig } from "../../src/config.js";
 import { createProxyService } from "../../src/core/proxy/proxy-service.js";
 import { createUpstreamHttp } from "../../src/core/proxy/upstream-http.js";
@@ -74,11 +75,12 @@ describe("core over gRPC (independent @grpc/grpc-js client loading the .proto fi
 
   it("streams a chat through ProxyService.StreamChat", async () => {
     const proxy = new pkg.svc.proxy.v1.ProxyService(target, grpc.credentials.createInsecure());
+    const { projectId, liveKeyId } = await gw.project();
     const call = proxy.StreamChat(
       {
-        request_id: "req_grpc_test",
-        project_id: "proj_x",
-        key_id: "key_x",
+        request_id: newRequestId(),
+        project_id: projectId,
+        key_id: liveKeyId,
         key_mode: "KEY_MODE_LIVE",
         style: "API_STYLE_CHAT_COMPLETIONS",
         model: "chat-4o-mini",
@@ -107,10 +109,11 @@ describe("core over gRPC (independent @grpc/grpc-js client loading the .proto fi
     const interceptors = [(next: any) => (req: any) => { req.header.set("authorization", `Bearer ${gw.adminToken}`); return next(req); }];
     const grpcProxy = createClient(ProxyService, createGrpcTransport({ baseUrl: gw.grpcUrl, interceptors }));
     const webProxy = createClient(ProxyService, createGrpcWebTransport({ baseUrl: gw.grpcUrl, httpVersion: "1.1", interceptors }));
+    const { projectId, liveKeyId } = await gw.project();
     const req = {
-      requestId: "req_same",
-      projectId: "proj_x",
-      keyId: "key_x",
+      requestId: newRequestId(),
+      projectId,
+      keyId: liveKeyId,
       keyMode: KeyMode.LIVE,
       style: ApiStyle.MESSAGES,
       model: "assistant-3-haiku-20240307",

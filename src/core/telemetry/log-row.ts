@@ -4,6 +4,7 @@ import { type RequestLog, RequestLogSchema } from "../../gen/svc/telemetry/v1/te
 import type { ModeName } from "../../stores/registry-store.js";
 import type { LogRecord, LogRow } from "../../stores/telemetry-store.js";
 import { invalidRequest } from "../errors.js";
+import { REQUEST_ID } from "../ids.js";
 import { microsOfTimestamp, timestampFromMicros, utcMicrosText, utcSecondText } from "./micros.js";
 
 /** Ids are letters, digits, `_` and `-`, like every id the gateway makes. */
@@ -91,6 +92,24 @@ export function rowOfLog(l: RequestLog, opts: { bodyTtlDays: number; nowMs: numb
     response_body: cut(l.responseBody, LIMITS.bodyChars),
   };
   return { mode, row };
+}
+
+/**
+ * What a log recorded over the network must also be, beyond `rowOfLog`'s checks: what the gateway
+ * records for each of its requests. Its id is a gateway request id (`GET /v1/logs/{id}` finds it by
+ * that), it has its time, an HTTP status and the cache result, HIT or MISS. The gateway's own
+ * records (in process, on every request) are built that way and skip this; whether the project
+ * exists is asked of the registry after this (src/core/served.ts).
+ */
+export function checkWireLog(l: RequestLog): void {
+  if (!l.requestId) throw invalidRequest("missing_required_field", "`request_id` is required.");
+  if (!REQUEST_ID.test(l.requestId)) throw invalidRequest("invalid_value", "`request_id` must be a gateway request id (`req_` and 24 letters or digits).");
+  if (!l.projectId) throw invalidRequest("missing_required_field", "`project_id` is required.");
+  if (!l.time) throw invalidRequest("missing_required_field", "`time` is required.");
+  if (!Number.isInteger(l.status) || l.status < 100 || l.status > 599) throw invalidRequest("invalid_value", "`status` must be an HTTP status (100 to 599).");
+  if (!l.cache) throw invalidRequest("missing_required_field", "`cache` is required.");
+  const cache = l.cache.toUpperCase();
+  if (cache !== "HIT" && cache !== "MISS") throw invalidRequest("invalid_value", "`cache` must be HIT or MISS.");
 }
 
 /** The proto log of a stored record. */

@@ -35,7 +35,8 @@ describe("TelemetryService", function () {
   let gw: TestGateway;
   let grpcClient: any;
   let md: grpc.Metadata;
-  const projectId = `proj_${randomBase62(10)}`;
+  // Set before the tests: a project of the registry, as a log recorded over the network must name.
+  let projectId = "";
 
   const log = (n: number, over: Partial<Omit<RequestLog, "$typeName" | "$unknown">> = {}) => ({
     requestId: `req_${randomBase62(24)}`,
@@ -64,6 +65,7 @@ describe("TelemetryService", function () {
 
   before(async () => {
     gw = await startTestGateway({ SVC_TELEMETRY_FLUSH_INTERVAL_MS: "20" });
+    projectId = (await gw.project()).projectId;
     // The engine opens in the background at start (seconds on a busy machine): the first test's
     // second is for the write path, not for that.
     await gw.telemetry.listLogs({ projectId, keyMode: KeyMode.LIVE, pageSize: 1 });

@@ -13,10 +13,12 @@ import { contentBlock, usage } from "../../canonical.js";
  * (requests and rendered answers), so both directions agree on where each field lives.
  */
 
-const TEXT_KEYS = new Set(["type", "text"]);
-const TOOL_USE_KEYS = new Set(["type", "id", "name", "input"]);
+// The fields of each block type the canonical block names (exported for the check of requests that
+// come over the network, core/proxy/wire-request.ts: an extra_json never holds one of them).
+export const TEXT_KEYS: ReadonlySet<string> = new Set(["type", "text"]);
+export const TOOL_USE_KEYS: ReadonlySet<string> = new Set(["type", "id", "name", "input"]);
 // `content` is deliberately not listed: an array content stays in extra_json verbatim (see below).
-const TOOL_RESULT_KEYS = new Set(["type", "tool_use_id", "is_error"]);
+export const TOOL_RESULT_KEYS: ReadonlySet<string> = new Set(["type", "tool_use_id", "is_error"]);
 const USAGE_KEYS = new Set(["input_tokens", "output_tokens"]);
 
 /** Joins the text blocks of a messages-style content array (non-text items are skipped). */

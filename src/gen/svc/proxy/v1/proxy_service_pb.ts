@@ -220,7 +220,8 @@ export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
  */
 export type StreamChatRequest = Message<"svc.proxy.v1.StreamChatRequest"> & {
   /**
-   * The request id the caller gave the client (`X-Svc-Request-Id`); one is made when empty.
+   * The request id the caller gave the client (`X-Svc-Request-Id`: `req_` and 24 letters or
+   * digits); one is made when empty.
    *
    * @generated from field: string request_id = 1;
    */
@@ -877,7 +878,10 @@ export const ProxyService: GenService<{
   /**
    * Streams a chat completion from the selected upstream. A request with `stream` false yields a
    * single `completion` event; a streaming request yields `message_start`, then block events, then
-   * `message_end`.
+   * `message_end`. Called over the network, the request is checked before anything is sent
+   * upstream, by the rules of the HTTP endpoint of its style: INVALID_ARGUMENT (400
+   * invalid_request_error, the endpoints' codes) for a field out of range or a JSON text that is not
+   * what the field says, NOT_FOUND (404 project_not_found) for a project that does not exist.
    *
    * @generated from rpc svc.proxy.v1.ProxyService.StreamChat
    */

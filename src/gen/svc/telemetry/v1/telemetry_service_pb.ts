@@ -23,8 +23,8 @@ export const file_svc_telemetry_v1_telemetry_service: GenFile = /*@__PURE__*/
  */
 export type RequestLog = Message<"svc.telemetry.v1.RequestLog"> & {
   /**
-   * The request id, as sent in `X-Svc-Request-Id`; it is the log's identity, so recording the same
-   * id twice stores and counts it once.
+   * The request id, as sent in `X-Svc-Request-Id` (`req_` and 24 letters or digits); it is the
+   * log's identity, so recording the same id twice stores and counts it once.
    *
    * @generated from field: string request_id = 1;
    */
@@ -1049,7 +1049,10 @@ export const AnalyticsGroupBySchema: GenEnum<AnalyticsGroupBy> = /*@__PURE__*/
 export const TelemetryService: GenService<{
   /**
    * Records a finished request. It only queues the log: the write to ClickHouse happens later, in
-   * batches, off the request's hot path, so the call never waits on the store.
+   * batches, off the request's hot path, so the call never waits on the store. Called over the
+   * network, the log must be one the gateway would record: a gateway request id, its time, an HTTP
+   * status (100 to 599), `cache` HIT or MISS (else INVALID_ARGUMENT), of a project that exists
+   * (else NOT_FOUND).
    *
    * @generated from rpc svc.telemetry.v1.TelemetryService.RecordRequest
    */

@@ -1,0 +1,128 @@
+import { Code, ConnectError, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
+import type { ProxyService } from "../gen/svc/proxy/v1/proxy_service_pb.js";
+import type { TelemetryService } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
+import { log } from "../logger.js";
+import { apiError, carriesErrorInfo, toErrorInfo } from "./errors.js";
+import { checkWireChatRequest } from "./proxy/wire-request.js";
+import { checkWireLog } from "./telemetry/log-row.js";
+
+/**
+ * What the core port adds to the service implementations the facades call in process. A facade
+ * builds its requests from client input it has validated, and its calls are the hot path; a caller
+ * on the core port builds the canonical request itself. So the checks of such requests wrap the
+ * implementations for the router only (src/server.ts): nothing here runs on an in-process call.
+ */
+
+/** Resolves when the project exists; otherwise rejects with 404 project_not_found (or the registry's 503). */
+export type ProjectCheck = (projectId: string) => Promise<unknown>;
+
+/**
+ * ProxyService for the core port: StreamChat's request is checked (wire-request.ts) and its project
+ * looked up before the implementation runs, so a refused request never reaches the upstream.
+ */
+export function servedProxyService(impl: ServiceImpl<typeof ProxyService>, project: ProjectCheck): ServiceImpl<typeof ProxyService> {
+  return {
+    async *streamChat(req, ctx) {
+      checkWireChatRequest(req);
+      await project(req.projectId);
+      yield* impl.streamChat(req, ctx);
+    },
+  };
+}
+
+/**
+ * TelemetryService for the core port: RecordRequest's log must be one the gateway would record
+ * (log-row.ts `checkWireLog`) of a project that exists. The other calls are the implementation's.
+ */
+export function servedTelemetryService(impl: ServiceImpl<typeof TelemetryService>, project: ProjectCheck): ServiceImpl<typeof TelemetryService> {
+  return {
+    ...impl,
+    async recordRequest(req, ctx) {
+      if (req.log) {
+        checkWireLog(req.log);
+        await project(req.log.projectId);
+      }
+      return impl.recordRequest(req, ctx);
+    },
+  };
+}
+
+/** The one message a caller on the core port gets for an internal error, as the HTTP facades' 500. */
+const INTERNAL_MESSAGE = "The server had an error while processing the request.";
+
+/**
+ * An internal error: anything but a ConnectError, a ConnectError with code INTERNAL or UNKNOWN
+ * (Connect's code for a wrapped foreign error), or one carrying the spec's 500 internal_error. The
+ * errors the core means to send (400s, 404s, 503s...) carry their own status and pass untouched.
+ */
+function isInternal(e: unknown): boolean {
+  if (!(e instanceof ConnectError)) return true;
+  if (carriesErrorInfo(e)) return toErrorInfo(e).code === "internal_error";
+  return e.code === Code.Internal || e.code === Code.Unknown;
+}
+
+/** The request id a call's message names, if any (StreamChat's request, RecordRequest's log). */
+function requestIdOf(message: unknown): string | undefined {
+  const m = message as { requestId?: unknown; log?: { requestId?: unknown } } | undefined;
+  const id = m?.requestId ?? m?.log?.requestId;
+  return typeof id === "string" && id !== "" ? id : undefined;
+}
+
+/**
+ * Logs every internal error of a call served on the core port once, with its stack, the procedure
+ * and the request id when the call names one, and answers the caller INTERNAL with a generic message
+ * and the spec's 500 internal_error (never the error's own message): what the HTTP facades do
+ * (src/facades/http-errors.ts, respond.ts). Errors of a server stream are met while its messages
+ * are read, and are handled there. Registered on the served router only (src/server.ts), so
+ * in-process calls, whose errors the facades log, are not wrapped.
+ */
+export function internalErrorInterceptor(): Interceptor {
+  return (next) => async (req) => {
+    // The message is read when a failure is logged, not before: StreamChat makes a request id
+    // for a request that has none, into the message.
+    let message: unknown;
+    if (req.stream) {
+      const source = req.message;
+      req = {
+        ...req,
+        message: (async function* () {
+          for await (const m of source) {
+            message = m;
+            yield m;
+          }
+        })(),
+      };
+    } else {
+      message = req.message;
+    }
+    const hide = (e: unknown): unknown => {
+      if (!isInternal(e)) return e;
+      const cause = e instanceof ConnectError ? e.cause : undefined;
+      log.error("core call failed", {
+        procedure: `/${req.service.typeName}/${req.method.name}`,
+        requestId: requestIdOf(message),
+        err: String((e as Error)?.stack ?? e),
+        ...(cause !== undefined ? { cause: String((cause as Error)?.stack ?? cause) } : {}),
+      });
+      return apiError(500, "api_error", "internal_error", INTERNAL_MESSAGE);
+    };
+    let res;
+    try {
+      res = await next(req);
+    } catch (e) {
+      throw hide(e);
+    }
+    if (!res.stream) return res;
+    const out = res.message;
+    return {
+      ...res,
+      message: (async function* () {
+        try {
+          yield* out;
+        } catch (e) {
+          throw hide(e);
+        }
+      })(),
+    };
+  };
+}
