@@ -4,6 +4,7 @@ import type { AddressInfo } from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
 import { invalidRequest } from "../../src/core/errors.js";
 import { createCoreServer } from "../../src/core/grpc-server.js";
 import { newRequestId } from "../../src/core/ids.js";
@@ -262,6 +263,16 @@ describe("core port: requests checked before they reach the upstream", function 
     }
     await new Promise((r) => setTimeout(r, 300)); // anything refused but queued would be written by now
     assert.deepEqual((await list()).logs.map((x) => [x.requestId, x.cache]), [[(ok as { request_id: string }).request_id, "HIT"]], "only the good log was recorded");
+  });
+
+  it("DeleteKey is not marked idempotent: a second call answers NOT_FOUND", async () => {
+    const created = await unary<any>(auth, "CreateKey", { project_id: projectId, mode: "KEY_MODE_TEST" }, md);
+    await unary(auth, "DeleteKey", { key_id: created.key.id }, md);
+    const again = failure(await unary(auth, "DeleteKey", { key_id: created.key.id }, md).then(() => undefined, (e) => e));
+    assert.deepEqual([again?.status, again?.code], ["NOT_FOUND", "key_not_found"]);
+    const def: any = protoLoader.loadSync(["svc/auth/v1/auth_service.proto"], { includeDirs: [protoDir], keepCase: true });
+    assert.equal(def["svc.auth.v1.AuthService"].DeleteKey.options.idempotency_level, "IDEMPOTENCY_UNKNOWN");
+    assert.equal(AuthService.method.deleteKey.idempotency, MethodOptions_IdempotencyLevel.IDEMPOTENCY_UNKNOWN);
   });
 });
 
