@@ -1,56 +1,346 @@
-import { mkdir } from "node:fs/promises";
+import { type FileHandle, mkdir, open, rename, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { createJsonFileWriter, readJsonFile } from "./json-file.js";
-import type { PromptRecord, PromptStore } from "./prompt-store.js";
+import { log } from "../logger.js";
+import { readJsonFile } from "./json-file.js";
+import type { PromptRecord, PromptStore, PromptSummary } from "./prompt-store.js";
 
-interface FileShape {
-  version: 1;
-  prompts: PromptRecord[];
+/** The log of every version, one JSON object a line, appended to and never rewritten. */
+export const PROMPT_LOG = "prompts.jsonl";
+/** The whole-file store of earlier releases, imported into the log once. */
+export const LEGACY_PROMPT_FILE = "prompts.json";
+/** What the legacy file is renamed to once imported: kept for the operator, never read again. */
+export const IMPORTED_PROMPT_FILE = "prompts.json.imported";
+
+/** Where a version's line lies in the log; its content is read from there when asked for. */
+interface Entry {
+  meta: PromptSummary;
+  offset: number;
+  length: number;
+}
+
+/** A project's names, kept sorted for listing, and each name's versions, oldest first. */
+interface Project {
+  names: string[];
+  versions: Map<string, Entry[]>;
+}
+
+interface Pending {
+  p: Omit<PromptRecord, "version">;
+  resolve: (r: PromptRecord) => void;
+  reject: (e: unknown) => void;
 }
 
 /**
- * The embedded prompt registry: in memory, persisted to `<dataDir>/prompts.json` after each put
- * the way the registry file is (temporary file, sync, rename), so a crash leaves the old or the new
- * file, never half of one. Writes are serialised.
+ * The embedded prompt registry: an append-only log, `<dataDir>/prompts.jsonl`, one line per
+ * version. A put appends its line and syncs the file (fdatasync) before it answers, so an
+ * acknowledged version survives a crash; it never reads or rewrites what is already there, so its
+ * cost follows the size of the prompt it stores, not the number or size of the stored ones.
+ * Memory holds an index (names, versions, where each line lies), not the contents: a get reads its
+ * one line back from the file.
+ *
+ * Puts are serialised by one writer that takes every put waiting at the time, numbers them (so
+ * concurrent puts of a name get distinct, consecutive versions), appends them in one go and syncs
+ * once (group commit). A write or sync that fails is cut off again (the file is truncated back to
+ * its last whole line) and the puts in it fail with no version taken.
+ *
+ * At start the log is read back line by line. A crash in the middle of an append leaves a torn last
+ * line, never acknowledged to anyone: it is dropped (and truncated away). Any other line that does
+ * not read back is damage the store does not guess about: it refuses to start.
+ *
+ * A data dir of an earlier release has `prompts.json` (every prompt in one JSON file, rewritten on
+ * each put) and no log: it is imported into a new log on first start, then renamed to
+ * `prompts.json.imported` and never read again.
  */
 export async function createFilePromptStore(dataDir: string): Promise<PromptStore> {
   await mkdir(dataDir, { recursive: true });
-  const path = join(dataDir, "prompts.json");
-  // project id -> name -> versions, oldest first
-  const byProject = new Map<string, Map<string, PromptRecord[]>>();
-  const add = (p: PromptRecord) => {
-    let names = byProject.get(p.projectId);
-    if (!names) byProject.set(p.projectId, (names = new Map()));
-    let versions = names.get(p.name);
-    if (!versions) names.set(p.name, (versions = []));
-    versions.push(p);
+  const path = join(dataDir, PROMPT_LOG);
+  if (!(await exists(path))) await importLegacy(dataDir, path);
+  else if (await exists(join(dataDir, LEGACY_PROMPT_FILE))) {
+    log.warn(`prompt store: ${LEGACY_PROMPT_FILE} is ignored: prompts are kept in ${PROMPT_LOG} (it was imported before)`, { dataDir });
+  }
+
+  const created = !(await exists(path));
+  const fh = await open(path, "a+", 0o600);
+  if (created) await syncDir(dataDir);
+
+  const projects = new Map<string, Project>();
+  const versionsOf = (projectId: string, name: string): Entry[] | undefined => projects.get(projectId)?.versions.get(name);
+  const index = (meta: PromptSummary, offset: number, length: number) => {
+    let project = projects.get(meta.projectId);
+    if (!project) projects.set(meta.projectId, (project = { names: [], versions: new Map() }));
+    let versions = project.versions.get(meta.name);
+    if (!versions) {
+      project.versions.set(meta.name, (versions = []));
+      project.names.splice(firstAfter(project.names, meta.name), 0, meta.name);
+    }
+    versions.push({ meta, offset, length });
   };
 
-  for (const p of (await readJsonFile<FileShape>(path))?.prompts ?? []) add(p);
+  // The end of the last whole line: where the next append goes.
+  let size: number;
+  try {
+    size = await load(fh, path, (r, offset, length) => {
+      if (r.version !== (versionsOf(r.projectId, r.name)?.length ?? 0) + 1) return false;
+      const { content: _, ...meta } = r;
+      index(meta, offset, length);
+      return true;
+    });
+  } catch (e) {
+    await fh.close();
+    throw e;
+  }
 
-  const file = createJsonFileWriter(path);
-  const persist = (): Promise<void> =>
-    file.write({ version: 1, prompts: [...byProject.values()].flatMap((names) => [...names.values()].flat()) } satisfies FileShape);
+  let queue: Pending[] = [];
+  let writing = false;
+  let idle: Promise<void> = Promise.resolve();
+  let markIdle = () => {};
+  /** Set when a failed append could not be cut off: the file's end is unknown, so no more appends. */
+  let broken: Error | undefined;
+  let closed = false;
+
+  /** Appends a batch of puts as one write and one sync; numbers them first. */
+  const append = async (batch: Pending[]) => {
+    if (broken) throw broken;
+    const next = new Map<string, number>();
+    const lines = batch.map(({ p }) => {
+      const key = `${p.projectId}\u0000${p.name}`;
+      const version = next.get(key) ?? (versionsOf(p.projectId, p.name)?.length ?? 0) + 1;
+      next.set(key, version + 1);
+      // Content last, so a line's metadata reads first in the file.
+      const record: PromptRecord = { projectId: p.projectId, name: p.name, version, description: p.description, createdAt: p.createdAt, content: p.content };
+      return { record, bytes: Buffer.from(`${JSON.stringify(record)}\n`) };
+    });
+    try {
+      for (const { bytes } of lines) await writeAll(fh, bytes);
+      await fh.datasync();
+    } catch (e) {
+      try {
+        await fh.truncate(size);
+        await fh.datasync();
+      } catch (cut) {
+        broken = new Error(`the prompt log ${path} could not be restored after a failed write (${(cut as Error).message}); restart the server`, { cause: e });
+        log.error("prompt store: a failed append could not be cut off; puts fail until restart", { path, err: String(cut) });
+      }
+      throw e;
+    }
+    let offset = size;
+    for (const { record, bytes } of lines) {
+      const { content: _, ...meta } = record;
+      index(meta, offset, bytes.length);
+      offset += bytes.length;
+    }
+    size = offset;
+    return lines.map((l) => l.record);
+  };
+
+  const drain = async () => {
+    while (queue.length) {
+      const batch = queue;
+      queue = [];
+      try {
+        const stored = await append(batch);
+        batch.forEach((b, i) => b.resolve(stored[i]!));
+      } catch (e) {
+        for (const b of batch) b.reject(e);
+      }
+    }
+  };
+  const kick = () => {
+    if (writing) return;
+    writing = true;
+    idle = new Promise((resolve) => (markIdle = resolve));
+    void drain().finally(() => {
+      writing = false;
+      markIdle();
+      if (queue.length) kick();
+    });
+  };
+
+  const read = async (e: Entry): Promise<PromptRecord> => {
+    const buf = Buffer.allocUnsafe(e.length);
+    let done = 0;
+    while (done < e.length) {
+      const { bytesRead } = await fh.read(buf, done, e.length - done, e.offset + done);
+      if (bytesRead === 0) throw new Error(`the prompt log ${path} ends before the line at byte ${e.offset}`);
+      done += bytesRead;
+    }
+    return { ...e.meta, content: (JSON.parse(buf.toString("utf8")) as PromptRecord).content };
+  };
 
   return {
-    async put(p) {
-      const record = { ...p, version: (byProject.get(p.projectId)?.get(p.name)?.length ?? 0) + 1 };
-      add(record);
-      await persist();
-      return record;
+    put(p) {
+      if (closed) return Promise.reject(new Error("the prompt store is closed"));
+      return new Promise<PromptRecord>((resolve, reject) => {
+        queue.push({ p, resolve, reject });
+        kick();
+      });
     },
     async get(projectId, name, version) {
-      const versions = byProject.get(projectId)?.get(name);
-      if (!versions) return undefined;
-      return version === undefined ? versions.at(-1) : versions[version - 1];
+      const versions = versionsOf(projectId, name);
+      const e = version === undefined ? versions?.at(-1) : versions?.[version - 1];
+      return e && read(e);
     },
-    async list(projectId) {
-      const names = byProject.get(projectId);
-      if (!names) return [];
-      return [...names.keys()].sort().map((n) => names.get(n)!.at(-1)!);
+    async list(projectId, { after, limit }) {
+      const project = projects.get(projectId);
+      if (!project) return { prompts: [], more: false };
+      const from = after ? firstAfter(project.names, after) : 0;
+      const names = project.names.slice(from, from + limit);
+      return { prompts: names.map((n) => project.versions.get(n)!.at(-1)!.meta), more: from + limit < project.names.length };
     },
     async close() {
-      await file.idle();
+      if (closed) return;
+      closed = true;
+      await idle;
+      await fh.close();
     },
   };
+}
+
+/** The index of the first name in sorted `names` that sorts after `name`. */
+function firstAfter(names: string[], name: string): number {
+  let lo = 0;
+  let hi = names.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (names[mid]! <= name) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+const isRecord = (v: unknown): v is PromptRecord => {
+  const r = v as PromptRecord;
+  return (
+    typeof v === "object" && v !== null &&
+    typeof r.projectId === "string" && typeof r.name === "string" && Number.isSafeInteger(r.version) &&
+    typeof r.content === "string" && typeof r.description === "string" && typeof r.createdAt === "number"
+  );
+};
+
+/**
+ * Reads the log from the start, handing each line's record, byte offset and length (newline
+ * included) to `add`, which answers false for a record that does not follow the ones before it.
+ * What follows the last record, when no record follows it, is a torn append (no newline, or bytes
+ * that are not a record) and is truncated away; a bad line with records after it is an error.
+ * Answers the size of the log that was kept.
+ */
+async function load(fh: FileHandle, path: string, add: (r: PromptRecord, offset: number, length: number) => boolean): Promise<number> {
+  const chunk = Buffer.allocUnsafe(1 << 20);
+  const parts: Buffer[] = [];
+  let partsLength = 0;
+  let position = 0;
+  let lineStart = 0;
+  let lineNo = 0;
+  /** The first line that did not read back: forgiven (as torn) only if no record follows it. */
+  let bad: { offset: number; lineNo: number } | undefined;
+  for (;;) {
+    const { bytesRead } = await fh.read(chunk, 0, chunk.length, position);
+    if (bytesRead === 0) break;
+    position += bytesRead;
+    const data = chunk.subarray(0, bytesRead);
+    let i = 0;
+    for (;;) {
+      const nl = data.indexOf(10, i);
+      if (nl < 0) {
+        parts.push(Buffer.from(data.subarray(i))); // a copy: `chunk` is read into again
+        partsLength += data.length - i;
+        break;
+      }
+      const tail = data.subarray(i, nl);
+      const line = parts.length ? Buffer.concat([...parts, tail]) : tail;
+      const length = partsLength + tail.length + 1;
+      parts.length = 0;
+      partsLength = 0;
+      lineNo++;
+      let record: unknown;
+      try {
+        record = JSON.parse(line.toString("utf8"));
+      } catch {
+        record = undefined;
+      }
+      if (bad && isRecord(record)) throw damaged(path, bad.lineNo, bad.offset);
+      if (!bad && !(isRecord(record) && add(record, lineStart, length))) bad = { offset: lineStart, lineNo };
+      lineStart += length;
+      i = nl + 1;
+    }
+  }
+  const kept = bad ? bad.offset : lineStart;
+  if (kept < position) {
+    log.warn("prompt store: dropped a torn last line of the prompt log (a put cut short by a crash, never acknowledged)", { path, offset: kept, bytes: position - kept });
+    await fh.truncate(kept);
+    await fh.datasync();
+  }
+  return kept;
+}
+
+const damaged = (path: string, lineNo: number, offset: number) =>
+  new Error(`cannot read the prompt log ${path}: line ${lineNo} (byte ${offset}) is not a prompt version that follows the lines before it; restore the file from a backup or move it aside`);
+
+/** Writes all of `bytes` at the end of the file (it is open for appending). */
+async function writeAll(fh: FileHandle, bytes: Buffer): Promise<void> {
+  let done = 0;
+  while (done < bytes.length) done += (await fh.write(bytes, done, bytes.length - done)).bytesWritten;
+}
+
+/**
+ * Imports the whole-file store of earlier releases, if there is one, into a new log: written aside,
+ * synced and renamed into place, so a crash leaves no log (the import runs again) or the whole one.
+ * The old file is then renamed and never read again.
+ */
+async function importLegacy(dataDir: string, path: string): Promise<void> {
+  const legacy = join(dataDir, LEGACY_PROMPT_FILE);
+  let data: { prompts?: unknown } | undefined;
+  try {
+    data = await readJsonFile<{ prompts?: unknown }>(legacy);
+    if (data !== undefined && !Array.isArray(data.prompts)) throw new Error("it has no `prompts` list");
+  } catch (e) {
+    throw new Error(`cannot import the prompts of ${legacy}: ${(e as Error).message}; restore it from a backup or move it aside`);
+  }
+  if (data === undefined) return;
+  const counts = new Map<string, number>();
+  const lines: string[] = [];
+  for (const r of data.prompts as unknown[]) {
+    if (!isRecord(r)) throw new Error(`cannot import the prompts of ${legacy}: an entry is not a prompt version; restore it from a backup or move it aside`);
+    const key = `${r.projectId}\u0000${r.name}`;
+    const version = (counts.get(key) ?? 0) + 1;
+    if (r.version !== version) throw new Error(`cannot import the prompts of ${legacy}: ${r.name} of ${r.projectId} has version ${r.version} where ${version} was expected; restore it from a backup or move it aside`);
+    counts.set(key, version);
+    const record: PromptRecord = { projectId: r.projectId, name: r.name, version, description: r.description, createdAt: r.createdAt, content: r.content };
+    lines.push(`${JSON.stringify(record)}\n`);
+  }
+  const tmp = `${path}.${process.pid}.tmp`;
+  const fh = await open(tmp, "w", 0o600);
+  try {
+    for (const line of lines) await writeAll(fh, Buffer.from(line));
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await rename(tmp, path);
+  await rename(legacy, join(dataDir, IMPORTED_PROMPT_FILE));
+  await syncDir(dataDir);
+  log.info(`prompt store: imported ${LEGACY_PROMPT_FILE} into ${PROMPT_LOG}; the old file is kept as ${IMPORTED_PROMPT_FILE} and no longer read`, { dataDir, versions: lines.length });
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw e;
+  }
+}
+
+/** Makes a new or renamed entry of `dir` durable; a no-op where directories cannot be synced. */
+async function syncDir(dir: string): Promise<void> {
+  let fh: FileHandle | undefined;
+  try {
+    fh = await open(dir, "r");
+    await fh.sync();
+  } catch {
+    // Not every platform can open or sync a directory.
+  } finally {
+    await fh?.close().catch(() => {});
+  }
 }

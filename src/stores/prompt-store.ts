@@ -9,16 +9,24 @@ export interface PromptRecord {
   createdAt: number;
 }
 
+/** A version without its content: what a listing shows. */
+export type PromptSummary = Omit<PromptRecord, "content">;
+
 /**
  * Where prompts live: beside the registry, in a file under the data dir (embedded) or in Redis
- * (cluster). Versions are append-only: a put never changes an older version.
+ * (cluster). Versions are append-only: a put never changes an older version. A put costs in
+ * proportion to the prompt it stores, never to the prompts already stored, and a listing page in
+ * proportion to the page.
  */
 export interface PromptStore {
   /** Stores the next version of a name (1 for a new name), atomically with respect to other puts. */
   put(p: Omit<PromptRecord, "version">): Promise<PromptRecord>;
   /** One version (the latest when `version` is undefined), or undefined. */
   get(projectId: string, name: string, version?: number): Promise<PromptRecord | undefined>;
-  /** Every name of a project at its latest version, sorted by name. */
-  list(projectId: string): Promise<PromptRecord[]>;
+  /**
+   * Up to `limit` names of a project that sort after `after` ("" for the first page), each at its
+   * latest version and without content, sorted by name; `more` when names follow the page.
+   */
+  list(projectId: string, page: { after: string; limit: number }): Promise<{ prompts: PromptSummary[]; more: boolean }>;
   close(): Promise<void>;
 }

@@ -9,7 +9,8 @@ import type { PromptRecord, PromptStore } from "./prompt-store.js";
  *   svc:prompts:{<project>}:versions:<name> list of version JSONs, oldest first
  *
  * RPUSH answers the list's new length, which is the version number, atomically: two replicas
- * putting the same name at once get versions n and n+1, never the same.
+ * putting the same name at once get versions n and n+1, never the same. A put touches its own two
+ * keys (O(1) and O(log names)), never the other prompts; a listing page reads only its names.
  */
 const kNames = (projectId: string) => `svc:prompts:{${projectId}}:names`;
 const kVersions = (projectId: string, name: string) => `svc:prompts:{${projectId}}:versions:${name}`;
@@ -43,13 +44,21 @@ export function createRedisPromptStore(url: string): PromptStore {
       const [[, n], [, v]] = (await redis.multi().llen(k).lindex(k, -1).exec()) as Array<[Error | null, unknown]> as [[null, number], [null, string | null]];
       return v === null ? undefined : record(projectId, name, Number(n), v);
     },
-    async list(projectId) {
-      const names = await redis.zrange(kNames(projectId), "0", "-1");
-      if (names.length === 0) return [];
+    async list(projectId, { after, limit }) {
+      // Only the page's names, by name (all scores are 0, so the set sorts by name, bytewise, which
+      // for prompt names, ASCII, is JavaScript's order too): a page reads `limit` + 1 names and the
+      // latest version of `limit`, not the whole project.
+      const names = await redis.zrangebylex(kNames(projectId), after ? `(${after}` : "-", "+", "LIMIT", 0, limit + 1);
+      const page = names.slice(0, limit);
+      if (page.length === 0) return { prompts: [], more: false };
       const tx = redis.multi();
-      for (const n of names) tx.lindex(kVersions(projectId, n), -1).llen(kVersions(projectId, n));
+      for (const n of page) tx.lindex(kVersions(projectId, n), -1).llen(kVersions(projectId, n));
       const res = (await tx.exec())!;
-      return names.map((n, i) => record(projectId, n, Number(res[2 * i + 1]![1]), res[2 * i]![1] as string));
+      const prompts = page.map((n, i) => {
+        const { content: _, ...summary } = record(projectId, n, Number(res[2 * i + 1]![1]), res[2 * i]![1] as string);
+        return summary;
+      });
+      return { prompts, more: names.length > limit };
     },
     async close() {
       if (redis.status !== "ready") return redis.disconnect();

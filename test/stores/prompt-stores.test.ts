@@ -1,9 +1,10 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createFilePromptStore } from "../../src/stores/file-prompt-store.js";
-import type { PromptStore } from "../../src/stores/prompt-store.js";
+import { Redis } from "ioredis";
+import { createFilePromptStore, IMPORTED_PROMPT_FILE, LEGACY_PROMPT_FILE, PROMPT_LOG } from "../../src/stores/file-prompt-store.js";
+import type { PromptRecord, PromptStore } from "../../src/stores/prompt-store.js";
 import { createRedisPromptStore } from "../../src/stores/redis-prompt-store.js";
 import { startRedis, type TestRedis } from "../support/redis.js";
 
@@ -42,8 +43,27 @@ for (const kind of ["file", "redis"] as const) {
       await put(store, "p3", "zeta", "z");
       await put(store, "p3", "alpha", "a1");
       await put(store, "p3", "alpha", "a2");
-      assert.deepEqual((await store.list("p3")).map((p) => [p.name, p.version, p.content]), [["alpha", 2, "a2"], ["zeta", 1, "z"]]);
-      assert.deepEqual(await store.list("p_none"), []);
+      const all = await store.list("p3", { after: "", limit: 100 });
+      assert.deepEqual(all.prompts.map((p) => [p.name, p.version]), [["alpha", 2], ["zeta", 1]]);
+      assert.equal(all.more, false);
+      assert.ok(all.prompts.every((p) => !("content" in p)), "a listing carries no content");
+      assert.deepEqual(await store.list("p_none", { after: "", limit: 100 }), { prompts: [], more: false });
+    });
+
+    it("lists a page at a time: the names after `after`, and whether more follow", async () => {
+      const names = Array.from({ length: 25 }, (_, i) => `n${String(i).padStart(2, "0")}`);
+      for (const n of [...names].reverse()) await put(store, "p5", n, n);
+      const page = async (after: string, limit: number) => {
+        const res = await store.list("p5", { after, limit });
+        return [res.prompts.map((p) => p.name), res.more];
+      };
+      assert.deepEqual(await page("", 10), [names.slice(0, 10), true]);
+      assert.deepEqual(await page("n09", 10), [names.slice(10, 20), true]);
+      assert.deepEqual(await page("n19", 10), [names.slice(20), false]);
+      assert.deepEqual(await page("n14", 10), [names.slice(15), false]);
+      assert.deepEqual(await page("n04x", 3), [["n05", "n06", "n07"], true], "after a name that is not there");
+      assert.deepEqual(await page("n24", 10), [[], false]);
+      assert.deepEqual(await page("", 25), [names, false]);
     });
 
     it("gives concurrent puts distinct versions, and keeps them after a restart", async () => {
@@ -55,7 +75,161 @@ for (const kind of ["file", "redis"] as const) {
       await store.close();
       store = await open();
       assert.equal((await store.get("p4", "race"))?.version, 10);
-      assert.equal((await store.list("p4")).length, 1);
+      assert.equal((await store.list("p4", { after: "", limit: 10 })).prompts.length, 1);
+      for (let v = 1; v <= 10; v++) assert.match((await store.get("p4", "race", v))!.content, /^v\d$/);
+    });
+
+    it("reads back any content, as stored, after a restart", async () => {
+      const odd = ["line one\nline two\r\n", "tab\there \"quoted\" \\ back", "ünïcödé ✓ 𝄞 \u2028 \u0000 end", "x".repeat(300_000)];
+      for (const c of odd) await put(store, "p6", "odd", c);
+      await store.close();
+      store = await open();
+      for (let v = 1; v <= odd.length; v++) assert.equal((await store.get("p6", "odd", v))!.content, odd[v - 1]);
     });
   });
 }
+
+describe("prompt store (file): an append-only log", () => {
+  let dir: string;
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), "svc-prompts-"));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+  const logPath = () => join(dir, PROMPT_LOG);
+  const lineOf = (r: PromptRecord) => `${JSON.stringify({ projectId: r.projectId, name: r.name, version: r.version, description: r.description, createdAt: r.createdAt, content: r.content })}\n`;
+
+  it("appends a put's one line and leaves every earlier byte where it was: a put's cost does not grow with the stored prompts", async () => {
+    const store = await createFilePromptStore(dir);
+    const big = "b".repeat(256 * 1024);
+    const sizes: number[] = [];
+    try {
+      for (let i = 0; i < 24; i++) await put(store, `proj_${i % 3}`, `big${i % 5}`, big);
+      const before = statSync(logPath());
+      const bytesBefore = readFileSync(logPath());
+      const filesBefore = readdirSync(dir).sort();
+      // The same small put, with 6 MiB stored and again with 12 MiB: each writes its own line and nothing else.
+      for (const round of [0, 1]) {
+        const start = statSync(logPath()).size;
+        const stored = await put(store, "proj_small", "tiny", `hello ${round}`);
+        const after = statSync(logPath());
+        assert.equal(after.ino, before.ino, "the same file, not a rewritten one");
+        assert.equal(after.size - start, Buffer.byteLength(lineOf(stored)), "exactly one line more");
+        sizes.push(after.size - start);
+        assert.equal(readFileSync(logPath()).subarray(start).toString(), lineOf(stored));
+        for (let i = 0; i < 24; i++) await put(store, `proj_${i % 3}`, `big${i % 5}`, big);
+      }
+      assert.equal(sizes[0], sizes[1], "the same put costs the same bytes with twice as much stored");
+      assert.ok(readFileSync(logPath()).subarray(0, bytesBefore.length).equals(bytesBefore), "earlier bytes unchanged");
+      assert.deepEqual(readdirSync(dir).sort(), filesBefore, "no other file written (no temporary copy, no snapshot)");
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("gives a burst of concurrent puts distinct versions in one append, each line whole", async () => {
+    const store = await createFilePromptStore(dir);
+    const results = await Promise.all(Array.from({ length: 30 }, (_, i) => put(store, "p", i % 2 ? "odd" : "even", `c${i}`)));
+    await store.close();
+    for (const name of ["odd", "even"]) {
+      assert.deepEqual(results.filter((r) => r.name === name).map((r) => r.version).sort((a, b) => a - b), Array.from({ length: 15 }, (_, i) => i + 1));
+    }
+    const lines = readFileSync(logPath(), "utf8").trimEnd().split("\n");
+    assert.equal(lines.length, 30);
+    const reopened = await createFilePromptStore(dir);
+    for (const r of results) assert.equal((await reopened.get("p", r.name, r.version))!.content, r.content);
+    await reopened.close();
+  });
+
+  it("drops a torn last line left by a crash, and appends after the last whole one", async () => {
+    let store = await createFilePromptStore(dir);
+    await put(store, "p", "a", "one");
+    await put(store, "p", "a", "two");
+    await store.close();
+    const whole = statSync(logPath()).size;
+    for (const torn of ['{"projectId":"p","name":"a","version":3,"descr', "\u0000\u0000\u0000\u0000", '{"not":"a record"}\n']) {
+      appendFileSync(logPath(), torn);
+      store = await createFilePromptStore(dir);
+      assert.equal(statSync(logPath()).size, whole, JSON.stringify(torn));
+      assert.equal((await store.get("p", "a"))!.version, 2);
+      await store.close();
+    }
+    store = await createFilePromptStore(dir);
+    assert.equal((await put(store, "p", "a", "three")).version, 3);
+    await store.close();
+    store = await createFilePromptStore(dir);
+    assert.deepEqual([(await store.get("p", "a", 2))!.content, (await store.get("p", "a"))!.content], ["two", "three"]);
+    await store.close();
+  });
+
+  it("refuses to start on a damaged line that records follow, rather than guess", async () => {
+    const store = await createFilePromptStore(dir);
+    await put(store, "p", "a", "one");
+    await store.close();
+    const good = readFileSync(logPath(), "utf8");
+    writeFileSync(logPath(), `${good}garbage\n${good.replace('"version":1', '"version":2')}`);
+    await assert.rejects(createFilePromptStore(dir), /cannot read the prompt log .*line 2 .*restore the file from a backup or move it aside/);
+    // A version out of sequence is damage too.
+    writeFileSync(logPath(), `${good}${good}${good.replace('"version":1', '"version":2')}`);
+    await assert.rejects(createFilePromptStore(dir), /line 2/);
+  });
+
+  it("imports the prompts.json of earlier releases once, then keeps it as prompts.json.imported and never reads it again", async () => {
+    const old: PromptRecord[] = [
+      { projectId: "p1", name: "a", version: 1, content: "a1", description: "first", createdAt: 1 },
+      { projectId: "p1", name: "a", version: 2, content: "a2\nmore", description: "", createdAt: 2 },
+      { projectId: "p2", name: "b", version: 1, content: "b1", description: "", createdAt: 3 },
+    ];
+    writeFileSync(join(dir, LEGACY_PROMPT_FILE), JSON.stringify({ version: 1, prompts: old }));
+    let store = await createFilePromptStore(dir);
+    assert.deepEqual(await store.get("p1", "a", 1), old[0]);
+    assert.deepEqual(await store.get("p1", "a"), old[1]);
+    assert.deepEqual((await store.list("p2", { after: "", limit: 10 })).prompts.map((p) => [p.name, p.version]), [["b", 1]]);
+    assert.equal((await put(store, "p1", "a", "a3")).version, 3);
+    await store.close();
+    assert.deepEqual(readdirSync(dir).sort(), [IMPORTED_PROMPT_FILE, PROMPT_LOG].sort());
+    assert.deepEqual(JSON.parse(readFileSync(join(dir, IMPORTED_PROMPT_FILE), "utf8")).prompts, old, "the old file is kept as it was");
+    // A prompts.json that shows up again is not imported a second time.
+    writeFileSync(join(dir, LEGACY_PROMPT_FILE), JSON.stringify({ version: 1, prompts: [{ ...old[2], content: "stale", version: 1 }] }));
+    store = await createFilePromptStore(dir);
+    assert.equal((await store.get("p1", "a"))!.version, 3);
+    assert.equal((await store.get("p2", "b"))!.content, "b1");
+    assert.equal(await store.get("p2", "b", 2), undefined);
+    await store.close();
+  });
+
+  it("refuses to start on a prompts.json it cannot import, and leaves it be", async () => {
+    writeFileSync(join(dir, LEGACY_PROMPT_FILE), "{not json");
+    await assert.rejects(createFilePromptStore(dir), /cannot import the prompts of .*prompts\.json/);
+    assert.deepEqual(readdirSync(dir), [LEGACY_PROMPT_FILE]);
+  });
+});
+
+describe("prompt store (redis): a put touches its own keys only", () => {
+  let redis: TestRedis;
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(() => redis.stop());
+
+  it("sends RPUSH and ZADD on the name's two keys, whatever else is stored", async () => {
+    const store = createRedisPromptStore(redis.url);
+    const watcher = new Redis(redis.url);
+    try {
+      for (let i = 0; i < 20; i++) await put(store, "proj_a", `n${i}`, "x".repeat(10_000));
+      const monitor = await watcher.monitor();
+      const seen: string[][] = [];
+      monitor.on("monitor", (_time: string, args: string[]) => seen.push(args));
+      await new Promise((r) => setTimeout(r, 50));
+      await put(store, "proj_a", "n3", "new");
+      await new Promise((r) => setTimeout(r, 100));
+      monitor.disconnect();
+      const commands = seen.map((a) => a[0]!.toLowerCase()).filter((c) => c !== "multi" && c !== "exec");
+      assert.deepEqual(commands.sort(), ["rpush", "zadd"], JSON.stringify(seen));
+      const keys = seen.filter((a) => a[0]!.toLowerCase() !== "multi" && a[0]!.toLowerCase() !== "exec").map((a) => a[1]);
+      assert.deepEqual(keys.sort(), ["svc:prompts:{proj_a}:names", "svc:prompts:{proj_a}:versions:n3"]);
+    } finally {
+      watcher.disconnect();
+      await store.close();
+    }
+  });
+});

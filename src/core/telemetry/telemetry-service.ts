@@ -3,7 +3,7 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { type Prompt, PromptSchema, type TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "../../logger.js";
-import type { PromptRecord, PromptStore } from "../../stores/prompt-store.js";
+import type { PromptRecord, PromptStore, PromptSummary } from "../../stores/prompt-store.js";
 import { type LogFilter, type TelemetryStore, TelemetryUnavailableError } from "../../stores/telemetry-store.js";
 import { apiError, invalidRequest, notFound } from "../errors.js";
 import { analyticsQueryOf, analyticsResponseOf } from "./analytics-request.js";
@@ -107,11 +107,10 @@ export function createTelemetryService({ store, writer, prompts, bodyTtlDays, no
       const limit = req.pageSize === 0 ? 100 : req.pageSize;
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw invalidRequest("invalid_value", "`page_size` must be 1 to 1000.");
       const after = req.pageToken ? decodePromptPageToken(req.pageToken, projectId) : "";
-      const all = (await prompts.list(projectId)).filter((p) => p.name > after);
-      const page = all.slice(0, limit);
+      const { prompts: page, more } = await prompts.list(projectId, { after, limit });
       return {
         prompts: page.map((p) => promptMessage(p, false)),
-        nextPageToken: all.length > limit ? encodePromptPageToken(page.at(-1)!.name, projectId) : "",
+        nextPageToken: more && page.length ? encodePromptPageToken(page.at(-1)!.name, projectId) : "",
       };
     },
   };
@@ -162,11 +161,12 @@ function checkPromptName(name: string): string {
   return name;
 }
 
-function promptMessage(p: PromptRecord, withContent: boolean): Prompt {
+/** A prompt's message; a summary (a listing's) has no content. */
+function promptMessage(p: PromptRecord | PromptSummary, withContent: boolean): Prompt {
   return create(PromptSchema, {
     name: p.name,
     version: p.version,
-    content: withContent ? p.content : "",
+    content: withContent && "content" in p ? p.content : "",
     description: p.description,
     createTime: timestampFromMs(p.createdAt),
   });
