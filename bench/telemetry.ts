@@ -49,7 +49,7 @@ const handle = await openChdb(join(dir, "telemetry"));
 const ch = handle.client;
 const store = createClickHouseTelemetryStore({ engine: "chdb", connect: async () => handle });
 const prompts = await createFilePromptStore(dir);
-const telemetry = createDirectClient(TelemetryService, createTelemetryService({ store, writer: { record() {} }, prompts, bodyTtlDays: 30 }));
+const telemetry = createDirectClient(TelemetryService, createTelemetryService({ store, writer: { record() {} }, prompts, checkProject: async () => {}, bodyTtlDays: 30 }));
 const fmt = (n: number) => Math.round(n).toLocaleString("en-US");
 const ms = (n: number) => n.toFixed(1);
 const verdict = (ok: boolean) => (ok ? "MEETS" : "MISSES");

@@ -105,7 +105,12 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     cleanups.push(() => limitsBackend.close());
     // Closed after the HTTP servers (cleanups run in reverse), so the logs of the last requests are
     // flushed, or spooled, before exit.
-    const telemetryBackend = await createTelemetryBackend(config);
+    const auth = createDirectClient(AuthService, authImpl);
+    // The prompt calls file and read prompts only under a project that exists: 404
+    // project_not_found otherwise, as CreateKey answers.
+    const telemetryBackend = await createTelemetryBackend(config, async (projectId) => {
+      await auth.getProject({ projectId });
+    });
     cleanups.push(() => telemetryBackend.close());
 
     const auth = createDirectClient(AuthService, authImpl);

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Prompt } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
-import { createAdminClient, createTelemetryAdminClient, resolveAdminTarget, UsageError } from "./admin-client.js";
+import { createTelemetryAdminClient, resolveAdminTarget, UsageError } from "./admin-client.js";
 import { type Flags, need, out } from "./admin-commands.js";
 import { table } from "./table.js";
 
@@ -20,20 +20,15 @@ const promptJson = (p: Prompt, withContent: boolean) => ({
  * [--version N]` read them back, as the management API's /v1/prompts does for a key's project.
  */
 export async function promptsCommand(sub: string | undefined, args: string[], flags: Flags & { file?: string; version?: string }): Promise<void> {
-  const target = resolveAdminTarget(flags);
-  const client = createTelemetryAdminClient(target);
-  // Prompts are filed under any id the store is given: a mistyped one must fail (NotFound, exit
-  // code 1) rather than file a prompt, or list one, nowhere.
-  const project = async (): Promise<string> => {
-    const projectId = need(flags.project, "--project");
-    await createAdminClient(target).getProject({ projectId });
-    return projectId;
-  };
+  const client = createTelemetryAdminClient(resolveAdminTarget(flags));
+  // The server refuses a project id that names no project (NotFound, exit code 1) on every prompt
+  // call, so a mistyped one files and lists nothing.
+  const project = () => need(flags.project, "--project");
   switch (sub) {
     case "put": {
       const name = need(args[0], "NAME");
       const path = need(flags.file, "--file");
-      const projectId = await project();
+      const projectId = project();
       let content: string;
       try {
         content = path === "-" ? readFileSync(0, "utf8") : readFileSync(path, "utf8");
@@ -44,7 +39,7 @@ export async function promptsCommand(sub: string | undefined, args: string[], fl
       return out(flags, promptJson(prompt!, false), `Stored prompt ${prompt!.name} version ${prompt!.version} in project ${projectId}.`);
     }
     case "list": {
-      const { prompts } = await client.listPrompts({ projectId: await project(), pageSize: 1000 });
+      const { prompts } = await client.listPrompts({ projectId: project(), pageSize: 1000 });
       const rows = [["NAME", "VERSION", "DESCRIPTION", "CREATED"], ...prompts.map((p) => { const j = promptJson(p, false); return [j.name, String(j.version), j.description, String(j.created_at)]; })];
       return out(flags, prompts.map((p) => promptJson(p, false)), prompts.length ? table(rows) : "No prompts.");
     }
@@ -56,7 +51,7 @@ export async function promptsCommand(sub: string | undefined, args: string[], fl
         if (!/^\d+$/.test(flags.version) || version < 1) throw new UsageError(`--version must be a whole number of at least 1, got '${flags.version}'`);
       }
       // An unknown name or version is the server's NotFound (exit code 1).
-      const prompt = (await client.getPrompt({ projectId: await project(), name, version })).prompt!;
+      const prompt = (await client.getPrompt({ projectId: project(), name, version })).prompt!;
       return out(flags, promptJson(prompt, true), `${prompt.name} version ${prompt.version}${prompt.description ? ` (${prompt.description})` : ""}\n\n${prompt.content}`);
     }
     default:

@@ -31,8 +31,14 @@ export interface TelemetryBackend {
  *
  * Start-up does not wait for the engine: it is opened and migrated in the background, calls wait
  * for it, and while it cannot be opened logs are spooled and reads answer 503.
+ *
+ * `checkProject` is how the prompt calls learn that a project exists (the AuthService's GetProject,
+ * in server.ts): rejects with 404 `project_not_found` when it does not.
  */
-export async function createTelemetryBackend(opts: { dataDir: string; redisUrl: string | undefined; telemetry: TelemetryConfig }): Promise<TelemetryBackend> {
+export async function createTelemetryBackend(
+  opts: { dataDir: string; redisUrl: string | undefined; telemetry: TelemetryConfig },
+  checkProject: (projectId: string) => Promise<void>,
+): Promise<TelemetryBackend> {
   const { telemetry: config } = opts;
   const url = config.clickhouseUrl;
   // Embedded: chDB in a supervised child process (stores/chdb-server.ts says why), reached like a server.
@@ -50,7 +56,7 @@ export async function createTelemetryBackend(opts: { dataDir: string; redisUrl: 
     (err: Error) => log.warn("telemetry store not ready: logs are spooled until it is", { engine: store.engine, err: err.message }),
   );
   return {
-    impl: createTelemetryService({ store, writer, prompts, bodyTtlDays: config.bodyTtlDays }),
+    impl: createTelemetryService({ store, writer, prompts, checkProject, bodyTtlDays: config.bodyTtlDays }),
     writer,
     store,
     prompts,

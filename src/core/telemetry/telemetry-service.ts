@@ -16,6 +16,13 @@ export interface TelemetryDeps {
   store: TelemetryStore;
   writer: Pick<LogWriter, "record">;
   prompts: PromptStore;
+  /**
+   * Resolves when a project exists; rejects with 404 `project_not_found` when it does not (or the
+   * registry's 503 while it cannot be reached). The prompt calls check their project with it, as
+   * the AuthService's calls do, so no prompt is filed under, or looked up in, a project that is not
+   * there.
+   */
+  checkProject: (projectId: string) => Promise<void>;
   /** How long request and response bodies are kept, in days. */
   bodyTtlDays: number;
   now?: () => number;
@@ -30,7 +37,7 @@ const STATUS_CLASS = /^([1-5])xx$/;
  * writer, so it costs the caller microseconds and never waits on ClickHouse; the reads go to the
  * store and answer 503 `telemetry_unavailable` while it cannot be reached.
  */
-export function createTelemetryService({ store, writer, prompts, bodyTtlDays, now = Date.now }: TelemetryDeps): ServiceImpl<typeof TelemetryService> {
+export function createTelemetryService({ store, writer, prompts, checkProject, bodyTtlDays, now = Date.now }: TelemetryDeps): ServiceImpl<typeof TelemetryService> {
   const read = async <T>(fn: () => Promise<T>): Promise<T> => {
     try {
       return await fn();
@@ -87,6 +94,7 @@ export function createTelemetryService({ store, writer, prompts, bodyTtlDays, no
       if (!req.content) throw invalidRequest("missing_required_field", "`content` is required.");
       if (Buffer.byteLength(req.content) > MAX_PROMPT_BYTES) throw invalidRequest("invalid_value", "`content` must be at most 1 MiB.");
       if (req.description.length > 1024) throw invalidRequest("invalid_value", "`description` must be at most 1024 characters.");
+      await checkProject(projectId);
       const p = await prompts.put({ projectId, name, content: req.content, description: req.description, createdAt: now() });
       return { prompt: promptMessage(p, true) };
     },
@@ -95,6 +103,7 @@ export function createTelemetryService({ store, writer, prompts, bodyTtlDays, no
       const projectId = checkId(req.projectId, "project_id");
       const name = checkPromptName(req.name);
       if (!Number.isInteger(req.version) || req.version < 0) throw invalidRequest("invalid_value", "`version` must be 0 (the latest) or a version number.");
+      await checkProject(projectId);
       const p = await prompts.get(projectId, name, req.version || undefined);
       if (!p) {
         throw notFound("prompt_not_found", req.version ? `No version ${req.version} of prompt ${name}.` : `No prompt named ${name}.`);
@@ -107,6 +116,7 @@ export function createTelemetryService({ store, writer, prompts, bodyTtlDays, no
       const limit = req.pageSize === 0 ? 100 : req.pageSize;
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw invalidRequest("invalid_value", "`page_size` must be 1 to 1000.");
       const after = req.pageToken ? decodePromptPageToken(req.pageToken, projectId) : "";
+      await checkProject(projectId);
       const { prompts: page, more } = await prompts.list(projectId, { after, limit });
       return {
         prompts: page.map((p) => promptMessage(p, false)),

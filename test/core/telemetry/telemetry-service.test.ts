@@ -188,36 +188,53 @@ describe("TelemetryService", function () {
 
   it("keeps versioned prompts per project", async () => {
     const t = gw.telemetry;
-    const v1 = await t.putPrompt({ projectId, name: "greeting", content: "Hello {{name}}", description: "first" });
-    const v2 = await t.putPrompt({ projectId, name: "greeting", content: "Hi {{name}}" });
-    await t.putPrompt({ projectId, name: "apology", content: "Sorry" });
+    // Prompts are filed under projects that exist (the logs above need none).
+    const { projectId: own } = await gw.project();
+    const { projectId: other } = await gw.project();
+    const v1 = await t.putPrompt({ projectId: own, name: "greeting", content: "Hello {{name}}", description: "first" });
+    const v2 = await t.putPrompt({ projectId: own, name: "greeting", content: "Hi {{name}}" });
+    await t.putPrompt({ projectId: own, name: "apology", content: "Sorry" });
     assert.deepEqual([v1.prompt!.version, v2.prompt!.version], [1, 2]);
-    assert.equal((await t.getPrompt({ projectId, name: "greeting" })).prompt!.content, "Hi {{name}}");
-    assert.equal((await t.getPrompt({ projectId, name: "greeting", version: 1 })).prompt!.description, "first");
-    const listed = await t.listPrompts({ projectId });
+    assert.equal((await t.getPrompt({ projectId: own, name: "greeting" })).prompt!.content, "Hi {{name}}");
+    assert.equal((await t.getPrompt({ projectId: own, name: "greeting", version: 1 })).prompt!.description, "first");
+    const listed = await t.listPrompts({ projectId: own });
     assert.deepEqual(listed.prompts.map((p) => [p.name, p.version, p.content]), [["apology", 1, ""], ["greeting", 2, ""]]);
-    const page1 = await t.listPrompts({ projectId, pageSize: 1 });
-    const page2 = await t.listPrompts({ projectId, pageSize: 1, pageToken: page1.nextPageToken });
+    const page1 = await t.listPrompts({ projectId: own, pageSize: 1 });
+    const page2 = await t.listPrompts({ projectId: own, pageSize: 1, pageToken: page1.nextPageToken });
     assert.deepEqual([page1.prompts[0]!.name, page2.prompts[0]!.name, page2.nextPageToken], ["apology", "greeting", ""]);
     // Only a token this listing returned: not a made-up one (the name "apology" in base64url),
     // not another project's, not a log listing's.
-    await refuses(t.listPrompts({ projectId, pageToken: Buffer.from("apology").toString("base64url") }), 400, "invalid_page_token");
-    await refuses(t.listPrompts({ projectId, pageToken: "garbage" }), 400, "invalid_page_token");
-    await refuses(t.listPrompts({ projectId: "proj_other", pageToken: page1.nextPageToken }), 400, "invalid_page_token");
+    await refuses(t.listPrompts({ projectId: own, pageToken: Buffer.from("apology").toString("base64url") }), 400, "invalid_page_token");
+    await refuses(t.listPrompts({ projectId: own, pageToken: "garbage" }), 400, "invalid_page_token");
+    await refuses(t.listPrompts({ projectId: other, pageToken: page1.nextPageToken }), 400, "invalid_page_token");
     const logToken = (await gw.telemetry.listLogs({ projectId, keyMode: KeyMode.LIVE, pageSize: 1 })).nextPageToken;
     assert.ok(logToken);
-    await refuses(t.listPrompts({ projectId, pageToken: logToken }), 400, "invalid_page_token");
+    await refuses(t.listPrompts({ projectId: own, pageToken: logToken }), 400, "invalid_page_token");
     await refuses(gw.telemetry.listLogs({ projectId, keyMode: KeyMode.LIVE, pageToken: page1.nextPageToken }), 400, "invalid_page_token");
-    await refuses(t.getPrompt({ projectId: "proj_other", name: "greeting" }), 404, "prompt_not_found");
-    await refuses(t.getPrompt({ projectId, name: "greeting", version: 3 }), 404, "prompt_not_found");
-    await refuses(t.putPrompt({ projectId, name: "../etc", content: "x" }), 400, "invalid_value");
-    await refuses(t.putPrompt({ projectId, name: "empty", content: "" }), 400, "missing_required_field");
+    await refuses(t.getPrompt({ projectId: other, name: "greeting" }), 404, "prompt_not_found");
+    await refuses(t.getPrompt({ projectId: own, name: "greeting", version: 3 }), 404, "prompt_not_found");
+    await refuses(t.putPrompt({ projectId: own, name: "../etc", content: "x" }), 400, "invalid_value");
+    await refuses(t.putPrompt({ projectId: own, name: "empty", content: "" }), 400, "missing_required_field");
+  });
+
+  it("refuses a project that does not exist on every prompt call, as CreateKey does", async () => {
+    const t = gw.telemetry;
+    await refuses(t.putPrompt({ projectId: "proj_nope", name: "a", content: "x" }), 404, "project_not_found");
+    await refuses(t.getPrompt({ projectId: "proj_nope", name: "a" }), 404, "project_not_found");
+    await refuses(t.listPrompts({ projectId: "proj_nope" }), 404, "project_not_found");
+    // Over gRPC too: NOT_FOUND, with the spec's error in the trailers.
+    const err = await unary(grpcClient, "PutPrompt", { project_id: "proj_nope", name: "a", content: "x" }, md).then(
+      () => assert.fail("stored"),
+      (e: grpc.ServiceError) => e,
+    );
+    assert.equal(err.code, grpc.status.NOT_FOUND);
+    assert.match(err.details, /proj_nope/);
   });
 
   it("answers 503 telemetry_unavailable while the store cannot be reached", async () => {
     const dir = mkdtempSync(join(tmpdir(), "svc-prompts-"));
     const store = createClickHouseTelemetryStore({ engine: "clickhouse", connect: () => Promise.reject(new TelemetryUnavailableError("down")) });
-    const t = createDirectClient(TelemetryService, createTelemetryService({ store, writer: { record() {} }, prompts: await createFilePromptStore(dir), bodyTtlDays: 30 }));
+    const t = createDirectClient(TelemetryService, createTelemetryService({ store, writer: { record() {} }, prompts: await createFilePromptStore(dir), checkProject: async () => {}, bodyTtlDays: 30 }));
     await refuses(t.listLogs({ projectId, keyMode: KeyMode.LIVE }), 503, "telemetry_unavailable");
     await refuses(t.getAnalytics({ projectId, keyMode: KeyMode.LIVE }), 503, "telemetry_unavailable");
     await t.recordRequest({ log: log(1) }); // recording never waits on the store

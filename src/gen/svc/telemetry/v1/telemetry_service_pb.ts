@@ -767,7 +767,7 @@ export const PromptSchema: GenMessage<Prompt> = /*@__PURE__*/
  */
 export type PutPromptRequest = Message<"svc.telemetry.v1.PutPromptRequest"> & {
   /**
-   * The project.
+   * The project; one that does not exist is refused with NOT_FOUND (project_not_found).
    *
    * @generated from field: string project_id = 1;
    */
@@ -830,7 +830,7 @@ export const PutPromptResponseSchema: GenMessage<PutPromptResponse> = /*@__PURE_
  */
 export type GetPromptRequest = Message<"svc.telemetry.v1.GetPromptRequest"> & {
   /**
-   * The project.
+   * The project; one that does not exist is refused with NOT_FOUND (project_not_found).
    *
    * @generated from field: string project_id = 1;
    */
@@ -886,7 +886,7 @@ export const GetPromptResponseSchema: GenMessage<GetPromptResponse> = /*@__PURE_
  */
 export type ListPromptsRequest = Message<"svc.telemetry.v1.ListPromptsRequest"> & {
   /**
-   * The project.
+   * The project; one that does not exist is refused with NOT_FOUND (project_not_found).
    *
    * @generated from field: string project_id = 1;
    */
