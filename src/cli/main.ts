@@ -21,7 +21,7 @@ Usage:
   svc keys list --project ID
   svc keys delete KEY_ID
   svc prompts put NAME --project ID --file F [--description D]   store a new version (--file - reads stdin)
-  svc prompts list --project ID
+  svc prompts list --project ID           every prompt (it pages through them all)
   svc prompts show NAME --project ID [--version N]
 
 Admin commands talk to a running server: --server URL (default SVC_SERVER_URL or

@@ -16,8 +16,9 @@ const promptJson = (p: Prompt, withContent: boolean) => ({
 
 /**
  * `svc prompts put NAME --project ID --file F [--description D]` stores a new version of a prompt
- * (the first is version 1); `svc prompts list --project ID` and `svc prompts show NAME --project ID
- * [--version N]` read them back, as the management API's /v1/prompts does for a key's project.
+ * (the first is version 1); `svc prompts list --project ID` (every prompt: it pages through them all)
+ * and `svc prompts show NAME --project ID [--version N]` read them back, as the management API's
+ * /v1/prompts does for a key's project.
  */
 export async function promptsCommand(sub: string | undefined, args: string[], flags: Flags & { file?: string; version?: string }): Promise<void> {
   const client = createTelemetryAdminClient(resolveAdminTarget(flags));
@@ -39,7 +40,15 @@ export async function promptsCommand(sub: string | undefined, args: string[], fl
       return out(flags, promptJson(prompt!, false), `Stored prompt ${prompt!.name} version ${prompt!.version} in project ${projectId}.`);
     }
     case "list": {
-      const { prompts } = await client.listPrompts({ projectId: project(), pageSize: 1000 });
+      // Every prompt, a page of at most 1000 (the largest the server gives) at a time.
+      const projectId = project();
+      const prompts: Prompt[] = [];
+      let pageToken = "";
+      do {
+        const page = await client.listPrompts({ projectId, pageSize: 1000, pageToken });
+        prompts.push(...page.prompts);
+        pageToken = page.nextPageToken;
+      } while (pageToken);
       const rows = [["NAME", "VERSION", "DESCRIPTION", "CREATED"], ...prompts.map((p) => { const j = promptJson(p, false); return [j.name, String(j.version), j.description, String(j.created_at)]; })];
       return out(flags, prompts.map((p) => promptJson(p, false)), prompts.length ? table(rows) : "No prompts.");
     }

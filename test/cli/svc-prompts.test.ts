@@ -1,16 +1,19 @@
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createTelemetryAdminClient } from "../../src/cli/admin-client.js";
 import { startSvcServe, type SvcServe } from "../support/svc-cli.js";
 
 describe("svc prompts and body logging against a running `svc serve --demo`", function () {
   this.timeout(90_000);
   let server: SvcServe;
   let projectId: string;
+  let dir: string;
 
   before(async () => {
-    server = await startSvcServe();
+    dir = mkdtempSync(join(tmpdir(), "svc-cli-"));
+    server = await startSvcServe({}, dir);
     projectId = JSON.parse((await server.svc("projects", "create", "--name", "p", "--plan", "pro", "--json")).stdout).id;
   });
   after(() => server.stop());
@@ -50,6 +53,22 @@ describe("svc prompts and body logging against a running `svc serve --demo`", fu
       assert.equal(res.code, 1, args.join(" "));
       assert.match(res.stderr, /proj_nonexistent00000/);
     }
+  });
+
+  it("lists every prompt, past the 1000 of one page", async () => {
+    const many = JSON.parse((await server.svc("projects", "create", "--name", "many", "--plan", "free", "--json")).stdout).id;
+    const token = readFileSync(join(dir, "data", "admin-token"), "utf8").trim();
+    const telemetry = createTelemetryAdminClient({ server: server.grpcUrl, token });
+    const names = Array.from({ length: 1203 }, (_, i) => `p${String(i).padStart(4, "0")}`);
+    for (let i = 0; i < names.length; i += 100) {
+      await Promise.all(names.slice(i, i + 100).map((name) => telemetry.putPrompt({ projectId: many, name, content: "x" })));
+    }
+    const json = await server.svc("prompts", "list", "--project", many, "--json");
+    assert.equal(json.code, 0, json.stderr);
+    assert.deepEqual(JSON.parse(json.stdout).map((p: { name: string }) => p.name), names);
+    const text = await server.svc("prompts", "list", "--project", many);
+    assert.equal(text.stdout.trimEnd().split("\n").length, names.length + 1, "a header and a row per prompt");
+    assert.match(text.stdout, /p1202/);
   });
 
   it("turns body logging off and on with svc projects update --log-bodies", async () => {
