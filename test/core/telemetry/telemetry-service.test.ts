@@ -202,9 +202,11 @@ describe("TelemetryService", function () {
     const page1 = await t.listPrompts({ projectId: own, pageSize: 1 });
     const page2 = await t.listPrompts({ projectId: own, pageSize: 1, pageToken: page1.nextPageToken });
     assert.deepEqual([page1.prompts[0]!.name, page2.prompts[0]!.name, page2.nextPageToken], ["apology", "greeting", ""]);
-    // Only a token this listing returned: not a made-up one (the name "apology" in base64url),
-    // not another project's, not a log listing's.
+    // Only a token this listing returned: not a made-up one (the name "apology" in base64url, or
+    // base64 with padding), not another project's, not a log listing's.
     await refuses(t.listPrompts({ projectId: own, pageToken: Buffer.from("apology").toString("base64url") }), 400, "invalid_page_token");
+    await refuses(t.listPrompts({ projectId: own, pageToken: "enp6eg==" }), 400, "invalid_page_token");
+    await refuses(t.listPrompts({ projectId: own, pageToken: "enp6eg" }), 400, "invalid_page_token");
     await refuses(t.listPrompts({ projectId: own, pageToken: "garbage" }), 400, "invalid_page_token");
     await refuses(t.listPrompts({ projectId: other, pageToken: page1.nextPageToken }), 400, "invalid_page_token");
     const logToken = (await gw.telemetry.listLogs({ projectId, keyMode: KeyMode.LIVE, pageSize: 1 })).nextPageToken;

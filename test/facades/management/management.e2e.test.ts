@@ -385,7 +385,7 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
     assert.deepEqual([page1.data.map((p: { name: string }) => p.name), page1.has_more], [["alpha"], true]);
     const page2 = (await get(`/v1/prompts?limit=1&cursor=${encodeURIComponent(page1.next_cursor)}`, own.live)).json();
     assert.deepEqual(page2.data.map((p: { name: string }) => p.name), ["beta"]);
-    const made = [Buffer.from("beta").toString("base64url"), "garbage", Buffer.from("[2,1,\"x\",\"y\"]").toString("base64url"), `${page1.next_cursor}!`];
+    const made = [Buffer.from("beta").toString("base64url"), "enp6eg==", "enp6eg", "garbage", Buffer.from("[2,1,\"x\",\"y\"]").toString("base64url"), `${page1.next_cursor}!`];
     for (const cursor of made) {
       const res = await get(`/v1/prompts?cursor=${encodeURIComponent(cursor)}`, own.live);
       assert.equal(res.status, 400, `${cursor}: ${res.text}`);
