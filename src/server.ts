@@ -103,21 +103,20 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     cleanups.push(() => cacheBackend.close());
     const limitsBackend = await createLimitsBackend(config.redisUrl, config.limits, store);
     cleanups.push(() => limitsBackend.close());
-    // Closed after the HTTP servers (cleanups run in reverse), so the logs of the last requests are
-    // flushed, or spooled, before exit.
     const auth = createDirectClient(AuthService, authImpl);
-    // The prompt calls file and read prompts only under a project that exists: 404
-    // project_not_found otherwise, as CreateKey answers.
+    /** Resolves when the project exists; rejects with 404 project_not_found otherwise. */
+    const projectExists = (projectId: string) => auth.getProject({ projectId });
+    // Closed after the HTTP servers (cleanups run in reverse), so the logs of the last requests are
+    // flushed, or spooled, before exit. The prompt calls file and read prompts only under a project
+    // that exists: 404 project_not_found otherwise, as CreateKey answers.
     const telemetryBackend = await createTelemetryBackend(config, async (projectId) => {
-      await auth.getProject({ projectId });
+      await projectExists(projectId);
     });
     cleanups.push(() => telemetryBackend.close());
 
-    const auth = createDirectClient(AuthService, authImpl);
     // The core port serves the same implementations, with what only calls from the network need
     // (src/core/served.ts): checks of the requests the facades build from validated input, and a
     // log of every internal error. The facades' in-process calls below skip both.
-    const projectExists = (projectId: string) => auth.getProject({ projectId });
     const core = createCoreServer((router: ConnectRouter) => {
       router.service(AuthService, authImpl);
       router.service(ProxyService, servedProxyService(proxyImpl, projectExists));
