@@ -53,7 +53,9 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
     async updateProject(id, change) {
       const p = projects.get(id);
       if (!p) return undefined;
-      const next = change(p);
+      let count = 0;
+      for (const k of keys.values()) if (k.projectId === id) count++;
+      const next = change(p, count);
       projects.set(id, next);
       await persist();
       return next;
@@ -62,9 +64,15 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
       return [...projects.values()].sort(byCreation);
     },
     async createKey(k, maxKeys) {
+      let max: number;
+      if (typeof maxKeys === "number") max = maxKeys;
+      else {
+        const p = projects.get(k.projectId);
+        max = p ? maxKeys(p) : 0;
+      }
       let count = 0;
       for (const other of keys.values()) if (other.projectId === k.projectId) count++;
-      if (count >= maxKeys) return false;
+      if (count >= max) return false;
       keys.set(k.id, k);
       byHash.set(k.hash, k);
       await persist();

@@ -20,8 +20,11 @@ const kKey = (id: string) => `${T}:key:${id}`;
 const kKeys = (projectId: string) => `${T}:keys:${projectId}`;
 const kHash = (hash: string) => `${T}:hash:${hash}`;
 
-// KEYS: keys-set, key, hash. ARGV: max keys, created-at, key id, key JSON.
+// KEYS: keys-set, key, hash, project. ARGV: max keys, created-at, key id, key JSON, the project's
+// JSON the limit was read from ("": the limit does not depend on it). 1 created, 0 at the limit,
+// -1 the project changed since it was read.
 const createKeyScript = `
+if ARGV[5] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[5] then return -1 end
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
 redis.call('SET', KEYS[2], ARGV[4])
@@ -38,12 +41,14 @@ redis.call('ZREM', ARGV[1] .. k.projectId, k.id)
 redis.call('DEL', ARGV[2] .. k.hash)
 return v`;
 
-// KEYS: project. ARGV: the JSON read, the JSON to write. Writes only if nobody changed it since the
-// read: 1 written, 0 changed meanwhile, -1 gone.
+// KEYS: project, its keys-set. ARGV: the JSON read, the JSON to write, the number of keys read.
+// Writes only if nobody changed the project or its keys since the read: 1 written, 0 changed
+// meanwhile, -1 gone.
 const replaceProjectScript = `
 local v = redis.call('GET', KEYS[1])
 if not v then return -1 end
 if v ~= ARGV[1] then return 0 end
+if redis.call('ZCARD', KEYS[2]) ~= tonumber(ARGV[3]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
 return 1`;
 
@@ -58,8 +63,8 @@ if not k then return false end
 return {k, redis.call('GET', ARGV[2] .. cjson.decode(k).projectId)}`;
 
 type ScriptedRedis = Redis & {
-  svcReplaceProject(k1: string, before: string, after: string): Promise<number>;
-  svcCreateKey(k1: string, k2: string, k3: string, max: number, at: number, id: string, json: string): Promise<number>;
+  svcReplaceProject(k1: string, k2: string, before: string, after: string, keyCount: number): Promise<number>;
+  svcCreateKey(k1: string, k2: string, k3: string, k4: string, max: number, at: number, id: string, json: string, projectJson: string): Promise<number>;
   svcDeleteKey(k1: string, setPrefix: string, hashPrefix: string): Promise<string | null>;
   svcFindKey(k1: string, keyPrefix: string, projectPrefix: string): Promise<[string, string | null] | null>;
 };
@@ -209,9 +214,9 @@ export function createRedisRegistryStore(url: string): RegistryStore {
     }
   }
   // defineCommand sends EVALSHA and falls back to EVAL on NOSCRIPT (a restarted Redis).
-  redis.defineCommand("svcCreateKey", { numberOfKeys: 3, lua: createKeyScript });
+  redis.defineCommand("svcCreateKey", { numberOfKeys: 4, lua: createKeyScript });
   redis.defineCommand("svcDeleteKey", { numberOfKeys: 1, lua: deleteKeyScript });
-  redis.defineCommand("svcReplaceProject", { numberOfKeys: 1, lua: replaceProjectScript });
+  redis.defineCommand("svcReplaceProject", { numberOfKeys: 2, lua: replaceProjectScript });
   redis.defineCommand("svcFindKey", { numberOfKeys: 1, lua: findKeyScript });
 
   const parse = <T>(v: string | null): T | undefined => (v === null ? undefined : (JSON.parse(v) as T));
@@ -224,12 +229,17 @@ export function createRedisRegistryStore(url: string): RegistryStore {
       return read(knownProjects, id, (p) => p, async () => remember(knownProjects, id, await call(() => redis.get(kProject(id)))));
     },
     async updateProject(id, change) {
-      // Optimistic: read, change, write if unchanged; a concurrent update makes it try again.
+      // Optimistic: read, change, write if unchanged; a concurrent update, or a key created or
+      // deleted meanwhile, makes it try again.
       for (let attempt = 0; attempt < 20; attempt++) {
-        const before = await timed(() => call(() => redis.get(kProject(id))));
+        const [before, keyCount] = await timed(() => call(async () => {
+          const replies = await redis.multi().get(kProject(id)).zcard(kKeys(id)).exec();
+          for (const [err] of replies ?? []) if (err) throw err;
+          return [replies![0]![1] as string | null, Number(replies![1]![1])] as const;
+        }));
         if (before === null) return undefined;
-        const next = change(JSON.parse(before) as ProjectRecord);
-        const done = await call(() => redis.svcReplaceProject(kProject(id), before, JSON.stringify(next)));
+        const next = change(JSON.parse(before) as ProjectRecord, keyCount);
+        const done = await call(() => redis.svcReplaceProject(kProject(id), kKeys(id), before, JSON.stringify(next), keyCount));
         if (done === 1) {
           if (knownProjects.has(id)) remember(knownProjects, id, JSON.stringify(next));
           return next;
@@ -246,8 +256,22 @@ export function createRedisRegistryStore(url: string): RegistryStore {
       return values.map((v) => parse<ProjectRecord>(v)).filter((p): p is ProjectRecord => p !== undefined);
     },
     async createKey(k, maxKeys) {
-      const ok = await call(() => redis.svcCreateKey(kKeys(k.projectId), kKey(k.id), kHash(k.hash), maxKeys, k.createdAt, k.id, JSON.stringify(k)));
-      return ok === 1;
+      // With a limit that depends on the project, the key is written only while the project is as
+      // read (a plan changed meanwhile makes it read again).
+      for (let attempt = 0; attempt < 20; attempt++) {
+        let max: number;
+        let read = "";
+        if (typeof maxKeys === "number") max = maxKeys;
+        else {
+          const text = await timed(() => call(() => redis.get(kProject(k.projectId))));
+          if (text === null) return false;
+          max = maxKeys(JSON.parse(text) as ProjectRecord);
+          read = text;
+        }
+        const done = await call(() => redis.svcCreateKey(kKeys(k.projectId), kKey(k.id), kHash(k.hash), kProject(k.projectId), max, k.createdAt, k.id, JSON.stringify(k), read));
+        if (done !== -1) return done === 1;
+      }
+      throw new Error(`project ${k.projectId} kept changing; key not created`);
     },
     async listKeys(projectId) {
       const values = await timed(() => call(async () => {

@@ -52,13 +52,19 @@ export interface RegistryStore {
   getProject(id: string): Promise<ProjectRecord | undefined>;
   listProjects(): Promise<ProjectRecord[]>;
   /**
-   * Replaces a project with `change(current)`, atomically with respect to other updates (a replica
-   * that changed it meanwhile makes `change` run again on the newer record). Returns the new record,
-   * or undefined when there is no such project.
+   * Replaces a project with `change(current, keyCount)`, where keyCount is how many keys the project
+   * has, atomically with respect to other updates and to keys created or deleted meanwhile (a
+   * replica that changed either makes `change` run again on the newer state). `change` may throw to
+   * refuse the update, which then writes nothing. Returns the new record, or undefined when there is
+   * no such project.
    */
-  updateProject(id: string, change: (p: ProjectRecord) => ProjectRecord): Promise<ProjectRecord | undefined>;
-  /** Adds a key unless the project already has `maxKeys` keys; returns false when it has. */
-  createKey(k: KeyRecord, maxKeys: number): Promise<boolean>;
+  updateProject(id: string, change: (p: ProjectRecord, keyCount: number) => ProjectRecord): Promise<ProjectRecord | undefined>;
+  /**
+   * Adds a key unless the project already has `maxKeys` keys; returns false when it has. Given as a
+   * function, the limit is taken from the project as it is when the key is written (so a plan
+   * changed meanwhile cannot let one key too many in); a project that is gone then allows none.
+   */
+  createKey(k: KeyRecord, maxKeys: number | ((p: ProjectRecord) => number)): Promise<boolean>;
   listKeys(projectId: string): Promise<KeyRecord[]>;
   /** Deletes a key; returns it, or undefined when there was none. */
   deleteKey(id: string): Promise<KeyRecord | undefined>;

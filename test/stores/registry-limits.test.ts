@@ -6,6 +6,11 @@ import { Redis } from "ioredis";
 import { createFileRegistryStore } from "../../src/stores/file-registry-store.js";
 import { createRedisRegistryStore } from "../../src/stores/redis-registry-store.js";
 import type { ProjectRecord, RegistryStore } from "../../src/stores/registry-store.js";
+import { createAuthService } from "../../src/core/auth/auth-service.js";
+import { createDirectClient } from "../../src/core/direct-client.js";
+import { toErrorInfo } from "../../src/core/errors.js";
+import { AuthService, Plan } from "../../src/gen/svc/auth/v1/auth_service_pb.js";
+import { KeyMode } from "../../src/gen/svc/common/v1/key_mode_pb.js";
 import { startRedis, type TestRedis } from "../support/redis.js";
 
 /** A project as stored before limits existed: no `limits` field. */
@@ -93,6 +98,27 @@ for (const b of backends) {
       await Promise.all(fields.map((f, i) => (i % 2 ? a : c).updateProject("proj_race", (p) => ({ ...p, limits: { ...p.limits, [f]: i + 1 } }))));
       const p = await a.getProject("proj_race");
       assert.deepEqual(p?.limits, { requestsPerMinute: 1, requestsPerDay: 2, userRequestsPerMinute: 3 });
+    });
+
+    it("never leaves a project with more keys than its plan allows when keys are created while its plan is lowered", async () => {
+      const a = await open();
+      const c = b.name === "redis" ? await open() : a;
+      const authA = createDirectClient(AuthService, createAuthService({ store: a }));
+      const authC = createDirectClient(AuthService, createAuthService({ store: c }));
+      for (let round = 0; round < 15; round++) {
+        const { project } = await authA.createProject({ name: `race${round}`, plan: Plan.PRO });
+        const projectId = project!.id;
+        await authA.createKey({ projectId, mode: KeyMode.LIVE });
+        // Keys created on both replicas while one of them moves the project to free (2 keys).
+        const results = await Promise.allSettled([
+          ...Array.from({ length: 4 }, (_, i) => (i % 2 ? authA : authC).createKey({ projectId, mode: KeyMode.LIVE })),
+          (round % 2 ? authA : authC).updateProject({ projectId, plan: Plan.FREE }),
+        ]);
+        for (const r of results) if (r.status === "rejected") assert.equal(toErrorInfo(r.reason).code, "key_limit_reached", String(r.reason));
+        const plan = (await authA.getProject({ projectId })).project!.plan;
+        const keys = (await authA.listKeys({ projectId })).keys.length;
+        assert.ok(keys <= (plan === Plan.FREE ? 2 : 10), `round ${round}: ${keys} keys on plan ${Plan[plan]}`);
+      }
     });
   });
 }

@@ -14,7 +14,7 @@ import { apiError, invalidApiKey, invalidRequest, notFound, withRetryGuidance } 
 import { randomBase62 } from "../ids.js";
 import { displayPrefix, hashSecret, hashSecretForLookup, modeOfSecret, newSecret } from "./keys.js";
 import { planLimits, planName, planOf } from "./plans.js";
-import { applyProjectChange, effectiveLimits, overridesMessage, parseProjectChange } from "./project-limits.js";
+import { applyProjectChange, effectiveLimits, overridesMessage, parseLimitOverrides, parseProjectChange } from "./project-limits.js";
 
 export interface AuthDeps {
   store: RegistryStore;
@@ -100,7 +100,12 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
       if (/[\u0000-\u001f\u007f]/.test(name)) throw invalidRequest("invalid_value", "`name` must not hold control characters (newlines, tabs).");
       const plan = planName(req.plan);
       if (!plan) throw invalidRequest("invalid_value", "`plan` must be one of free, pro, enterprise.");
+      // Limits and body logging may be set at creation, checked as UpdateProject checks them: the
+      // project is made with them or not at all.
+      const limits = parseLimitOverrides(req.limitOverrides);
       const record: ProjectRecord = { id: `proj_${randomBase62(16)}`, name, plan, createdAt: now() };
+      if (Object.keys(limits).length > 0) record.limits = limits;
+      if (req.logBodies === false) record.logBodies = false;
       await registry(store.createProject(record));
       return { project: toProject(record) };
     },
@@ -112,7 +117,23 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
     async updateProject(req) {
       if (!req.projectId) throw invalidRequest("missing_required_field", "`project_id` is required.");
       const change = parseProjectChange(req);
-      const p = await registry(store.updateProject(req.projectId, (current) => applyProjectChange(current, change)));
+      // A plan that allows fewer keys than the project has is refused, not applied: the project
+      // would be over its plan's limit with nothing to tell. Checked against the keys as they are
+      // when the change is written (a key created meanwhile makes the store check again).
+      const p = await registry(store.updateProject(req.projectId, (current, keyCount) => {
+        const next = applyProjectChange(current, change);
+        const max = planLimits[next.plan].maxKeys;
+        if (next.plan !== current.plan && keyCount > max) {
+          const over = keyCount - max;
+          throw apiError(
+            403,
+            "permission_error",
+            "key_limit_reached",
+            `The ${next.plan} plan allows ${max} keys per project and project '${current.id}' has ${keyCount}; delete ${over} key${over === 1 ? "" : "s"}, then change the plan.`,
+          );
+        }
+        return next;
+      }));
       if (!p) throw notFound("project_not_found", `No project with id '${req.projectId}'.`);
       return { project: toProject(p) };
     },
@@ -135,9 +156,10 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
         hash: hashSecret(secret),
         createdAt: now(),
       };
-      const max = planLimits[p.plan].maxKeys;
-      if (!(await registry(store.createKey(record, max)))) {
-        throw apiError(403, "permission_error", "key_limit_reached", `The ${p.plan} plan allows ${max} keys per project; delete a key or change the plan.`);
+      // The limit is that of the plan the project is on when the key is written, not when it was read.
+      if (!(await registry(store.createKey(record, (current) => planLimits[current.plan].maxKeys)))) {
+        const plan = (await registry(store.getProject(p.id)))?.plan ?? p.plan;
+        throw apiError(403, "permission_error", "key_limit_reached", `The ${plan} plan allows ${planLimits[plan].maxKeys} keys per project; delete a key or change the plan.`);
       }
       return { key: toKey(record), secret };
     },

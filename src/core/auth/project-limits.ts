@@ -60,14 +60,11 @@ function count(v: number | undefined, field: Field, max: number): number | undef
   return v;
 }
 
-/** Checks an UpdateProject request; throws a 400 naming the first bad field. */
-export function parseProjectChange(req: UpdateProjectRequest): ProjectChange {
-  let plan: PlanName | undefined;
-  if (req.plan !== Plan.UNSPECIFIED) {
-    plan = planName(req.plan);
-    if (!plan) throw invalidRequest("invalid_value", "`plan` must be one of free, pro, enterprise.");
-  }
-  const o = req.limitOverrides;
+/**
+ * Checks limit overrides as CreateProject and UpdateProject take them; throws a 400 naming the
+ * first bad field. Returns the overrides to store (the spend cap in its canonical form).
+ */
+export function parseLimitOverrides(o: ProjectLimits | undefined): LimitOverrides {
   const set: LimitOverrides = {};
   const rpm = count(o?.requestsPerMinute, "requestsPerMinute", MAX_REQUESTS_PER_MINUTE);
   const rpd = count(o?.requestsPerDay, "requestsPerDay", MAX_REQUESTS_PER_DAY);
@@ -85,6 +82,17 @@ export function parseProjectChange(req: UpdateProjectRequest): ProjectChange {
     }
     set.monthlySpendCapUsd = formatNano(nano);
   }
+  return set;
+}
+
+/** Checks an UpdateProject request; throws a 400 naming the first bad field. */
+export function parseProjectChange(req: UpdateProjectRequest): ProjectChange {
+  let plan: PlanName | undefined;
+  if (req.plan !== Plan.UNSPECIFIED) {
+    plan = planName(req.plan);
+    if (!plan) throw invalidRequest("invalid_value", "`plan` must be one of free, pro, enterprise.");
+  }
+  const set = parseLimitOverrides(req.limitOverrides);
   const clear: Field[] = [];
   for (const f of req.clearedLimits) {
     const field = fieldOf[f];

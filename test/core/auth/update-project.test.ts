@@ -115,4 +115,46 @@ describe("AuthService project limits", () => {
     assert.equal((await auth.getProject({ projectId: p.id })).project!.effectiveLimits!.requestsPerMinute, 60);
     await assert.rejects(auth.updateProject({ projectId: "proj_nope", plan: Plan.PRO }), (e: unknown) => toErrorInfo(e).status === 404);
   });
+  it("creates a project with limits and body logging set at once, checked as an update checks them", async () => {
+    const { project: p } = await auth.createProject({
+      name: "limited",
+      plan: Plan.FREE,
+      limitOverrides: { requestsPerMinute: 5, userRequestsPerMinute: 2, monthlySpendCapUsd: "1.50" },
+      logBodies: false,
+    });
+    assert.deepEqual(plain(p!.limitOverrides), { rpm: 5, rpd: undefined, user: 2, cap: "1.5" });
+    assert.deepEqual(plain(p!.effectiveLimits), { rpm: 5, rpd: 1000, user: 2, cap: "1.5" });
+    assert.equal(p!.logBodies, false);
+    assert.deepEqual(plain((await auth.getProject({ projectId: p!.id })).project!.limitOverrides), { rpm: 5, rpd: undefined, user: 2, cap: "1.5" });
+    // A bad value refuses the whole creation: no project is left without the limits asked for.
+    const before = (await auth.listProjects({})).projects.length;
+    await refused(auth.createProject({ name: "bad", plan: Plan.FREE, limitOverrides: { requestsPerMinute: 0 } }), "requests_per_minute");
+    await refused(auth.createProject({ name: "bad", plan: Plan.FREE, limitOverrides: { monthlySpendCapUsd: "-1" } }), "monthly_spend_cap_usd");
+    assert.equal((await auth.listProjects({})).projects.length, before);
+    // Without them a project follows its plan and logs bodies, as before.
+    const plainProject = (await auth.createProject({ name: "plain", plan: Plan.PRO })).project!;
+    assert.deepEqual(plain(plainProject.limitOverrides), { rpm: undefined, rpd: undefined, user: undefined, cap: undefined });
+    assert.equal(plainProject.logBodies, true);
+  });
+
+  it("refuses a plan that allows fewer keys than the project has, saying how many to delete, and leaves it unchanged", async () => {
+    const p = await project(Plan.PRO);
+    for (const mode of [KeyMode.LIVE, KeyMode.LIVE, KeyMode.TEST]) await auth.createKey({ projectId: p.id, mode });
+    await assert.rejects(auth.updateProject({ projectId: p.id, plan: Plan.FREE, limitOverrides: { requestsPerMinute: 7 } }), (e: unknown) => {
+      const info = toErrorInfo(e);
+      assert.deepEqual([info.status, info.type, info.code], [403, "permission_error", "key_limit_reached"]);
+      assert.match(info.message, /free plan allows 2 keys per project .* has 3; delete 1 key,/);
+      return true;
+    });
+    const kept = (await auth.getProject({ projectId: p.id })).project!;
+    assert.equal(kept.plan, Plan.PRO);
+    assert.equal(kept.effectiveLimits!.requestsPerMinute, 600);
+    // A plan with room for the keys is taken, with other changes; after a deletion, so is free.
+    await auth.updateProject({ projectId: p.id, plan: Plan.ENTERPRISE });
+    await auth.updateProject({ projectId: p.id, plan: Plan.PRO, limitOverrides: { requestsPerDay: 50 } });
+    const { keys } = await auth.listKeys({ projectId: p.id });
+    await auth.deleteKey({ keyId: keys[0]!.id });
+    const { project: free } = await auth.updateProject({ projectId: p.id, plan: Plan.FREE });
+    assert.equal(free!.plan, Plan.FREE);
+  });
 });
