@@ -1,8 +1,9 @@
 import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { type Client, createClient } from "@connectrpc/connect";
+import { type Client, Code, type ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { bearerAuth } from "../client/svc-client.js";
+import { carriesErrorInfo } from "../core/errors.js";
 import { AuthService } from "../gen/svc/auth/v1/auth_service_pb.js";
 import { LimitsService } from "../gen/svc/limits/v1/limits_service_pb.js";
 import { TelemetryService } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
@@ -12,13 +13,19 @@ export interface AdminTarget {
   token: string;
 }
 
+/** Where the CLI looks for the core when neither --server nor SVC_SERVER_URL is set. */
+export const defaultServerUrl = (env = process.env): string => `http://127.0.0.1:${env.SVC_GRPC_PORT || 8090}`;
+
+/** The server the admin commands talk to: `--server`, else SVC_SERVER_URL, else the local gRPC port. */
+export const serverOf = (flags: { server?: string }, env = process.env): string => flags.server || env.SVC_SERVER_URL || defaultServerUrl(env);
+
 /**
  * Finds the running server from the same settings `svc serve` reads: `--server`, else
  * SVC_SERVER_URL, else the local gRPC port (SVC_GRPC_PORT, 8090). The admin token comes from
  * `--admin-token`, SVC_ADMIN_TOKEN, or the file `svc serve` generated under the data dir.
  */
 export function resolveAdminTarget(flags: { server?: string; adminToken?: string }, env = process.env): AdminTarget {
-  const server = flags.server || env.SVC_SERVER_URL || `http://127.0.0.1:${env.SVC_GRPC_PORT || 8090}`;
+  const server = serverOf(flags, env);
   let url: URL | undefined;
   try {
     url = new URL(server);
@@ -26,7 +33,7 @@ export function resolveAdminTarget(flags: { server?: string; adminToken?: string
     // refused below
   }
   if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
-    throw new UsageError(`the server must be an http(s) URL such as http://127.0.0.1:8090 (the gRPC port), got '${server}'`);
+    throw new UsageError(`the server must be an http(s) URL such as ${defaultServerUrl(env)} (the core's gRPC port), got '${server}'`);
   }
   let token = flags.adminToken || env.SVC_ADMIN_TOKEN || "";
   if (!token) {
@@ -38,6 +45,43 @@ export function resolveAdminTarget(flags: { server?: string; adminToken?: string
     }
   }
   return { server, token };
+}
+
+/** Errors of a TLS handshake with a server that does not speak TLS on that port. */
+const TLS_MISMATCH = /EPROTO|wrong version number|packet length too long|SSL routines|ERR_SSL_/;
+
+/**
+ * What to print for a failed admin call. The core's own refusals carry its message, printed as it
+ * is; a server that is not the core (the gateway's or management port, another service, a path
+ * the core does not serve) answers without one, and a TLS handshake with a plain-HTTP port fails
+ * with OpenSSL's words: both are told as "this is not the core's address", with the default.
+ */
+export function adminCallMessage(e: ConnectError, server: string, env = process.env): string {
+  const where = `the default is ${defaultServerUrl(env)} (the core's gRPC port, SVC_GRPC_PORT); set --server or SVC_SERVER_URL`;
+  let url: URL | undefined;
+  try {
+    url = new URL(server);
+  } catch {
+    // resolveAdminTarget refused it before any call
+  }
+  const cause = e.cause as NodeJS.ErrnoException | undefined;
+  if (url?.protocol === "https:" && (TLS_MISMATCH.test(e.rawMessage) || TLS_MISMATCH.test(cause?.code ?? ""))) {
+    return `${server} does not look like the svc core's gRPC address: it does not speak TLS (https) on that port. The core serves plain HTTP (h2c) unless a TLS proxy is put in front of it: use http://; ${where}`;
+  }
+  if (!carriesErrorInfo(e) && (e.rawMessage === "" || /^HTTP \d{3}$/.test(e.rawMessage))) {
+    const answered = e.rawMessage ? `it answered ${e.rawMessage}` : `it answered ${Code[e.code]} with no message, as the gateway's and management ports do`;
+    const path = url && url.pathname !== "/" ? ` (the core answers at the root of its port, with no path: drop '${url.pathname}')` : "";
+    return `${server} does not look like the svc core's gRPC address: ${answered}${path}; ${where}`;
+  }
+  // The server's own 503 (its registry's Redis is unreachable) says so itself: only a server
+  // that did not answer at all gets the hint.
+  const hint =
+    (e.code === Code.Unavailable && !carriesErrorInfo(e)) || (e.code === Code.Unknown && /ECONNREFUSED|fetch failed/.test(e.rawMessage))
+      ? " (is `svc serve` running? set --server or SVC_SERVER_URL)"
+      : e.code === Code.Unauthenticated
+        ? " (check SVC_ADMIN_TOKEN or --admin-token)"
+        : "";
+  return `${e.rawMessage}${hint}`;
 }
 
 /** A bad command line; printed with usage and exit code 2. */

@@ -2,9 +2,8 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { ApiKey, Project } from "../gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../gen/svc/common/v1/key_mode_pb.js";
 import { planName, planOf } from "../core/auth/plans.js";
-import type { PlanName } from "../stores/registry-store.js";
 import { createAdminClient, createLimitsAdminClient, resolveAdminTarget, UsageError } from "./admin-client.js";
-import { type LimitFlags, projectChangeFromFlags, projectDetailJson, projectDetailText } from "./project-view.js";
+import { type LimitFlags, limitChangeFromFlags, projectChangeFromFlags, projectDetailJson, projectDetailText } from "./project-view.js";
 import { table } from "./table.js";
 
 export interface Flags extends LimitFlags {
@@ -50,10 +49,17 @@ export async function projectsCommand(sub: string | undefined, args: string[], f
   const client = createAdminClient(target);
   switch (sub) {
     case "create": {
-      const plan = need(flags.plan, "--plan");
-      if (!["free", "pro", "enterprise"].includes(plan)) throw new UsageError(`--plan must be free, pro or enterprise, got '${plan}'`);
-      const { project } = await client.createProject({ name: need(flags.name, "--name"), plan: planOf(plan as PlanName) });
-      return out(flags, projectJson(project!), `Created project ${project!.id} (${project!.name}, plan ${plan}).`);
+      const name = need(flags.name, "--name");
+      need(flags.plan, "--plan");
+      // The limit flags of `update` apply at creation too, in the same request (the project is
+      // made with them or not at all); "default" is what a new project has anyway.
+      const { plan, overrides, logBodies } = limitChangeFromFlags(flags);
+      const { project } = await client.createProject({ name, plan: planOf(plan!), limitOverrides: overrides, logBodies });
+      const j = projectDetailJson(project!);
+      const human = `Created project ${project!.id} (${project!.name}, plan ${plan}).`;
+      // The limits are shown when some were set, so the user sees what applies.
+      const custom = Object.keys(overrides).length > 0 || logBodies === false;
+      return out(flags, j, custom ? `${human}\n\n${projectDetailText(j)}` : human);
     }
     case "list": {
       const { projects } = await client.listProjects({});
@@ -98,9 +104,13 @@ export async function keysCommand(sub: string | undefined, args: string[], flags
       );
     }
     case "list": {
-      const { keys } = await client.listKeys({ projectId: need(flags.project, "--project") });
+      // --mode narrows the list to live or test keys.
+      const mode = flags.mode;
+      if (mode !== undefined && mode !== "live" && mode !== "test") throw new UsageError(`--mode must be live or test, got '${mode}'`);
+      const all = (await client.listKeys({ projectId: need(flags.project, "--project") })).keys;
+      const keys = mode === undefined ? all : all.filter((k) => (k.mode === KeyMode.TEST ? "test" : "live") === mode);
       const rows = [["ID", "MODE", "PREFIX", "DESCRIPTION", "CREATED"], ...keys.map((k) => { const j = keyJson(k); return [j.id, j.mode, j.display_prefix, j.description, String(j.created_at)]; })];
-      return out(flags, keys.map(keyJson), keys.length ? table(rows) : "No keys in this project.");
+      return out(flags, keys.map(keyJson), keys.length ? table(rows) : mode ? `No ${mode} keys in this project.` : "No keys in this project.");
     }
     case "delete": {
       const id = need(args[0], "KEY_ID");

@@ -10,7 +10,7 @@ import type { PlanName } from "../stores/registry-store.js";
 import { UsageError } from "./admin-client.js";
 import { table } from "./table.js";
 
-/** The flags of `svc projects update`. */
+/** The flags of `svc projects create` and `svc projects update`. */
 export interface LimitFlags {
   plan?: string;
   rpm?: string;
@@ -31,8 +31,16 @@ function count(flag: string, v: string | undefined, max: number): number | "clea
   return n;
 }
 
-/** Turns `svc projects update` flags into an UpdateProject request; refuses bad values. */
-export function projectChangeFromFlags(projectId: string, f: LimitFlags): MessageInitShape<typeof UpdateProjectRequestSchema> {
+/** The limit and body-logging flags, checked: overrides to set, overrides to clear ("default"). */
+export interface LimitChange {
+  plan: PlanName | undefined;
+  overrides: MessageInitShape<typeof ProjectLimitsSchema>;
+  cleared: LimitField[];
+  logBodies: boolean | undefined;
+}
+
+/** Reads the limit flags of `svc projects create` and `update`; refuses bad values. */
+export function limitChangeFromFlags(f: LimitFlags): LimitChange {
   const overrides: MessageInitShape<typeof ProjectLimitsSchema> = {};
   const cleared: LimitField[] = [];
   let plan: PlanName | undefined;
@@ -62,6 +70,12 @@ export function projectChangeFromFlags(projectId: string, f: LimitFlags): Messag
     if (f.logBodies !== "on" && f.logBodies !== "off") throw new UsageError(`--log-bodies must be on or off, got '${f.logBodies}'`);
     logBodies = f.logBodies === "on";
   }
+  return { plan, overrides, cleared, logBodies };
+}
+
+/** Turns `svc projects update` flags into an UpdateProject request; refuses bad values. */
+export function projectChangeFromFlags(projectId: string, f: LimitFlags): MessageInitShape<typeof UpdateProjectRequestSchema> {
+  const { plan, overrides, cleared, logBodies } = limitChangeFromFlags(f);
   if (plan === undefined && cleared.length === 0 && Object.keys(overrides).length === 0 && logBodies === undefined) {
     throw new UsageError("nothing to update: give --plan, --rpm, --rpd, --user-rpm, --spend-cap-usd or --log-bodies");
   }

@@ -28,7 +28,7 @@ export interface SvcServe {
   grpcUrl: string;
   gatewayUrl: string;
   managementUrl: string;
-  /** Runs the `svc` command against this server (its --server is added). */
+  /** Runs the `svc` command against this server (SVC_SERVER_URL names it; a --server given overrides it). */
   svc(...args: string[]): Promise<Run>;
   /** Stops it with SIGTERM (a clean shutdown), then starts it again on the same data dir and settings. */
   restart(): Promise<SvcServe>;
@@ -66,7 +66,7 @@ export async function startSvcServe(extraEnv: Record<string, string> = {}, dataD
     managementUrl,
     svc: (...args) =>
       new Promise((resolve) => {
-        execFile(process.execPath, [bin, ...args, "--server", grpcUrl], { env, cwd: dataDir }, (err, stdout, stderr) => {
+        execFile(process.execPath, [bin, ...args], { env: { ...env, SVC_SERVER_URL: grpcUrl }, cwd: dataDir }, (err, stdout, stderr) => {
           resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, stdout, stderr });
         });
       }),
