@@ -19,8 +19,13 @@ const STEP: Record<Granularity, number> = { minute: 60, hour: 3600, day: 86_400 
 /** The longest range per granularity, in buckets (7 days of minutes, 400 of hours, 3660 days). */
 const MAX_BUCKETS: Record<Granularity, number> = { minute: 7 * 1440, hour: 400 * 24, day: 3660 };
 const MAX_SPAN_TEXT: Record<Granularity, string> = { minute: "7 days", hour: "400 days", day: "3660 days" };
-/** The default range per granularity, in seconds, ending now. */
-const DEFAULT_SPAN: Record<Granularity, number> = { minute: 3600, hour: 86_400, day: 30 * 86_400 };
+/**
+ * The range without a `start_time`, in buckets: the last hour of minutes, the last 24 hours, the
+ * last 30 days. They end with the bucket that holds the end (`end_time`, else now), so the series
+ * is exactly this many whole buckets. This is the one rule for both paths: the management API's
+ * /v1/analytics passes on only the times its caller gave, and leaves the rest to it.
+ */
+export const DEFAULT_BUCKETS: Record<Granularity, number> = { minute: 60, hour: 24, day: 30 };
 
 const granularities: Partial<Record<AnalyticsGranularity, Granularity>> = {
   [AnalyticsGranularity.UNSPECIFIED]: "hour",
@@ -64,11 +69,14 @@ export function analyticsQueryOf(req: GetAnalyticsRequest, nowMs: number): Analy
   const groupLimit = req.groupLimit === 0 ? 20 : req.groupLimit;
   if (!Number.isInteger(groupLimit) || groupLimit < 1 || groupLimit > 100) throw invalidRequest("invalid_value", "`group_limit` must be 1 to 100.");
 
+  // The range: the end (end_time, else now) rounded up to a bucket boundary; the start given,
+  // rounded down to one, else DEFAULT_BUCKETS whole buckets before the rounded end.
   const endSec = req.endTime ? timestampMs(req.endTime) / 1000 : nowMs / 1000;
   const toSec = Math.ceil(endSec / step) * step;
-  const startSec = req.startTime ? timestampMs(req.startTime) / 1000 : toSec - DEFAULT_SPAN[granularity];
+  const startSec = req.startTime ? timestampMs(req.startTime) / 1000 : toSec - DEFAULT_BUCKETS[granularity] * step;
   const fromSec = Math.floor(startSec / step) * step;
-  if (!(fromSec >= 0) || !(toSec > fromSec)) throw invalidRequest("invalid_value", "`start_time` must be before `end_time`.");
+  // Compared as given, before rounding: a start after the end is refused even within one bucket.
+  if (!(fromSec >= 0) || !(startSec < endSec)) throw invalidRequest("invalid_value", "`start_time` must be before `end_time`.");
   // The maximum is of the range asked for, start to end (docs/management-api.md). The series is
   // rounded out to whole buckets, so a range of the maximum that is not aligned spans one bucket
   // more; a range longer than the maximum is refused, however it is aligned.

@@ -17,7 +17,6 @@ export interface ManagementDeps {
 const granularities = { minute: AnalyticsGranularity.MINUTE, hour: AnalyticsGranularity.HOUR, day: AnalyticsGranularity.DAY } as const;
 const groupBys = { model: AnalyticsGroupBy.MODEL, user: AnalyticsGroupBy.USER, key: AnalyticsGroupBy.KEY, status: AnalyticsGroupBy.STATUS } as const;
 const endpoints = { "chat.completions": "/v1/chat/completions", messages: "/v1/messages" } as const;
-const DAY_US = 24 * 3600_000_000;
 
 interface Caller {
   key: ApiKey;
@@ -26,14 +25,6 @@ interface Caller {
 
 const caller = (ctx: Context): Caller => ctx.state.caller as Caller;
 const scope = (ctx: Context) => ({ projectId: caller(ctx).project.id, keyMode: caller(ctx).key.mode });
-
-/** A time range from `start` / `end` in epoch microseconds (default: the `defaultSpanUs` before now). */
-function range(q: Query, defaultSpanUs: number): { start: number; end: number } {
-  const end = q.time("end") ?? Date.now() * 1000;
-  const start = q.time("start") ?? end - defaultSpanUs;
-  if (start >= end) throw invalidRequest("invalid_parameter", "Query parameter 'start' must be before 'end'.");
-  return { start, end };
-}
 
 /** The core's request fields, as this API's query parameters (or path parameter `id`). */
 const PARAMS: Record<string, string> = {
@@ -138,29 +129,39 @@ export function createManagementApp(deps: ManagementDeps): Koa {
 
   router.get("/v1/analytics", async (ctx) => {
     const q = new Query(ctx.querystring);
-    const { start, end } = range(q, DAY_US);
+    // The range's defaults and rounding are the core's (GetAnalytics), so both paths answer alike:
+    // only the times the caller gave are passed on.
+    const start = q.time("start");
+    const end = q.time("end");
     const granularity = q.oneOf("granularity", Object.keys(granularities) as Array<keyof typeof granularities>) ?? "hour";
+    // Enumerated values are read without regard to case, as `granularity` is; a metadata key is
+    // data, and kept as given.
     const group = q.string("group_by");
     let groupBy = AnalyticsGroupBy.UNSPECIFIED;
     let metadataKey = "";
+    let groupName: string | null = null;
     if (group !== undefined) {
-      if (group.startsWith("metadata.") && group.length > 9) {
+      const lower = group.toLowerCase();
+      if (lower.startsWith("metadata.") && group.length > 9) {
         groupBy = AnalyticsGroupBy.METADATA;
         metadataKey = group.slice(9);
         if (metadataKey.length > 64) throw invalidRequest("invalid_parameter", "Query parameter 'group_by': the metadata key after 'metadata.' must be at most 64 characters (longer keys are not rolled up).");
-      } else if (group in groupBys) groupBy = groupBys[group as keyof typeof groupBys];
-      else throw invalidRequest("invalid_parameter", `Query parameter 'group_by' must be model, user, key, status or metadata.<key>, got '${group}'.`);
+        groupName = `metadata.${metadataKey}`;
+      } else if (Object.hasOwn(groupBys, lower)) {
+        groupBy = groupBys[lower as keyof typeof groupBys];
+        groupName = lower;
+      } else throw invalidRequest("invalid_parameter", `Query parameter 'group_by' must be model, user, key, status or metadata.<key>, got '${group}'.`);
     }
     q.done();
     const res = await deps.telemetry.getAnalytics({
       ...scope(ctx),
-      startTime: timestampFromMicros(start),
-      endTime: timestampFromMicros(end),
+      startTime: start === undefined ? undefined : timestampFromMicros(start),
+      endTime: end === undefined ? undefined : timestampFromMicros(end),
       granularity: granularities[granularity],
       groupBy,
       metadataKey,
     });
-    ctx.body = analyticsJson(res, group ?? null);
+    ctx.body = analyticsJson(res, groupName);
   });
 
   router.get("/v1/prompts", async (ctx) => {

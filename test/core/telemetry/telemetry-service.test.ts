@@ -168,6 +168,38 @@ describe("TelemetryService", function () {
     }
   });
 
+  it("defaults the range per granularity: 60 minutes, 24 hours or 30 days of whole buckets, the last one holding the end", async () => {
+    const HOUR = 3_600_000;
+    const DAY = 24 * HOUR;
+    const end = Date.UTC(2026, 10, 20, 12, 34, 56, 789); // on no bucket boundary
+    for (const [granularity, step, buckets, toMs] of [
+      [AnalyticsGranularity.MINUTE, 60_000, 60, Date.UTC(2026, 10, 20, 12, 35)],
+      [AnalyticsGranularity.HOUR, HOUR, 24, Date.UTC(2026, 10, 20, 13)],
+      [AnalyticsGranularity.UNSPECIFIED, HOUR, 24, Date.UTC(2026, 10, 20, 13)],
+      [AnalyticsGranularity.DAY, DAY, 30, Date.UTC(2026, 10, 21)],
+    ] as const) {
+      const r = await gw.telemetry.getAnalytics({ projectId, keyMode: KeyMode.LIVE, granularity, endTime: timestampFromMs(end) });
+      assert.equal(timestampMs(r.endTime!), toMs, `${AnalyticsGranularity[granularity]}: the end rounded up`);
+      assert.equal(timestampMs(r.startTime!), toMs - buckets * step, `${AnalyticsGranularity[granularity]}: ${buckets} whole buckets`);
+      // Without an end: the same count of buckets, ending with the one that holds now.
+      const before = Date.now();
+      const n = await gw.telemetry.getAnalytics({ projectId, keyMode: KeyMode.LIVE, granularity });
+      const [from, to] = [timestampMs(n.startTime!), timestampMs(n.endTime!)];
+      assert.equal(to - from, buckets * step);
+      assert.ok(to >= before && to - step <= Date.now(), `${AnalyticsGranularity[granularity]}: the last bucket holds now`);
+    }
+  });
+
+  it("refuses a start after its end, even within one bucket", async () => {
+    const at = Date.UTC(2026, 10, 20, 12, 30);
+    await refuses(
+      gw.telemetry.getAnalytics({ projectId, keyMode: KeyMode.LIVE, granularity: AnalyticsGranularity.HOUR, startTime: timestampFromMs(at + 60_000), endTime: timestampFromMs(at) }),
+      400,
+      "invalid_value",
+    );
+    await refuses(gw.telemetry.getAnalytics({ projectId, keyMode: KeyMode.LIVE, startTime: timestampFromMs(at), endTime: timestampFromMs(at) }), 400, "invalid_value");
+  });
+
   it("refuses bad requests with the spec's errors", async () => {
     const t = gw.telemetry;
     await refuses(t.recordRequest({}), 400, "missing_required_field");

@@ -448,18 +448,21 @@ export type GetAnalyticsRequest = Message<"svc.telemetry.v1.GetAnalyticsRequest"
   keyMode: KeyMode;
 
   /**
-   * The start of the range, rounded down to the granularity; by default the end less 1 hour
-   * (minute), 24 hours (hour) or 30 days (day).
+   * The start of the range, inclusive, rounded down to the start of its bucket; it must be before
+   * end_time (compared as given). Unset: 60 buckets (minute), 24 (hour) or 30 (day) before the
+   * rounded end, so the series is exactly that many whole buckets, the last one holding the end
+   * (with end_time unset: the last hour, 24 hours or 30 days, the current bucket included). The
+   * management API's /v1/analytics has the same defaults: it passes on only the times it is given.
    *
    * @generated from field: google.protobuf.Timestamp start_time = 3;
    */
   startTime?: Timestamp | undefined;
 
   /**
-   * The end of the range, exclusive, rounded up to the granularity; by default now. From
-   * start_time to end_time is at most 7 days (minute; 24 hours grouped), 400 days (hour) or 3660
-   * days (day); rounded out, a range of the maximum not aligned to the granularity spans one
-   * bucket more.
+   * The end of the range, exclusive, rounded up to the next bucket boundary (kept when it is one);
+   * by default now. From start_time to end_time is at most 7 days (minute; 24 hours grouped), 400
+   * days (hour) or 3660 days (day); rounded out, a range of the maximum not aligned to the
+   * granularity spans one bucket more.
    *
    * @generated from field: google.protobuf.Timestamp end_time = 4;
    */

@@ -1,0 +1,91 @@
+import assert from "node:assert/strict";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
+import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
+import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
+import { AnalyticsGranularity } from "../../../src/gen/svc/telemetry/v1/telemetry_service_pb.js";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { eventually, postJson, rawRequest, type RawResponse } from "../../support/http.js";
+
+/**
+ * /v1/analytics and TelemetryService.GetAnalytics are two paths to the same analytics
+ * (DESIGN.md): the same default ranges, the same rounding, the same groups.
+ */
+describe("management API /v1/analytics: the same ranges as GetAnalytics, and how parameters are read", function () {
+  this.timeout(60_000);
+  let gw: TestGateway;
+  let keys: Awaited<ReturnType<TestGateway["project"]>>;
+  const get = (path: string): Promise<RawResponse> => rawRequest(`${gw.managementUrl}${path}`, { method: "GET", headers: { authorization: `Bearer ${keys.live}` } });
+
+  before(async () => {
+    gw = await startTestGateway({ SVC_TELEMETRY_FLUSH_INTERVAL_MS: "20" });
+    keys = await gw.project(Plan.PRO);
+    const chat = (model: string) => postJson(`${gw.gatewayUrl}/v1/chat/completions`, keys.live, { model, messages: [{ role: "user", content: "count me" }] });
+    assert.equal((await chat("chat-4o")).status, 200);
+    assert.equal((await chat("no-such-model")).status, 400);
+    // Logs are written off the request path: wait for both.
+    await eventually(async () => (await get("/v1/analytics")).json().totals.requests === 2, 10_000, "both requests in the analytics");
+  });
+  after(() => gw.close());
+
+  it("defaults the range as GetAnalytics does for each granularity: 60 minutes, 24 hours, 30 days of whole buckets", async () => {
+    const HOUR = 3_600_000;
+    for (const [granularity, grain, step, buckets] of [
+      ["minute", AnalyticsGranularity.MINUTE, 60_000, 60],
+      ["hour", AnalyticsGranularity.HOUR, HOUR, 24],
+      [undefined, AnalyticsGranularity.HOUR, HOUR, 24],
+      ["day", AnalyticsGranularity.DAY, 24 * HOUR, 30],
+    ] as const) {
+      // Asked within one minute, both answer the same range (retried if a minute passed meanwhile).
+      for (;;) {
+        const minute = Math.floor(Date.now() / 60_000);
+        const http = await get(`/v1/analytics${granularity ? `?granularity=${granularity}` : ""}`);
+        const core = await gw.telemetry.getAnalytics({ projectId: keys.projectId, keyMode: KeyMode.LIVE, granularity: grain });
+        if (Math.floor(Date.now() / 60_000) !== minute) continue;
+        assert.equal(http.status, 200, http.text);
+        const a = http.json();
+        assert.deepEqual([a.start, a.end], [new Date(timestampMs(core.startTime!)).toISOString(), new Date(timestampMs(core.endTime!)).toISOString()], String(granularity));
+        assert.equal(Date.parse(a.end) - Date.parse(a.start), buckets * step, `${granularity}: ${buckets} buckets`);
+        assert.ok(Date.parse(a.end) > Date.now() - step && Date.parse(a.end) - step <= Date.now(), `${granularity}: the last bucket holds now`);
+        break;
+      }
+    }
+  });
+
+  it("defaults the start from a given end as GetAnalytics does, rounding the end up to a bucket", async () => {
+    const a = (await get("/v1/analytics?granularity=hour&end=2026-11-20T12:34:56Z")).json();
+    assert.deepEqual([a.start, a.end], ["2026-11-19T13:00:00.000Z", "2026-11-20T13:00:00.000Z"]);
+    const m = (await get("/v1/analytics?granularity=minute&end=2026-11-20T12:00:00Z")).json();
+    assert.deepEqual([m.start, m.end], ["2026-11-20T11:00:00.000Z", "2026-11-20T12:00:00.000Z"]);
+  });
+
+  it("refuses a start after its end even within one bucket, in this API's terms", async () => {
+    const res = await get("/v1/analytics?granularity=hour&start=2026-11-20T12:40:00Z&end=2026-11-20T12:30:00Z");
+    assert.equal(res.status, 400);
+    assert.equal(res.json().error.code, "invalid_parameter");
+    assert.match(res.json().error.message, /'start' must be before 'end'/);
+  });
+
+  it("reads the enumerated values of granularity and group_by without regard to case, and keeps a metadata key as given", async () => {
+    const lower = (await get("/v1/analytics?granularity=hour&group_by=model")).json();
+    const upper = await get("/v1/analytics?granularity=HOUR&group_by=MODEL");
+    assert.equal(upper.status, 200, upper.text);
+    assert.equal(upper.json().group_by, "model");
+    assert.equal(upper.json().granularity, "hour");
+    assert.deepEqual(upper.json().groups, lower.groups);
+    const meta = await get("/v1/analytics?group_by=Metadata.Team");
+    assert.equal(meta.status, 200, meta.text);
+    assert.equal(meta.json().group_by, "metadata.Team");
+    // Names that are not enumerated values are refused, whatever an object has by inheritance.
+    for (const bad of ["colour", "constructor", "toString"]) {
+      const res = await get(`/v1/analytics?group_by=${bad}`);
+      assert.equal(res.status, 400, bad);
+      assert.equal(res.json().error.code, "invalid_parameter");
+    }
+  });
+
+  it("groups a request for a model the gateway does not serve under the id it named, with its error", async () => {
+    const a = (await get("/v1/analytics?group_by=model")).json();
+    const byModel = Object.fromEntries(a.groups.map((g: { key: string; requests: number; errors: number }) => [g.key, [g.requests, g.errors]]));
+    assert.deepEqual(byModel, { "chat-4o": [1, 0], "no-such-model": [1, 1] });
+  });
+});
