@@ -96,6 +96,27 @@ export interface Config {
 /** A setting with a bad value: the message names the setting and what is expected. */
 export class ConfigError extends Error {}
 
+/** The shortest admin token taken: the one token guards every admin call on the core port. */
+export const MIN_ADMIN_TOKEN_LENGTH = 16;
+
+/**
+ * Refuses an admin token that is too short to guard the core port (projects, keys, every log), or
+ * that a `Bearer` header cannot carry (spaces, control or non-ASCII characters). `source` names
+ * where it came from; the message never quotes the token.
+ */
+export function checkAdminToken(token: string, source: string): string {
+  if (!/^[\x21-\x7e]*$/.test(token)) {
+    throw new ConfigError(`${source} must be printable ASCII without spaces (it is sent as \`authorization: Bearer <token>\`)`);
+  }
+  if (token.length < MIN_ADMIN_TOKEN_LENGTH) {
+    throw new ConfigError(
+      `${source} is ${token.length} character${token.length === 1 ? "" : "s"} long; an admin token must be at least ${MIN_ADMIN_TOKEN_LENGTH} (it guards every admin call on the core port). ` +
+        "Use a random one (e.g. `openssl rand -base64 32`), or leave SVC_ADMIN_TOKEN unset and `svc serve` generates one into $SVC_DATA_DIR/admin-token",
+    );
+  }
+  return token;
+}
+
 const defaultTimeouts: Timeouts = { connectMs: 10_000, firstByteMs: 120_000, idleMs: 60_000, totalMs: 600_000 };
 
 const styles: Record<string, ApiStyle> = {
@@ -329,7 +350,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     grpcPort: port(env, "SVC_GRPC_PORT", 8090),
     dataDir,
     redisUrl: redisUrl(env.SVC_REDIS_URL),
-    adminToken: env.SVC_ADMIN_TOKEN || undefined,
+    adminToken: env.SVC_ADMIN_TOKEN ? checkAdminToken(env.SVC_ADMIN_TOKEN, "SVC_ADMIN_TOKEN") : undefined,
     maxRequestBytes: env.SVC_MAX_REQUEST_BYTES
       ? positiveInt(env.SVC_MAX_REQUEST_BYTES, "SVC_MAX_REQUEST_BYTES")
       : file.maxRequestBytes === undefined ? 4 * 1024 * 1024 : positiveInt(file.maxRequestBytes, "config maxRequestBytes"),

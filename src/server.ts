@@ -4,7 +4,7 @@ import { createServer, type RequestListener } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join, resolve } from "node:path";
 import type { Client, ConnectRouter } from "@connectrpc/connect";
-import type { Config } from "./config.js";
+import { checkAdminToken, type Config } from "./config.js";
 import { adminAuthInterceptor } from "./core/admin-auth.js";
 import { createAuthService } from "./core/auth/auth-service.js";
 import { createCacheBackend } from "./core/cache/cache-backend.js";
@@ -217,7 +217,8 @@ async function loadAdminToken(config: Config): Promise<{ token: string; path: st
   const path = join(config.dataDir, "admin-token");
   try {
     const token = (await readFile(path, "utf8")).trim();
-    if (token) return { token, path };
+    // A token written there by hand is held to the same rule as SVC_ADMIN_TOKEN.
+    if (token) return { token: checkAdminToken(token, `the admin token in ${path}`), path };
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
   }

@@ -33,6 +33,19 @@ describe("configuration values", () => {
     assert.equal(c.redisUrl, "rediss://user:pw@example.com:6380/2");
   });
 
+  it("refuses an admin token shorter than 16 characters, or one a Bearer header cannot carry, without quoting it", () => {
+    for (const [token, message] of [
+      ["Zq9", /SVC_ADMIN_TOKEN is 3 characters long; an admin token must be at least 16/],
+      ["fifteen-chars15", /SVC_ADMIN_TOKEN is 15 characters long/],
+      ["with a space in the middle", /SVC_ADMIN_TOKEN must be printable ASCII without spaces/],
+      ["ünïcödé-is-not-a-header-value", /SVC_ADMIN_TOKEN must be printable ASCII/],
+    ] as const) {
+      assert.throws(() => loadConfig({ SVC_ADMIN_TOKEN: token }), (e: Error) => e instanceof ConfigError && message.test(e.message) && !e.message.includes(token), token);
+    }
+    assert.equal(loadConfig({ SVC_ADMIN_TOKEN: "sixteen-chars-16" }).adminToken, "sixteen-chars-16");
+    assert.equal(loadConfig({}).adminToken, undefined, "unset: svc serve generates one");
+  });
+
   it("refuses a config file key it does not know, at any level, naming it", () => {
     const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
     try {

@@ -3,16 +3,63 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { loadConfig } from "../src/config.js";
+import { fileURLToPath } from "node:url";
+import { ConfigError, loadConfig } from "../src/config.js";
 import { startServer } from "../src/server.js";
 import { freePort } from "./support/redis.js";
 
 /** The embedded data dir's lock (`svc.pid`): one process per dir, and no lock outlives its holder. */
+/** The admin token guards every admin call on the core port: a weak one stops the server at start. */
+describe("the admin token", function () {
+  this.timeout(60_000);
+  let dir: string;
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), "svc-token-"));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+  const start = (env: Record<string, string> = {}) =>
+    startServer(loadConfig({ SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_DATA_DIR: dir, SVC_LOG_LEVEL: "error", ...env }));
+
+  it("refuses a short token written into the data dir's admin-token file, as it refuses SVC_ADMIN_TOKEN", async () => {
+    writeFileSync(join(dir, "admin-token"), "short\n");
+    await assert.rejects(start(), (e: Error) => e instanceof ConfigError && /admin-token is 5 characters long; an admin token must be at least 16/.test(e.message));
+    // The file's own token is taken when long enough, and one is generated when there is none.
+    writeFileSync(join(dir, "admin-token"), "a-long-enough-admin-token\n");
+    const running = await start();
+    try {
+      assert.equal(running.adminToken, "a-long-enough-admin-token");
+    } finally {
+      await running.close();
+    }
+  });
+
+  it("stops `svc serve` with a configuration error (exit code 2) when SVC_ADMIN_TOKEN is short", async () => {
+    const bin = fileURLToPath(new URL("../bin/svc.js", import.meta.url));
+    const env = { PATH: process.env.PATH, SVC_DATA_DIR: dir, SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_ADMIN_TOKEN: "a" };
+    const res = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+      const child = spawn(process.execPath, [bin, "serve"], { env, stdio: ["ignore", "pipe", "pipe"] });
+      let stdout = "";
+      let stderr = "";
+      child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+      child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+      // A server that started anyway is stopped rather than left running.
+      const timer = setTimeout(() => child.kill("SIGTERM"), 30_000);
+      child.once("exit", (code) => {
+        clearTimeout(timer);
+        resolve({ code, stdout, stderr });
+      });
+    });
+    assert.equal(res.code, 2, res.stdout + res.stderr);
+    assert.match(res.stderr, /configuration error: SVC_ADMIN_TOKEN is 1 character long; an admin token must be at least 16/);
+    assert.doesNotMatch(res.stdout, /svc gateway is running/);
+  });
+});
+
 describe("the data dir lock", function () {
   this.timeout(60_000);
   let dir: string;
   const start = () =>
-    startServer(loadConfig({ SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_DATA_DIR: dir, SVC_ADMIN_TOKEN: "lock-test", SVC_LOG_LEVEL: "error" }), { demo: true });
+    startServer(loadConfig({ SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_DATA_DIR: dir, SVC_ADMIN_TOKEN: "lock-test-admin-token", SVC_LOG_LEVEL: "error" }), { demo: true });
   const startTime = (pid: number) => {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]!;
@@ -52,7 +99,7 @@ describe("the data dir lock", function () {
   it("lets exactly one of several processes starting at the same moment take the dir", async () => {
     const script = `import { startServer } from ${JSON.stringify(new URL("../src/server.ts", import.meta.url).href)};
       import { loadConfig } from ${JSON.stringify(new URL("../src/config.ts", import.meta.url).href)};
-      const env = { SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_DATA_DIR: process.argv[1], SVC_ADMIN_TOKEN: "t", SVC_LOG_LEVEL: "error", SVC_CLICKHOUSE_URL: "http://127.0.0.1:1" };
+      const env = { SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_DATA_DIR: process.argv[1], SVC_ADMIN_TOKEN: "test-admin-token", SVC_LOG_LEVEL: "error", SVC_CLICKHOUSE_URL: "http://127.0.0.1:1" };
       startServer(loadConfig(env)).then(async (s) => { console.log("LOCKED"); await new Promise((r) => setTimeout(r, 1500)); await s.close(); process.exit(0); }, (e) => { console.log(String(e.message).includes("in use") ? "REFUSED" : "FAILED " + e.message); process.exit(0); });`;
     for (let round = 0; round < 2; round++) {
       const d = mkdtempSync(join(tmpdir(), "svc-race-"));
@@ -77,7 +124,7 @@ describe("start-up failures name the setting to change", function () {
     const dir = mkdtempSync(join(tmpdir(), "svc-listen-"));
     const port = String(await freePort());
     try {
-      const config = loadConfig({ SVC_GATEWAY_PORT: port, SVC_MANAGEMENT_PORT: port, SVC_GRPC_PORT: "0", SVC_DATA_DIR: dir, SVC_ADMIN_TOKEN: "t", SVC_LOG_LEVEL: "error" });
+      const config = loadConfig({ SVC_GATEWAY_PORT: port, SVC_MANAGEMENT_PORT: port, SVC_GRPC_PORT: "0", SVC_DATA_DIR: dir, SVC_ADMIN_TOKEN: "test-admin-token", SVC_LOG_LEVEL: "error" });
       await assert.rejects(startServer(config, { demo: true }), /cannot listen on 127\.0\.0\.1:\d+ \(SVC_MANAGEMENT_PORT, SVC_HOST\): the port is in use/);
       // Nothing is left holding the data dir or the gateway's port.
       await (await startServer({ ...config, managementPort: 0 }, { demo: true })).close();

@@ -256,7 +256,7 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
 });
 
 /** A real `svc serve --demo` process on free ports, sharing `redisUrl`. */
-const serveProcess = (redisUrl: string) => startSvcServe({ SVC_REDIS_URL: redisUrl, SVC_ADMIN_TOKEN: "limits-admin", SVC_LOG_LEVEL: "error" });
+const serveProcess = (redisUrl: string) => startSvcServe({ SVC_REDIS_URL: redisUrl, SVC_ADMIN_TOKEN: "limits-admin-token", SVC_LOG_LEVEL: "error" });
 
 describe("rate limits across two gateway processes on one Redis", function () {
   this.timeout(90_000);
@@ -274,7 +274,7 @@ describe("rate limits across two gateway processes on one Redis", function () {
   });
 
   it("admits exactly 60 of 200 concurrent requests to a 60/minute project", async () => {
-    const admin = createAdminClient({ server: a.grpcUrl, token: "limits-admin" });
+    const admin = createAdminClient({ server: a.grpcUrl, token: "limits-admin-token" });
     const { project } = await admin.createProject({ name: "exact", plan: Plan.FREE });
     const { secret } = await admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE });
     const all = await Promise.all(
@@ -286,7 +286,7 @@ describe("rate limits across two gateway processes on one Redis", function () {
   });
 
   it("keeps answering while Redis is stalled (connected, answering nothing), each request within the command timeout", async () => {
-    const admin = createAdminClient({ server: a.grpcUrl, token: "limits-admin" });
+    const admin = createAdminClient({ server: a.grpcUrl, token: "limits-admin-token" });
     const { project } = await admin.createProject({ name: "stall", plan: Plan.FREE });
     const { secret } = await admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE });
     const send = () => postJson(`${b.gatewayUrl}/v1/chat/completions`, secret, chat());
@@ -311,7 +311,7 @@ describe("rate limits across two gateway processes on one Redis", function () {
   });
 
   it("keeps answering while Redis is down (limits fail open) and limits again once it is back", async () => {
-    const admin = createAdminClient({ server: a.grpcUrl, token: "limits-admin" });
+    const admin = createAdminClient({ server: a.grpcUrl, token: "limits-admin-token" });
     const { project } = await admin.createProject({ name: "outage", plan: Plan.FREE });
     await admin.updateProject({ projectId: project!.id, limitOverrides: { requestsPerMinute: 3 } });
     const { secret } = await admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE });

@@ -77,11 +77,11 @@ describe("SIGTERM flushes the logs of the last requests before `svc serve` exits
   // a working directory of its own, as a user would: the telemetry engine's process must start in both.
   for (const [how, env] of [["built JavaScript", {}], ["TypeScript", { SVC_RUN_TS: "1" }]] as const) {
     it(`finds every request's log after a restart on the same data dir (${how})`, async () => {
-      const first = await startSvcServe({ ...env, SVC_ADMIN_TOKEN: "durable-admin", SVC_TELEMETRY_FLUSH_INTERVAL_MS: "60000", SVC_TELEMETRY_BATCH_SIZE: "100000", SVC_LOG_LEVEL: "error" });
+      const first = await startSvcServe({ ...env, SVC_ADMIN_TOKEN: "durable-admin-token", SVC_TELEMETRY_FLUSH_INTERVAL_MS: "60000", SVC_TELEMETRY_BATCH_SIZE: "100000", SVC_LOG_LEVEL: "error" });
       let second: Awaited<ReturnType<typeof startSvcServe>> | undefined;
       try {
-        const project = JSON.parse((await first.svc("projects", "create", "--name", "d", "--plan", "enterprise", "--json", "--admin-token", "durable-admin")).stdout).id;
-        const key = JSON.parse((await first.svc("keys", "create", "--project", project, "--mode", "live", "--json", "--admin-token", "durable-admin")).stdout).key;
+        const project = JSON.parse((await first.svc("projects", "create", "--name", "d", "--plan", "enterprise", "--json", "--admin-token", "durable-admin-token")).stdout).id;
+        const key = JSON.parse((await first.svc("keys", "create", "--project", project, "--mode", "live", "--json", "--admin-token", "durable-admin-token")).stdout).key;
         const made: string[] = [];
         for (let i = 0; i < 20; i++) {
           const r = await postJson(`${first.gatewayUrl}/v1/chat/completions`, key, { model: "chat-4o", messages: [{ role: "user", content: `last words ${i}` }] });
