@@ -47,16 +47,20 @@ export const retryHeaders = (d: FakeDirectives): Record<string, string> =>
 export const countTokens = (text: string): number => (text.length === 0 ? 0 : Math.max(1, Math.ceil(text.length / 4)));
 
 /**
- * The reply text for the last user text, cut to `maxTokens` words when given. `truncated` is true
- * when the cut happened (finish reason length / max_tokens).
+ * The reply text for the last user text, cut when given `maxTokens` so that it counts at most that
+ * many of the fake's tokens (countTokens: 4 characters each), as a provider never reports more
+ * output tokens than max_tokens; at a word's end where one falls within the cut. `truncated` is
+ * true when the cut happened (finish reason length / max_tokens).
  */
 export function fakeReply(lastUserText: string, maxTokens?: number): { text: string; truncated: boolean } {
   const clean = lastUserText.replace(re, "").trim();
-  const words = `Echo: ${clean || "(empty)"}`.split(/\s+/);
-  if (maxTokens !== undefined && words.length > maxTokens) {
-    return { text: words.slice(0, maxTokens).join(" "), truncated: true };
+  const full = `Echo: ${clean || "(empty)"}`.split(/\s+/).join(" ");
+  if (maxTokens !== undefined && countTokens(full) > maxTokens) {
+    const cut = full.slice(0, maxTokens * 4);
+    const space = cut.lastIndexOf(" ");
+    return { text: space > 0 ? cut.slice(0, space) : cut, truncated: true };
   }
-  return { text: words.join(" "), truncated: false };
+  return { text: full, truncated: false };
 }
 
 /** Splits a reply into stream pieces: `n` pieces, or one per word (keeping the spaces). */

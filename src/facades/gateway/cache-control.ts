@@ -19,8 +19,10 @@ const MAX_AGE_LIMIT = 30 * 24 * 3600;
  * `X-Svc-Cache-Control` (spec 4.1), accepted on both endpoints, directives separated by commas:
  *   no-cache     skip the lookup; the fresh answer is still stored
  *   no-store     do not store the answer (a stored one may still be served)
- *   max-age=N    keep the stored answer N seconds (1 to 2592000) instead of the default TTL
- * Any other directive or value is a 400, so a typo never silently caches what should not be.
+ *   max-age=N    keep the stored answer N seconds (1 to 2592000) instead of the default TTL;
+ *                max-age=0 keeps nothing (as no-store)
+ * Any other directive or value is a 400, so a typo never silently caches what should not be. An
+ * empty header asks for nothing and is ignored.
  */
 export function cachePolicyOf(req: IncomingMessage): CachePolicy {
   const raw = req.headers["x-svc-cache-control"];
@@ -34,10 +36,12 @@ export function cachePolicyOf(req: IncomingMessage): CachePolicy {
     else if (d.startsWith("max-age=")) {
       const v = d.slice(8);
       const n = Number(v);
-      if (!/^\d+$/.test(v) || n < 1 || n > MAX_AGE_LIMIT) {
-        throw invalidRequest("invalid_cache_control", `X-Svc-Cache-Control max-age must be a whole number of seconds from 1 to ${MAX_AGE_LIMIT}, got '${v}'.`);
+      if (!/^\d+$/.test(v) || n > MAX_AGE_LIMIT) {
+        throw invalidRequest("invalid_cache_control", `X-Svc-Cache-Control max-age must be a whole number of seconds from 0 to ${MAX_AGE_LIMIT}, got '${v}'.`);
       }
-      policy.ttlSeconds = n;
+      // Kept 0 seconds is not kept at all: max-age=0 stores nothing, as no-store.
+      if (n === 0) policy.store = false;
+      else policy.ttlSeconds = n;
     } else {
       throw invalidRequest("invalid_cache_control", `X-Svc-Cache-Control accepts no-cache, no-store and max-age=N; got '${part.trim()}'.`);
     }

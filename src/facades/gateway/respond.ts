@@ -32,6 +32,8 @@ export const svcHeaders = (requestId: string, codec: ClientCodec): SvcHeaders =>
   [codec.requestIdHeader]: requestId,
 });
 
+const hitCost = { "X-Svc-Cost": "0" } as const;
+
 /** Writes a whole answer as JSON, with its cost in `X-Svc-Cost`; returns the body written. */
 export function writeCompletion(res: ServerResponse, svc: SvcHeaders, extra: Record<string, string> | undefined, codec: ClientCodec, ev: StreamChatResponse): string {
   if (ev.event.case !== "completion") throw new Error(`expected a completion, got ${ev.event.case}`);
@@ -92,6 +94,9 @@ export async function writeStream(
     "X-Svc-Request-Id": svc["X-Svc-Request-Id"],
     [codec.requestIdHeader]: svc["X-Svc-Request-Id"],
     "X-Svc-Cache": svc["X-Svc-Cache"],
+    // A hit's cost (0) is known before the stream: it is a header too, for clients that cannot
+    // read trailers (fetch, the SDKs' withResponse); the trailer still says it.
+    ...(svc["X-Svc-Cache"] === "HIT" ? hitCost : undefined),
   });
   const renderer = codec.createStreamRenderer(req);
   let cost: string | undefined;

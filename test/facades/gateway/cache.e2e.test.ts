@@ -103,6 +103,8 @@ for (const mode of ["memory", "redis"] as const) {
       const again = await postJson(url, keys.live, chat(p, { stream: true }));
       assert.equal(again.headers["x-svc-cache"], "HIT");
       assert.equal(again.trailers["x-svc-cost"], "0");
+      assert.equal(again.headers["x-svc-cost"], "0", "a hit's cost is known up front: a header too, for clients that cannot read trailers");
+      assert.equal(streamed.headers["x-svc-cost"], undefined, "a live stream's cost comes only in the trailer");
       assert.ok(again.text.trimEnd().endsWith("data: [DONE]"));
       assert.equal(upstreamCalls(p), 1);
     });
@@ -152,6 +154,14 @@ for (const mode of ["memory", "redis"] as const) {
       assert.equal((await postJson(url, other.live, chat(p))).headers["x-svc-cache"], "MISS");
       assert.equal((await postJson(url, keys.test, chat(p))).headers["x-svc-cache"], "MISS");
       assert.equal(upstreamCalls(p), 4);
+    });
+
+    it("stores nothing with X-Svc-Cache-Control: max-age=0 (kept 0 seconds), and still looks up", async () => {
+      const p = fresh();
+      assert.equal((await postJson(url, keys.live, chat(p), { "X-Svc-Cache-Control": "max-age=0" })).status, 200);
+      assert.equal((await postJson(url, keys.live, chat(p))).headers["x-svc-cache"], "MISS", "nothing was stored");
+      assert.equal((await postJson(url, keys.live, chat(p), { "X-Svc-Cache-Control": "max-age=0" })).headers["x-svc-cache"], "HIT");
+      assert.equal(upstreamCalls(p), 2);
     });
 
     it("refuses an unknown cache directive with 400 invalid_cache_control", async () => {

@@ -43,6 +43,7 @@ describe("POST /v1/messages (official @anthropic-ai/sdk, real HTTP to the demo u
   it("reports max_tokens when the answer is cut", async () => {
     const res = await client.messages.create({ model, max_tokens: 2, messages: userMsg("one two three four five") });
     assert.equal(res.stop_reason, "max_tokens");
+    assert.ok(res.usage.output_tokens <= 2, `output_tokens ${res.usage.output_tokens} within max_tokens`);
   });
 
   it("streams events the SDK assembles into the same message", async () => {
