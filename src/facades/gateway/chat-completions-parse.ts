@@ -30,19 +30,10 @@ import {
 } from "./validate.js";
 
 const chat = ApiStyle.CHAT_COMPLETIONS;
-const roles = CHAT_ROLES;
-/**
- * Top-level fields the canonical model names. Everything else (top_p, stop, tool_choice, seed,
- * response_format, max_completion_tokens, ...) is kept verbatim for a chat-completions upstream.
- * The names and limits are shared with the check of requests that come over the network
- * (core/proxy/request-rules.ts).
- */
-const kKnown = CHAT_REQUEST_FIELDS;
-const kTextPartKnown = CHAT_TEXT_PART_FIELDS;
-const kToolCallKnown = CHAT_TOOL_CALL_FIELDS;
-const kToolKnown = CHAT_TOOL_FIELDS;
-const kFunctionKnown = CHAT_FUNCTION_FIELDS;
-const toolName = TOOL_NAME;
+// Fields the canonical model does not name (top_p, stop, tool_choice, seed, response_format,
+// max_completion_tokens, ...) are kept verbatim for a chat-completions upstream. The names and
+// limits (CHAT_*, TOOL_NAME) are shared with the check of requests that come over the network
+// (core/proxy/request-rules.ts).
 
 /**
  * Validates a chat-completions body (https://platform.openai.com/docs/api-reference/chat/create) and
@@ -71,7 +62,7 @@ export function parseChatCompletionsRequest(body: unknown): ParsedChatRequest {
     maxTokens: maxTokens ?? maxCompletionTokens,
     stream,
     tools,
-    extraJson: extraJson(b, kKnown),
+    extraJson: extraJson(b, CHAT_REQUEST_FIELDS),
   };
 }
 
@@ -92,7 +83,7 @@ function checkStreamOptions(b: JsonObject, stream: boolean): void {
 
 function parseMessage(v: unknown, path: string): ChatMessage {
   const m = requireObject(v, path);
-  const role = requireOneOf(m, "role", roles, `${path}.role`);
+  const role = requireOneOf(m, "role", CHAT_ROLES, `${path}.role`);
   if (role === "tool") return parseToolMessage(m, path);
   const known = new Set(["role", "content"]);
   const blocks: ContentBlock[] = [];
@@ -141,7 +132,7 @@ function parsePart(v: unknown, path: string): ContentBlock {
   const type = requireString(part, "type", `${path}.type`);
   if (type === "text") {
     const text = requireString(part, "text", `${path}.text`);
-    return contentBlock({ type: BlockType.TEXT, text, extraJson: extraJson(part, kTextPartKnown), style: chat });
+    return contentBlock({ type: BlockType.TEXT, text, extraJson: extraJson(part, CHAT_TEXT_PART_FIELDS), style: chat });
   }
   const rawJson = JSON.stringify(part);
   return contentBlock({ type: type === "image_url" ? BlockType.IMAGE : BlockType.OTHER, rawJson, style: chat });
@@ -157,7 +148,7 @@ function parseToolCall(v: unknown, path: string): ContentBlock {
     toolCallId: id,
     toolName: requireString(fn, "name", `${path}.function.name`),
     toolInputJson: requireString(fn, "arguments", `${path}.function.arguments`),
-    extraJson: extraJson(call, kToolCallKnown),
+    extraJson: extraJson(call, CHAT_TOOL_CALL_FIELDS),
     style: chat,
   });
 }
@@ -171,14 +162,14 @@ function parseTool(v: unknown, path: string): ToolDefinition {
   requireOneOf(t, "type", ["function"], `${path}.type`);
   const fn = requireObject(t.function, `${path}.function`);
   const name = requireString(fn, "name", `${path}.function.name`);
-  if (!toolName.test(name)) {
+  if (!TOOL_NAME.test(name)) {
     fail("invalid_value", `\`${path}.function.name\` must match ^[a-zA-Z0-9_-]{1,64}$, got '${name.slice(0, 80)}'.`);
   }
   const description = optionalString(fn, "description", `${path}.function.description`) ?? "";
   const params = fn.parameters;
   if (params !== undefined && params !== null && !isObject(params)) wrongType(`${path}.function.parameters`, "an object", params);
-  const toolExtra: JsonObject = JSON.parse(extraJson(t, kToolKnown) || "{}");
-  const fnExtra = extraJson(fn, kFunctionKnown);
+  const toolExtra: JsonObject = JSON.parse(extraJson(t, CHAT_TOOL_FIELDS) || "{}");
+  const fnExtra = extraJson(fn, CHAT_FUNCTION_FIELDS);
   if (fnExtra) toolExtra.function = JSON.parse(fnExtra);
   return toolDefinition({
     name,

@@ -20,7 +20,7 @@ import {
   MESSAGES_ROLES,
   MESSAGES_TOOL_FIELDS,
   MIN_MAX_TOKENS,
-  TOOL_NAME as TOOL_NAME_RULE,
+  TOOL_NAME,
 } from "../../core/proxy/request-rules.js";
 import { blockFromWire, blockToWire, joinTexts } from "../../core/proxy/upstreams/anthropic/blocks.js";
 import { stopReasonFromFinish } from "../../core/proxy/upstreams/anthropic/stop-reason.js";
@@ -57,14 +57,10 @@ export const messagesCodec: ClientCodec = {
   createStreamRenderer: (req) => new MessagesStreamRenderer(req),
 };
 
-// The names and limits are shared with the check of requests that come over the network
-// (core/proxy/request-rules.ts).
-const TOP_KEYS = MESSAGES_REQUEST_FIELDS;
+// The names and limits (MESSAGES_*, MESSAGE_FIELDS, TOOL_NAME) are shared with the check of
+// requests that come over the network (core/proxy/request-rules.ts).
 // A system sent as blocks (cache_control...) also stays in extra_json, where it wins for a same-style upstream.
-const TOP_KEYS_BLOCK_SYSTEM = new Set([...TOP_KEYS].filter((k) => k !== "system"));
-const MESSAGE_KEYS = MESSAGE_FIELDS;
-const TOOL_KEYS = MESSAGES_TOOL_FIELDS;
-const TOOL_NAME = TOOL_NAME_RULE;
+const TOP_KEYS_BLOCK_SYSTEM = new Set([...MESSAGES_REQUEST_FIELDS].filter((k) => k !== "system"));
 
 // ---- request ----------------------------------------------------------------------------------
 
@@ -89,7 +85,7 @@ function parseRequest(input: unknown): ParsedChatRequest {
     maxTokens,
     stream,
     tools,
-    extraJson: extraJson(body, Array.isArray(body.system) ? TOP_KEYS_BLOCK_SYSTEM : TOP_KEYS),
+    extraJson: extraJson(body, Array.isArray(body.system) ? TOP_KEYS_BLOCK_SYSTEM : MESSAGES_REQUEST_FIELDS),
   };
 }
 
@@ -120,7 +116,7 @@ function parseMessage(v: unknown, i: number): ChatMessage {
   } else {
     return wrongType(`${path}.content`, "a string or an array of content blocks", content);
   }
-  return chatMessage({ role, blocks, contentIsString: typeof content === "string", extraJson: extraJson(m, MESSAGE_KEYS) });
+  return chatMessage({ role, blocks, contentIsString: typeof content === "string", extraJson: extraJson(m, MESSAGE_FIELDS) });
 }
 
 /** Checks the fields a block type needs; block types this gateway does not know pass whole. */
@@ -157,7 +153,7 @@ function parseTool(v: unknown, i: number): ToolDefinition {
     name,
     description: optionalString(t, "description", `${path}.description`) ?? "",
     inputSchemaJson: JSON.stringify(schema),
-    extraJson: extraJson(t, TOOL_KEYS),
+    extraJson: extraJson(t, MESSAGES_TOOL_FIELDS),
   });
 }
 
