@@ -182,7 +182,8 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
       try {
         found = await store.findKeyByHash(hashSecretForLookup(req.secret));
       } catch (e) {
-        // A key this replica has not verified before, while Redis is out of reach.
+        // A key this replica has not verified before, while Redis is out of reach. Inline rather
+        // than through registry(): this is every gateway request's path, and needs no extra promise.
         throw e instanceof RegistryUnavailableError ? registryUnavailable(cannotVerify) : e;
       }
       if (!found?.project) throw invalidApiKey();
