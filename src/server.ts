@@ -143,7 +143,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         maxRequestBytes: config.maxRequestBytes,
         // The writer queues in memory and never waits on the store: a request never waits for its log.
         record: (entry) => void telemetry.recordRequest({ $typeName: "svc.telemetry.v1.RecordRequestRequest", log: entry }).catch((e) => log.warn("request log dropped", { err: String(e) })),
-      }), config.gatewayPort, config.host, "SVC_GATEWAY_PORT", () => ({ "X-Svc-Request-Id": newRequestId(), "X-Svc-Cache": "MISS", "X-Svc-Cost": "0" }));
+      }), config.gatewayPort, config.host, "SVC_GATEWAY_PORT", gatewayErrorHeaders);
     cleanups.push(gateway.close);
     const management = await serveHttp(createManagementApp({ auth, telemetry }).callback(), config.managementPort, config.host, "SVC_MANAGEMENT_PORT");
     cleanups.push(management.close);
@@ -185,6 +185,16 @@ async function listen(server: import("node:net").Server, port: number, host: str
     });
   });
   return (server.address() as AddressInfo).port;
+}
+
+/**
+ * The headers of a gateway answer to a request node:http could not parse: its request line may not
+ * have been read, so the surface (and which name its SDK reads the request id from) is unknown, and
+ * the id goes out under both (`x-request-id` for openai, `request-id` for anthropic).
+ */
+function gatewayErrorHeaders(): Record<string, string> {
+  const id = newRequestId();
+  return { "X-Svc-Request-Id": id, "x-request-id": id, "request-id": id, "X-Svc-Cache": "MISS", "X-Svc-Cost": "0" };
 }
 
 /**
