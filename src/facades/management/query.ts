@@ -87,6 +87,11 @@ export class Query {
 /** Whole seconds, then the fraction (`.` or `,`), then the rest (a zone): ISO 8601 with a fraction. */
 const FRACTION = /^(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2})[.,](\d+)(.*)$/;
 
+/** A date with a time of day (which Date.parse reads as local time when no zone follows). */
+const HAS_TIME = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}/;
+/** A zone designator at the end: `Z`, or an offset `+hh`, `+hhmm`, `+hh:mm`. */
+const HAS_ZONE = /(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$/;
+
 /** An API time as epoch microseconds (see Query.time), or undefined when it is not one. */
 export function parseMicros(v: string): number | undefined {
   if (/^\d{10,16}$/.test(v)) return Number(v) * 1000;
@@ -94,7 +99,10 @@ export function parseMicros(v: string): number | undefined {
   if (!startsWithCalendarDate(v)) return undefined;
   // Date.parse keeps milliseconds only: the fraction is read here, the rest (whole seconds) there.
   const m = FRACTION.exec(v);
-  const ms = Date.parse(m ? m[1]! + m[3]! : v);
+  const whole = m ? m[1]! + m[3]! : v;
+  // A date and time without a zone is UTC, as a date alone is (Date.parse would read it in the
+  // server's own time zone, so the same query would select other logs on another machine).
+  const ms = Date.parse(HAS_TIME.test(whole) && !HAS_ZONE.test(whole) ? `${whole}Z` : whole);
   if (!Number.isFinite(ms)) return undefined;
   if (!m) return ms * 1000;
   const digits = m[2]!;
