@@ -3,6 +3,7 @@ import { link, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { createServer, type RequestListener } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join, resolve } from "node:path";
+import type { Duplex } from "node:stream";
 import type { Client, ConnectRouter } from "@connectrpc/connect";
 import { checkAdminToken, type Config } from "./config.js";
 import { adminAuthInterceptor } from "./core/admin-auth.js";
@@ -21,7 +22,7 @@ import { createAnthropicAdapter } from "./core/proxy/upstreams/anthropic/adapter
 import { createOpenAiAdapter } from "./core/proxy/upstreams/openai/adapter.js";
 import { startFakeProvider, type FakeProvider } from "./demo/fake-provider.js";
 import { createGatewayHandler } from "./facades/gateway/gateway-app.js";
-import { answerClientError } from "./facades/http-errors.js";
+import { answerClientError, requestIdOnSocket } from "./facades/http-errors.js";
 import { createManagementApp } from "./facades/management/management-app.js";
 import { AuthService } from "./gen/svc/auth/v1/auth_service_pb.js";
 import { CacheService } from "./gen/svc/cache/v1/cache_service_pb.js";
@@ -192,8 +193,9 @@ async function listen(server: import("node:net").Server, port: number, host: str
  * have been read, so the surface (and which name its SDK reads the request id from) is unknown, and
  * the id goes out under both (`x-request-id` for openai, `request-id` for anthropic).
  */
-function gatewayErrorHeaders(): Record<string, string> {
-  const id = newRequestId();
+function gatewayErrorHeaders(socket: Duplex): Record<string, string> {
+  // A request whose body broke off or timed out has its id already: its log and this answer share it.
+  const id = requestIdOnSocket(socket) ?? newRequestId();
   return { "X-Svc-Request-Id": id, "x-request-id": id, "request-id": id, "X-Svc-Cache": "MISS", "X-Svc-Cost": "0" };
 }
 
@@ -201,9 +203,9 @@ function gatewayErrorHeaders(): Record<string, string> {
  * Serves an HTTP facade. `errorHeaders` gives the headers of an answer to a request node:http could
  * not parse (the gateway's carry a request id, like all its responses).
  */
-async function serveHttp(handler: RequestListener, port: number, host: string, portSetting: string, errorHeaders?: () => Record<string, string>): Promise<{ port: number; close: () => Promise<void> }> {
+async function serveHttp(handler: RequestListener, port: number, host: string, portSetting: string, errorHeaders?: (socket: Duplex) => Record<string, string>): Promise<{ port: number; close: () => Promise<void> }> {
   const server = createServer(handler);
-  server.on("clientError", (err: Error, socket) => answerClientError(err, socket, errorHeaders?.()));
+  server.on("clientError", (err: Error, socket) => answerClientError(err, socket, errorHeaders?.(socket)));
   server.keepAliveTimeout = 65_000; // longer than common load balancers' idle timeout
   const actual = await listen(server, port, host, portSetting);
   return {

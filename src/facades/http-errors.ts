@@ -1,4 +1,5 @@
 import type { Duplex } from "node:stream";
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { Middleware } from "koa";
 import { apiError, retryGuidanceOf, toErrorBody, toErrorInfo, type ErrorInfo } from "../core/errors.js";
 import { log } from "../logger.js";
@@ -36,6 +37,34 @@ export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<stri
 export const methodNotAllowed = (method: string, path: string, allow: string) =>
   apiError(405, "invalid_request_error", "method_not_allowed", `${method} is not allowed on ${path}; use ${allow}.`);
 
+/** What `answerClientError` answered on a socket, kept on it for the request whose body broke off. */
+const ANSWERED = Symbol("svc.clientErrorAnswer");
+/** The request id of the request a response answers, for an answer written on its socket instead. */
+const REQUEST_ID = Symbol("svc.requestId");
+
+/**
+ * Files a response's request id, so that an answer `answerClientError` writes on its socket for
+ * it (its body broke off or timed out) carries the same id as the request's log.
+ */
+export function fileRequestId(res: object, requestId: string): void {
+  (res as { [REQUEST_ID]?: string })[REQUEST_ID] = requestId;
+}
+
+/** The request id filed for the response in progress on a socket, if any. */
+export function requestIdOnSocket(socket: Duplex): string | undefined {
+  return (socket as Duplex & { _httpMessage?: { [REQUEST_ID]?: string } | null })._httpMessage?.[REQUEST_ID];
+}
+
+/**
+ * The error a request's broken-off body stands for: what `answerClientError` told the client on its
+ * socket (400 malformed_request, 408 request_timeout), or, when nothing could be told (the client
+ * reset the connection), the client gone (Canceled: logged 499).
+ */
+export function bodyBrokenOff(socket: Duplex | null): ConnectError {
+  const info = (socket as (Duplex & { [ANSWERED]?: ErrorInfo }) | null)?.[ANSWERED];
+  return info ? apiError(info.status, info.type, info.code, info.message) : new ConnectError("the client closed the request before its body was read", Code.Canceled);
+}
+
 /**
  * Answers a request that node:http could not parse or wait for (the `clientError` event) in the
  * spec's error shape instead of Node's bare status line: 431 when the header block passes Node's
@@ -47,6 +76,7 @@ export const methodNotAllowed = (method: string, path: string, allow: string) =>
  * an answer written there would be read as that request's.
  */
 export function answerClientError(err: Error & { code?: string }, socket: Duplex, headers: Record<string, string> = {}): void {
+  const stash = socket as Duplex & { [ANSWERED]?: ErrorInfo };
   // The response on the socket, if any: the failing request's own (a body that timed out or broke
   // off), or, when that request came in whole, the one before a pipelined bad request.
   const res = (socket as Duplex & { _httpMessage?: { headersSent?: boolean; req?: { complete?: boolean } } | null })._httpMessage;
@@ -60,6 +90,7 @@ export function answerClientError(err: Error & { code?: string }, socket: Duplex
       : err.code === "ERR_HTTP_REQUEST_TIMEOUT"
         ? [{ status: 408, type: "invalid_request_error", code: "request_timeout", message: "The request was not received in time." }, "Request Timeout"]
         : [{ status: 400, type: "invalid_request_error", code: "malformed_request", message: "The request is not valid HTTP/1.1." }, "Bad Request"];
+  stash[ANSWERED] = info;
   const body = JSON.stringify(toErrorBody(info));
   const lines = [
     `HTTP/1.1 ${info.status} ${reason}`,

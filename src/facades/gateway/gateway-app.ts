@@ -3,7 +3,7 @@ import Router from "@koa/router";
 import Koa from "koa";
 import { ApiStyle } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { newRequestId } from "../../core/ids.js";
-import { errorMiddleware, methodNotAllowed } from "../http-errors.js";
+import { errorMiddleware, fileRequestId, methodNotAllowed } from "../http-errors.js";
 import { chatCompletionsCodec } from "./chat-completions-codec.js";
 import { messagesCodec } from "./messages-codec.js";
 import { type GatewayDeps, type GatewayState, newGatewayState, serveChat, type Surface } from "./serve-chat.js";
@@ -30,7 +30,11 @@ export function createGatewayHandler(deps: GatewayDeps): RequestListener {
   const koa = createGatewayApp(deps, state).callback();
   return (req, res) => {
     const s = req.method === "POST" ? byPath.get(req.url!) : undefined;
-    if (s) void serveChat(req, res, s, deps, state, newRequestId());
+    if (s) {
+      const requestId = newRequestId();
+      fileRequestId(res, requestId);
+      void serveChat(req, res, s, deps, state, requestId);
+    }
     else void koa(req, res);
   };
 }
@@ -58,6 +62,7 @@ export function createGatewayApp(deps: GatewayDeps, state: GatewayState = newGat
   for (const s of surfaces) {
     router.post(s.path, async (ctx) => {
       ctx.respond = false;
+      fileRequestId(ctx.res, ctx.state.requestId as string);
       await serveChat(ctx.req, ctx.res, s, deps, state, ctx.state.requestId as string);
     });
     router.all(s.path, (ctx) => {

@@ -3,6 +3,7 @@ import type { IncomingMessage } from "node:http";
 import { invalidApiKey, invalidRequest } from "../../core/errors.js";
 import { isObject } from "../../core/json.js";
 import { startsWithCalendarDate } from "../../core/calendar.js";
+import { bodyBrokenOff } from "../http-errors.js";
 import { BETA_NAME, MAX_BETAS, MAX_USER_ID_CHARS } from "../../core/proxy/request-rules.js";
 
 /**
@@ -69,7 +70,8 @@ export function readBodyText(req: IncomingMessage, maxBytes: number): Promise<st
       chunks.push(chunk);
     };
     req.on("data", onData);
-    req.once("error", reject);
+    // A body that broke off (the client left, or node:http answered its socket: timeout, bad framing).
+    req.once("error", () => reject(bodyBrokenOff(req.socket)));
     req.once("end", () => {
       if (size > maxBytes) return;
       resolve(chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8"));

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { request } from "node:http";
+import { connect } from "node:net";
 import { timestampFromMicros } from "../../../src/core/telemetry/micros.js";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
@@ -284,6 +285,36 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
       const body = JSON.parse(log.response_body);
       assert.equal(body.choices[0].message.content, streamedText(got));
       assert.equal(body.choices[0].finish_reason, null);
+    });
+
+    it("logs a body that broke off as what its client was told, under the id it was told, or as 499 when it reset", async () => {
+      const own = await gw.project(Plan.PRO);
+      const { hostname, port } = new URL(gw.gatewayUrl);
+      /** Headers announcing 100 bytes, 10 of them, then a half close (`end`) or a reset. */
+      const brokenOff = (how: "end" | "reset") =>
+        new Promise<string>((resolve) => {
+          const socket = connect({ port: Number(port), host: hostname, allowHalfOpen: true }, () => {
+            socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${own.live}\r\nContent-Length: 100\r\n\r\n{"model":"`);
+            // Once the gateway has read the head and started on the body.
+            setTimeout(() => (how === "end" ? socket.end() : socket.resetAndDestroy()), 200);
+          });
+          let got = "";
+          socket.setEncoding("utf8").on("data", (d: string) => (got += d));
+          socket.on("error", () => {});
+          socket.on("close", () => resolve(got));
+        });
+      const told = await brokenOff("end");
+      assert.match(told, /^HTTP\/1.1 400 /);
+      const id = /\r\nX-Svc-Request-Id: (req_\w+)\r\n/.exec(told)?.[1];
+      assert.ok(id, told);
+      const log = await logOf(id, own.live);
+      assert.equal(log.status, 400);
+      assert.deepEqual(log.error, { type: "invalid_request_error", code: "malformed_request" });
+      assert.equal(await brokenOff("reset"), "");
+      const both = await until(() => get("/v1/logs", own.live), (r) => r.status === 200 && r.json().data.length >= 2);
+      const rows = both.json().data as { id: string; status: number; error: unknown }[];
+      assert.deepEqual(rows.map((l) => l.status).sort(), [400, 499], JSON.stringify(rows));
+      assert.deepEqual(rows.find((l) => l.status === 499)!.error, { type: "client_closed", code: "client_closed_request" });
     });
 
     it("logs the body as sent when it is not JSON, or not sent as JSON", async () => {
