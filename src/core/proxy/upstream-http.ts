@@ -248,7 +248,11 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
     if (this.#controller && !this.#controller.aborted) this.#controller.abort(new ClientGone("response disposed"));
   }
 
-  /** Maps a transport failure to the core's error: timeouts 504, unreachable 502, client gone Canceled. */
+  /**
+   * Maps a transport failure to the core's error: timeouts 504, client gone Canceled, and otherwise
+   * 502: `upstream_unreachable` when no response had started, `upstream_stream_incomplete` when the
+   * upstream had answered (its status and perhaps part of the body) and then broke the connection.
+   */
   #failure(e: unknown): ConnectError {
     if (e instanceof ConnectError) return e;
     if (e instanceof ClientGone || this.#cancel.aborted) return new ConnectError("client closed the request", Code.Canceled, this.#sent ? { [SENT_UPSTREAM]: "1" } : undefined);
@@ -256,6 +260,7 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
     if (e instanceof undiciErrors.ConnectTimeoutError) return apiError(504, "api_error", "upstream_timeout", "Timed out connecting to the upstream provider.");
     if (e instanceof undiciErrors.HeadersTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not start answering in time.");
     if (e instanceof undiciErrors.BodyTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider stopped sending data (idle timeout).");
-    return apiError(502, "api_error", "upstream_unreachable", "The upstream provider could not be reached or closed the connection.");
+    if (this.status !== 0) return apiError(502, "api_error", "upstream_stream_incomplete", "The upstream provider closed the connection before the answer was complete.");
+    return apiError(502, "api_error", "upstream_unreachable", "The upstream provider could not be reached or closed the connection before answering.");
   }
 }

@@ -20,6 +20,12 @@ describe("upstream HTTP client", () => {
         const cut = bytes.indexOf(0xa9); // second byte of é
         res.write(bytes.subarray(0, cut));
         setTimeout(() => res.end(bytes.subarray(cut)), 30);
+      } else if (req.url === "/drop") {
+        // A 200 and the first event on the wire, then the connection cut: a truncated chunked body.
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.write("data: 1\n\n", () => setTimeout(() => res.destroy(), 20));
+      } else if (req.url === "/hangup") {
+        req.socket.destroy(); // no response at all
       } else {
         res.write("data: 1\n\n"); // then nothing: only the total timeout can end it
       }
@@ -38,6 +44,34 @@ describe("upstream HTTP client", () => {
     let text = "";
     for await (const chunk of res.body) text += chunk;
     assert.equal(text, 'data: {"t":"café"}\n\n');
+    await client.close();
+  });
+
+  it("a connection cut after the response started is 502 upstream_stream_incomplete, before it 502 upstream_unreachable", async () => {
+    const client = createUpstreamHttp({ ...timeouts, totalMs: 5000 });
+    const res = await client.send({ url: `${url}/drop`, headers: {}, body: "{}" }, new Cancellation());
+    assert.equal(res.status, 200);
+    let text = "";
+    await assert.rejects(
+      (async () => {
+        for await (const chunk of res.body) text += chunk;
+      })(),
+      (e: unknown) => {
+        const info = toErrorInfo(e);
+        assert.deepEqual([info.status, info.type, info.code], [502, "api_error", "upstream_stream_incomplete"]);
+        assert.match(info.message, /before the answer was complete/);
+        return true;
+      },
+    );
+    assert.equal(text, "data: 1\n\n", "what came before the cut was passed on");
+    // Non-stream reads of a cut body fail the same way.
+    const whole = await client.send({ url: `${url}/drop`, headers: {}, body: "{}" }, new Cancellation());
+    await assert.rejects(whole.text(), (e: unknown) => toErrorInfo(e).code === "upstream_stream_incomplete");
+    await assert.rejects(client.send({ url: `${url}/hangup`, headers: {}, body: "{}" }, new Cancellation()), (e: unknown) => {
+      const info = toErrorInfo(e);
+      assert.deepEqual([info.status, info.type, info.code], [502, "api_error", "upstream_unreachable"]);
+      return true;
+    });
     await client.close();
   });
 

@@ -168,15 +168,18 @@ describe("gateway errors: the spec's status and error object for every kind of b
       assert.equal(res.json().error.code, "upstream_authentication_failed");
     });
 
-    it("an upstream that ends a stream early gives the SSE error event", async () => {
+    it("an upstream that ends a stream early gives the SSE error event, upstream_stream_incomplete", async () => {
       const res = await postJson(chatUrl, key, chat("cut [[fake:drop]]", { stream: true }));
       assert.equal(res.status, 200);
       const last = sseEvents(res.text).at(-1)!;
-      assert.equal(JSON.parse(last.data).error.type, "api_error");
+      const err = JSON.parse(last.data).error;
+      assert.deepEqual([err.type, err.code], ["api_error", "upstream_stream_incomplete"]);
+      assert.match(err.message, /before the answer was complete/);
       const m = await postJson(msgUrl, key, msgs("cut [[fake:drop]]", { stream: true }));
       const lastM = sseEvents(m.text).at(-1)!;
       assert.equal(lastM.event, "error");
       assert.equal(JSON.parse(lastM.data).type, "error");
+      assert.deepEqual([JSON.parse(lastM.data).error.type, JSON.parse(lastM.data).error.code], ["api_error", "upstream_stream_incomplete"]);
     });
   });
 

@@ -240,6 +240,8 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
       const r = await postJson(chatUrl(), own.live, { model: "chat-4o", messages: [{ role: "user", content: "broken answer [[fake:drop]]" }], stream: true });
       assert.equal(r.status, 200);
       const sent = JSON.parse(sseEvents(r.text).at(-1)!.data).error;
+      // The upstream answered 200, then cut the connection: the answer is incomplete, the upstream was not unreachable.
+      assert.deepEqual([sent.type, sent.code], ["api_error", "upstream_stream_incomplete"], JSON.stringify(sent));
       const log = await logOf(String(r.headers["x-svc-request-id"]), own.live);
       assert.equal(log.status, 200, "the status the client got");
       assert.deepEqual(log.error, { type: sent.type, code: sent.code }, "the error event the client got");
@@ -252,7 +254,8 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
       assert.equal(m.status, 200);
       const mlog = await logOf(String(m.headers["x-svc-request-id"]), own.live);
       assert.equal(mlog.status, 200);
-      assert.ok(mlog.error?.code, JSON.stringify(mlog.error));
+      assert.deepEqual(mlog.error, { type: "api_error", code: "upstream_stream_incomplete" });
+      assert.equal(JSON.parse(sseEvents(m.text).at(-1)!.data).error.code, "upstream_stream_incomplete");
       const mbody = JSON.parse(mlog.response_body);
       assert.equal(mbody.stop_reason, null);
       assert.ok(mbody.content[0].text.length > 0, mlog.response_body);
