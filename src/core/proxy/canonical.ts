@@ -100,8 +100,16 @@ export function localInputTokens(req: Pick<ChatRequestBody, "system" | "messages
   return localTokens(chars);
 }
 
+/** A usage; `inputTokens` counts every input token, the cache's reads and writes (subsets of it) included. */
 export function usage(u: Fields<Usage>): Usage {
-  return { $typeName: "svc.proxy.v1.Usage", inputTokens: u.inputTokens ?? 0, outputTokens: u.outputTokens ?? 0, extraJson: u.extraJson ?? "" };
+  return {
+    $typeName: "svc.proxy.v1.Usage",
+    inputTokens: u.inputTokens ?? 0,
+    outputTokens: u.outputTokens ?? 0,
+    extraJson: u.extraJson ?? "",
+    cacheReadTokens: u.cacheReadTokens ?? 0,
+    cacheWriteTokens: u.cacheWriteTokens ?? 0,
+  };
 }
 
 export function completion(c: Fields<Completion>): Completion {

@@ -46,6 +46,8 @@ function usageSize(u: Usage, sizes: number[]): number {
   if (u.inputTokens !== 0) n += 1 + intSize(u.inputTokens);
   if (u.outputTokens !== 0) n += 1 + intSize(u.outputTokens);
   n += stringSize(u.extraJson, sizes);
+  if (u.cacheReadTokens !== 0) n += 1 + intSize(u.cacheReadTokens);
+  if (u.cacheWriteTokens !== 0) n += 1 + intSize(u.cacheWriteTokens);
   return messageSize(n, sizes, at);
 }
 
@@ -123,6 +125,8 @@ class Writer {
     if (u.inputTokens !== 0) this.#int(1, u.inputTokens);
     if (u.outputTokens !== 0) this.#int(2, u.outputTokens);
     this.#string(3, u.extraJson);
+    if (u.cacheReadTokens !== 0) this.#int(4, u.cacheReadTokens);
+    if (u.cacheWriteTokens !== 0) this.#int(5, u.cacheWriteTokens);
   }
 
   /** A length-delimited message's tag and length (its size was worked out in the first pass). */
