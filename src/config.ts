@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { ApiStyle } from "./gen/svc/proxy/v1/proxy_service_pb.js";
-import { defaultModels, FALLBACK_MAX_OUTPUT_TOKENS, type ModelRoute } from "./core/proxy/models.js";
+import { defaultCachePrices, defaultModels, FALLBACK_MAX_OUTPUT_TOKENS, type ModelRoute } from "./core/proxy/models.js";
 import { parsePrice } from "./core/proxy/cost.js";
 import { isObject, type JsonObject } from "./core/json.js";
 import { MAX_CACHE_TTL_SECONDS } from "./core/cache/cache-service.js";
@@ -183,7 +183,9 @@ const FILE_KEYS: Record<string, readonly string[] | undefined> = {
   maxRequestBytes: undefined,
 };
 const PROVIDER_KEYS = ["style", "baseUrl", "apiKeyEnv"];
-const MODEL_KEYS = ["surface", "provider", "upstreamModel", "inputPer1M", "outputPer1M", "maxOutputTokens"];
+const MODEL_KEYS = ["surface", "provider", "upstreamModel", "inputPer1M", "outputPer1M", "cacheReadPer1M", "cacheWritePer1M", "maxOutputTokens"];
+/** The prices of a model, USD per 1M tokens; the cache's default to the provider's multiples of the input price. */
+const PRICE_KEYS = ["inputPer1M", "outputPer1M", "cacheReadPer1M", "cacheWritePer1M"] as const;
 
 function checkKeys(obj: JsonObject, known: readonly string[], where: string): void {
   for (const k of Object.keys(obj)) {
@@ -231,11 +233,20 @@ function providers(env: NodeJS.ProcessEnv, file: JsonObject): Map<string, Provid
   return out;
 }
 
+function checkPrice(id: string, key: string, text: string): void {
+  try {
+    parsePrice(text);
+  } catch (e) {
+    throw new ConfigError(`model ${id} ${key}: ${(e as Error).message}`);
+  }
+}
+
 function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<string, ModelRoute> {
+  // A cache price left unset ("") is derived below from the input price, once the provider is known.
   const out = new Map(defaultModels.map((m) => [m.id, { ...m }]));
   const extra = file.models;
   if (extra !== undefined) {
-    if (!isObject(extra)) throw new ConfigError("config `models` must be an object of id -> {surface, provider, upstreamModel, inputPer1M, outputPer1M, maxOutputTokens}");
+    if (!isObject(extra)) throw new ConfigError(`config \`models\` must be an object of id -> {${MODEL_KEYS.join(", ")}}`);
     for (const [id, m] of Object.entries(extra)) {
       const where = `config models.${id}`;
       if (!isObject(m)) throw new ConfigError(`${where} must be an object`);
@@ -249,25 +260,34 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
         upstreamModel: String(m.upstreamModel ?? base?.upstreamModel ?? ""),
         inputPer1M: String(m.inputPer1M ?? base?.inputPer1M ?? ""),
         outputPer1M: String(m.outputPer1M ?? base?.outputPer1M ?? ""),
+        cacheReadPer1M: m.cacheReadPer1M === undefined ? "" : String(m.cacheReadPer1M),
+        cacheWritePer1M: m.cacheWritePer1M === undefined ? "" : String(m.cacheWritePer1M),
         maxOutputTokens: FALLBACK_MAX_OUTPUT_TOKENS,
       };
       // A default model's ceiling holds only while it still names the same upstream model.
       const sameModel = base !== undefined && base.provider === route.provider && base.upstreamModel === route.upstreamModel;
       if (m.maxOutputTokens !== undefined) route.maxOutputTokens = positiveInt(m.maxOutputTokens, `${where}.maxOutputTokens`);
       else if (sameModel) route.maxOutputTokens = base.maxOutputTokens;
+      // Its cache prices hold while it also keeps its input price; otherwise they follow the input price.
+      if (sameModel && base.inputPer1M === route.inputPer1M) {
+        if (m.cacheReadPer1M === undefined) route.cacheReadPer1M = base.cacheReadPer1M;
+        if (m.cacheWritePer1M === undefined) route.cacheWritePer1M = base.cacheWritePer1M;
+      }
+      for (const k of ["cacheReadPer1M", "cacheWritePer1M"] as const) if (m[k] !== undefined) checkPrice(id, k, route[k]);
       if (!route.upstreamModel) throw new ConfigError(`${where}.upstreamModel is required`);
       out.set(id, route);
     }
   }
   for (const m of out.values()) {
-    if (!known.has(m.provider)) throw new ConfigError(`model ${m.id} names unknown provider ${JSON.stringify(m.provider)}`);
-    for (const k of ["inputPer1M", "outputPer1M"] as const) {
-      try {
-        parsePrice(m[k]);
-      } catch (e) {
-        throw new ConfigError(`model ${m.id} ${k}: ${(e as Error).message}`);
-      }
+    const provider = known.get(m.provider);
+    if (!provider) throw new ConfigError(`model ${m.id} names unknown provider ${JSON.stringify(m.provider)}`);
+    for (const k of PRICE_KEYS) {
+      if (m[k] === "" && k.startsWith("cache")) continue; // unset (a set one was checked above): derived from the input price below
+      checkPrice(m.id, k, m[k]);
     }
+    const derived = defaultCachePrices(m.inputPer1M, provider.style);
+    if (m.cacheReadPer1M === "") m.cacheReadPer1M = derived.cacheReadPer1M;
+    if (m.cacheWritePer1M === "") m.cacheWritePer1M = derived.cacheWritePer1M;
   }
   return out;
 }

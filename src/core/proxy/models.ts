@@ -1,6 +1,7 @@
 import { ApiStyle } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ConnectError } from "@connectrpc/connect";
 import { invalidRequest } from "../errors.js";
+import { parsePrice, type Prices, scalePrice } from "./cost.js";
 
 /** A public model id's route: the client surface it is served on, its upstream and its prices. */
 export interface ModelRoute {
@@ -16,6 +17,10 @@ export interface ModelRoute {
   inputPer1M: string;
   /** USD per 1M output tokens, as a decimal string. */
   outputPer1M: string;
+  /** USD per 1M input tokens read from the provider's prompt cache, as a decimal string. */
+  cacheReadPer1M: string;
+  /** USD per 1M input tokens written to the provider's prompt cache, as a decimal string. */
+  cacheWritePer1M: string;
   /**
    * The most output tokens the upstream model writes in one answer: what a spend cap reserves for a
    * request that sets no `max_tokens` (chat completions makes it optional).
@@ -30,20 +35,43 @@ const chat = ApiStyle.CHAT_COMPLETIONS;
 const messages = ApiStyle.MESSAGES;
 
 /**
+ * The prompt-cache prices a model gets when none are set, from its input price and the style of the
+ * provider it is routed to, as the providers bill them: a messages-style (Anthropic) upstream bills
+ * cache writes at 1.25x the input price and cache reads at 0.1x; a chat-completions-style (OpenAI)
+ * upstream bills cached input at 0.5x and has no cache writes (priced as plain input). Rounded up to
+ * the 6th decimal.
+ */
+export function defaultCachePrices(inputPer1M: string, upstreamStyle: ApiStyle): Pick<ModelRoute, "cacheReadPer1M" | "cacheWritePer1M"> {
+  return upstreamStyle === ApiStyle.MESSAGES
+    ? { cacheReadPer1M: scalePrice(inputPer1M, 1n, 10n), cacheWritePer1M: scalePrice(inputPer1M, 5n, 4n) }
+    : { cacheReadPer1M: scalePrice(inputPer1M, 1n, 2n), cacheWritePer1M: scalePrice(inputPer1M, 1n, 1n) };
+}
+
+/** A route's parsed prices. */
+export const pricesOf = (m: ModelRoute): Prices => ({
+  input: parsePrice(m.inputPer1M),
+  output: parsePrice(m.outputPer1M),
+  cacheRead: parsePrice(m.cacheReadPer1M),
+  cacheWrite: parsePrice(m.cacheWritePer1M),
+});
+
+/**
  * The default routes: each spec model id maps to the provider model it stands for, priced at that
- * model's list price per 1M tokens (input/output), with that model's documented output ceiling.
+ * model's list price per 1M tokens (input/output, and the prompt cache's reads and writes), with that
+ * model's documented output ceiling. Cache prices are the multiples of `defaultCachePrices`, except
+ * where the provider lists a rounded price (Claude 3 Haiku: $0.30 writes, $0.03 reads).
  */
 export const defaultModels: readonly ModelRoute[] = [
-  { id: "chat-4o", surface: chat, provider: "openai", upstreamModel: "gpt-4o", inputPer1M: "2.50", outputPer1M: "10.00", maxOutputTokens: 16384 },
-  { id: "chat-4o-mini", surface: chat, provider: "openai", upstreamModel: "gpt-4o-mini", inputPer1M: "0.15", outputPer1M: "0.60", maxOutputTokens: 16384 },
-  { id: "chat-4-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-4-turbo", inputPer1M: "10", outputPer1M: "30", maxOutputTokens: 4096 },
-  { id: "chat-4", surface: chat, provider: "openai", upstreamModel: "gpt-4", inputPer1M: "30", outputPer1M: "60", maxOutputTokens: 8192 },
-  { id: "chat-3.5-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-3.5-turbo", inputPer1M: "0.50", outputPer1M: "1.50", maxOutputTokens: 4096 },
-  { id: "assistant-3-5-sonnet-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15", maxOutputTokens: 8192 },
-  { id: "assistant-3-5-haiku-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-haiku-20241022", inputPer1M: "0.80", outputPer1M: "4", maxOutputTokens: 8192 },
-  { id: "assistant-3-opus-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-opus-20240229", inputPer1M: "15", outputPer1M: "75", maxOutputTokens: 4096 },
-  { id: "assistant-3-sonnet-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-sonnet-20240229", inputPer1M: "3", outputPer1M: "15", maxOutputTokens: 4096 },
-  { id: "assistant-3-haiku-20240307", surface: messages, provider: "anthropic", upstreamModel: "claude-3-haiku-20240307", inputPer1M: "0.25", outputPer1M: "1.25", maxOutputTokens: 4096 },
+  { id: "chat-4o", surface: chat, provider: "openai", upstreamModel: "gpt-4o", inputPer1M: "2.50", outputPer1M: "10.00", cacheReadPer1M: "1.25", cacheWritePer1M: "2.50", maxOutputTokens: 16384 },
+  { id: "chat-4o-mini", surface: chat, provider: "openai", upstreamModel: "gpt-4o-mini", inputPer1M: "0.15", outputPer1M: "0.60", cacheReadPer1M: "0.075", cacheWritePer1M: "0.15", maxOutputTokens: 16384 },
+  { id: "chat-4-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-4-turbo", inputPer1M: "10", outputPer1M: "30", cacheReadPer1M: "5", cacheWritePer1M: "10", maxOutputTokens: 4096 },
+  { id: "chat-4", surface: chat, provider: "openai", upstreamModel: "gpt-4", inputPer1M: "30", outputPer1M: "60", cacheReadPer1M: "15", cacheWritePer1M: "30", maxOutputTokens: 8192 },
+  { id: "chat-3.5-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-3.5-turbo", inputPer1M: "0.50", outputPer1M: "1.50", cacheReadPer1M: "0.25", cacheWritePer1M: "0.50", maxOutputTokens: 4096 },
+  { id: "assistant-3-5-sonnet-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15", cacheReadPer1M: "0.30", cacheWritePer1M: "3.75", maxOutputTokens: 8192 },
+  { id: "assistant-3-5-haiku-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-haiku-20241022", inputPer1M: "0.80", outputPer1M: "4", cacheReadPer1M: "0.08", cacheWritePer1M: "1", maxOutputTokens: 8192 },
+  { id: "assistant-3-opus-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-opus-20240229", inputPer1M: "15", outputPer1M: "75", cacheReadPer1M: "1.50", cacheWritePer1M: "18.75", maxOutputTokens: 4096 },
+  { id: "assistant-3-sonnet-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-sonnet-20240229", inputPer1M: "3", outputPer1M: "15", cacheReadPer1M: "0.30", cacheWritePer1M: "3.75", maxOutputTokens: 4096 },
+  { id: "assistant-3-haiku-20240307", surface: messages, provider: "anthropic", upstreamModel: "claude-3-haiku-20240307", inputPer1M: "0.25", outputPer1M: "1.25", cacheReadPer1M: "0.03", cacheWritePer1M: "0.30", maxOutputTokens: 4096 },
 ];
 
 /**

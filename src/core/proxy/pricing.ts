@@ -1,15 +1,17 @@
 import type { ApiStyle, Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { type ChatRequestBody, localInputTokens, localTokens, usage } from "./canonical.js";
-import { costPico, formatUsd, parsePrice, type Prices } from "./cost.js";
-import { type ModelRoute, unservedModel } from "./models.js";
+import { costPico, formatUsd, type Prices } from "./cost.js";
+import { type ModelRoute, pricesOf, unservedModel } from "./models.js";
 
 /** Prices and providers per public model id, and the worst case a request may cost (what a spend cap reserves). */
 export interface Pricing {
   /**
    * The most the request can cost, in USD: its prompt estimated high (UTF-8 bytes / 2 tokens, about
-   * twice what tokenizers count for English, plus 8 a message) at the input price, plus `max_tokens`
-   * (the model's output ceiling when the request sets none) at the output price. "0" for a model
-   * without a price (it is refused later as unknown).
+   * twice what tokenizers count for English, plus 8 a message) at the highest of the model's input
+   * prices (plain input, cache reads, cache writes: so never below the cost with nothing cached, nor
+   * below one whose prompt the provider writes to its cache), plus `max_tokens` (the model's output
+   * ceiling when the request sets none) at the output price. "0" for a model without a price (it is
+   * refused later as unknown).
    */
   worstCaseUsd(req: ChatRequestBody): string;
   /** The provider a public model id is routed to ("" for an unknown id). */
@@ -19,25 +21,29 @@ export interface Pricing {
   /**
    * What a streamed answer cut short (the client left, the upstream broke off) cost so far: the
    * upstream bills the prompt and every token it generated, whether or not the stream ended. Input
-   * tokens are the upstream's count when its stream gave one at the start (`inputTokens` > 0), else
-   * counted locally; output tokens are counted locally from the `outChars` characters streamed.
+   * tokens are the upstream's count when its stream gave one at the start (`started`, the usage of
+   * its first event, with its prompt-cache counts), else counted locally; output tokens are counted
+   * locally from the `outChars` characters streamed.
    */
-  partialAnswer(req: ChatRequestBody, inputTokens: number, outChars: number): { usage: Usage; costUsd: string };
+  partialAnswer(req: ChatRequestBody, started: Usage | undefined, outChars: number): { usage: Usage; costUsd: string };
 }
 
 export function createPricing(models: Map<string, ModelRoute>): Pricing {
   const prices = new Map<string, Prices & { maxOutputTokens: number }>();
-  for (const m of models.values()) prices.set(m.id, { input: parsePrice(m.inputPer1M), output: parsePrice(m.outputPer1M), maxOutputTokens: m.maxOutputTokens });
+  for (const m of models.values()) prices.set(m.id, { ...pricesOf(m), maxOutputTokens: m.maxOutputTokens });
   return {
     providerOf: (model) => models.get(model)?.provider ?? "",
     checkServed(model, style) {
       const unserved = unservedModel(models.get(model), model, style);
       if (unserved) throw unserved;
     },
-    partialAnswer(req, inputTokens, outChars) {
-      const u = usage({ inputTokens: inputTokens > 0 ? inputTokens : localInputTokens(req), outputTokens: localTokens(outChars) });
+    partialAnswer(req, started, outChars) {
+      const outputTokens = localTokens(outChars);
+      const u = started && started.inputTokens > 0
+        ? usage({ inputTokens: started.inputTokens, cacheReadTokens: started.cacheReadTokens, cacheWriteTokens: started.cacheWriteTokens, outputTokens })
+        : usage({ inputTokens: localInputTokens(req), outputTokens });
       const p = prices.get(req.model);
-      return { usage: u, costUsd: p ? formatUsd(costPico(p, u.inputTokens, u.outputTokens)) : "0" };
+      return { usage: u, costUsd: p ? formatUsd(costPico(p, u)) : "0" };
     },
     worstCaseUsd(req) {
       const p = prices.get(req.model);
@@ -49,7 +55,10 @@ export function createPricing(models: Map<string, ModelRoute>): Pricing {
       }
       for (const t of req.tools) bytes += Buffer.byteLength(t.name) + Buffer.byteLength(t.description) + Buffer.byteLength(t.inputSchemaJson);
       const output = req.maxTokens ?? p.maxOutputTokens;
-      return formatUsd(costPico(p, Math.ceil(bytes / 2), output));
+      const prompt = Math.ceil(bytes / 2);
+      // Priced as if the whole prompt went at the dearest input rate (for Anthropic, a cache write).
+      const dearest = [p.cacheRead, p.cacheWrite].reduce((a, b) => (b > a ? b : a), p.input);
+      return formatUsd(costPico({ ...p, input: dearest }, { inputTokens: prompt, outputTokens: output }));
     },
   };
 }

@@ -13,8 +13,8 @@ import { apiError, withRetryGuidance } from "../errors.js";
 import { newRequestId } from "../ids.js";
 import { type SseEvent, SseParser } from "../sse.js";
 import { completionEvent, localInputTokens, localTokens, nowSeconds, usage as canonicalUsage } from "./canonical.js";
-import { costPico, formatUsd, parsePrice, type Prices } from "./cost.js";
-import { type ModelRoute, unservedModel } from "./models.js";
+import { costPico, formatUsd, type Prices } from "./cost.js";
+import { type ModelRoute, pricesOf, unservedModel } from "./models.js";
 import type { UpstreamHttp, UpstreamResponse } from "./upstream-http.js";
 import type { StreamConverter, UpstreamAdapter, UpstreamTarget } from "./upstreams/adapter.js";
 
@@ -43,7 +43,7 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
     const provider = deps.providers.get(model.provider)!;
     const adapter = deps.adapters.get(provider.style);
     if (!adapter) throw new Error(`no upstream adapter for provider ${provider.name}`);
-    routes.set(model.id, { model, provider, adapter, prices: { input: parsePrice(model.inputPer1M), output: parsePrice(model.outputPer1M) } });
+    routes.set(model.id, { model, provider, adapter, prices: pricesOf(model) });
   }
 
   function routeFor(req: StreamChatRequest): Route {
@@ -114,7 +114,7 @@ async function completion(route: Route, req: StreamChatRequest, res: UpstreamRes
   c.model = req.model;
   if (c.created === 0) c.created = nowSeconds();
   c.usage = settleUsage(c.usage, req, () => c.blocks.reduce((n, b) => n + b.text.length + b.toolInputJson.length, 0));
-  c.costUsd = formatUsd(costPico(route.prices, c.usage.inputTokens, c.usage.outputTokens));
+  c.costUsd = formatUsd(costPico(route.prices, c.usage));
   return c;
 }
 
@@ -180,7 +180,7 @@ class UpstreamEvents {
     else if (e.case === "messageStart" && e.value.created === 0) e.value.created = nowSeconds();
     else if (e.case === "messageEnd") {
       e.value.usage = settleUsage(e.value.usage, this.req, () => this.#outChars);
-      e.value.costUsd = formatUsd(costPico(this.route.prices, e.value.usage.inputTokens, e.value.usage.outputTokens));
+      e.value.costUsd = formatUsd(costPico(this.route.prices, e.value.usage));
     }
     return ev;
   }

@@ -216,7 +216,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
         // start), after the request went out: the upstream has the prompt and bills it, so the
         // month is charged for it. One that never left the gateway costs nothing.
         if (isCanceled(e) && sentUpstream(e)) {
-          const part = deps.pricing.partialAnswer(chat, 0, 0);
+          const part = deps.pricing.partialAnswer(chat, undefined, 0);
           cost = part.costUsd;
           trace.costUsd = cost;
           trace.used(part.usage);
@@ -468,20 +468,20 @@ async function callUpstream(
   if (chat.stream) {
     const whole = new CompletionAssembler();
     let usage: Completion["usage"];
-    // What an answer cut short is billed on: the upstream's prompt count, when its stream gave one
-    // at the start, and the characters streamed since.
-    let inputTokens = 0;
+    // What an answer cut short is billed on: the upstream's prompt count (with its prompt-cache
+    // counts), when its stream gave one at the start, and the characters streamed since.
+    let started: Completion["usage"];
     let outChars = 0;
     const onEvent = (ev: StreamChatResponse) => {
       whole.push(ev);
       const e = ev.event;
       // Raw deltas (thinking, signatures) are output the upstream bills too; counted as their JSON.
       if (e.case === "blockDelta") outChars += e.value.text.length + e.value.partialJson.length + e.value.rawJson.length;
-      else if (e.case === "messageStart") inputTokens = e.value.usage?.inputTokens ?? 0;
+      else if (e.case === "messageStart") started = e.value.usage;
       else if (e.case === "messageEnd") usage = e.value.usage;
     };
     const partialCost = () => {
-      const part = deps.pricing.partialAnswer(chat, inputTokens, outChars);
+      const part = deps.pricing.partialAnswer(chat, started, outChars);
       usage = part.usage;
       return part.costUsd;
     };

@@ -4,9 +4,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ConfigError, loadConfig } from "../../../src/config.js";
 import { ApiStyle } from "../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
-import { chatMessage, contentBlock } from "../../../src/core/proxy/canonical.js";
+import { chatMessage, contentBlock, usage } from "../../../src/core/proxy/canonical.js";
 import type { ChatRequestBody } from "../../../src/core/proxy/canonical.js";
 import { createPricing } from "../../../src/core/proxy/pricing.js";
+import { costPico, formatUsd } from "../../../src/core/proxy/cost.js";
+import { pricesOf } from "../../../src/core/proxy/models.js";
 
 const body = (model: string, text: string, maxTokens?: number): ChatRequestBody => ({
   style: ApiStyle.CHAT_COMPLETIONS,
@@ -54,9 +56,110 @@ describe("pricing: what a spend cap reserves, and what an answer cut short costs
 
   it("prices an answer cut short on the prompt and the characters streamed", () => {
     // 400 characters of prompt (100 tokens, counted locally) and 40 streamed (10 tokens) at chat-4o's $2.50 / $10.
-    const part = pricing.partialAnswer(body("chat-4o", "y".repeat(400)), 0, 40);
+    const part = pricing.partialAnswer(body("chat-4o", "y".repeat(400)), undefined, 40);
     assert.deepEqual([part.usage.inputTokens, part.usage.outputTokens, part.costUsd], [100, 10, "0.00035"]);
     // The upstream's own prompt count, when its stream began with one, wins over the local count.
-    assert.equal(pricing.partialAnswer(body("chat-4o", "y".repeat(400)), 300, 40).costUsd, "0.00085");
+    assert.equal(pricing.partialAnswer(body("chat-4o", "y".repeat(400)), usage({ inputTokens: 300, outputTokens: 1 }), 40).costUsd, "0.00085");
+  });
+
+  it("prices an answer cut short with the prompt-cache counts its stream began with", () => {
+    // An Anthropic stream's message_start: 25 uncached + 7 written + 11 read. 40 characters streamed: 10 tokens.
+    // assistant-3-5-sonnet: 25 x 3 + 7 x 3.75 + 11 x 0.30 + 10 x 15 = 254.55 per 1M.
+    const started = usage({ inputTokens: 43, cacheWriteTokens: 7, cacheReadTokens: 11, outputTokens: 1 });
+    const part = pricing.partialAnswer({ ...body("assistant-3-5-sonnet-20241022", "y".repeat(400)), style: ApiStyle.MESSAGES }, started, 40);
+    assert.deepEqual([part.usage.inputTokens, part.usage.cacheWriteTokens, part.usage.cacheReadTokens, part.usage.outputTokens, part.costUsd], [43, 7, 11, 10, "0.00025455"]);
+  });
+});
+
+describe("pricing: prompt-cache prices", () => {
+  const withConfig = <T>(models: object, fn: (load: () => ReturnType<typeof loadConfig>) => T): T => {
+    const dir = mkdtempSync(join(tmpdir(), "svc-pricing-"));
+    try {
+      const file = join(dir, "svc.config.json");
+      writeFileSync(file, JSON.stringify({ models }));
+      return fn(() => loadConfig({ SVC_CONFIG: file }));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  };
+  const cachePrices = (m: { cacheReadPer1M: string; cacheWritePer1M: string } | undefined) => m && [m.cacheReadPer1M, m.cacheWritePer1M];
+
+  it("defaults to the providers' list prices: Anthropic writes 1.25x and reads 0.1x the input price, OpenAI cached input 0.5x", () => {
+    const models = loadConfig({}).models;
+    const table = Object.fromEntries([...models.values()].map((m) => [m.id, [m.inputPer1M, m.cacheReadPer1M, m.cacheWritePer1M]]));
+    assert.deepEqual(table, {
+      "chat-4o": ["2.50", "1.25", "2.50"],
+      "chat-4o-mini": ["0.15", "0.075", "0.15"],
+      "chat-4-turbo": ["10", "5", "10"],
+      "chat-4": ["30", "15", "30"],
+      "chat-3.5-turbo": ["0.50", "0.25", "0.50"],
+      "assistant-3-5-sonnet-20241022": ["3", "0.30", "3.75"],
+      "assistant-3-5-haiku-20241022": ["0.80", "0.08", "1"],
+      "assistant-3-opus-20240229": ["15", "1.50", "18.75"],
+      "assistant-3-sonnet-20240229": ["3", "0.30", "3.75"],
+      // Anthropic lists Claude 3 Haiku's cache prices rounded ($0.30, $0.03), not 0.3125 and 0.025.
+      "assistant-3-haiku-20240307": ["0.25", "0.03", "0.30"],
+    });
+  });
+
+  it("takes configured cache prices; an unset one follows the model's input price and its provider's style", () => {
+    withConfig(
+      {
+        "chat-4o": { cacheReadPer1M: "0.5" },
+        "chat-4o-mini": { inputPer1M: "0.2" },
+        "assistant-3-haiku-20240307": { maxOutputTokens: 100 },
+        "assistant-3-opus-20240229": { inputPer1M: "0.000001" },
+        "chat-x-claude": { surface: "chat-completions", provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15" },
+        "assistant-x-gpt": { surface: "messages", provider: "openai", upstreamModel: "gpt-4o", inputPer1M: "2.5", outputPer1M: "10", cacheWritePer1M: 4 },
+      },
+      (load) => {
+        const models = load().models;
+        assert.deepEqual(cachePrices(models.get("chat-4o")), ["0.5", "2.50"]);
+        assert.deepEqual(cachePrices(models.get("chat-4o-mini")), ["0.1", "0.2"], "a new input price: the multiples of it");
+        assert.deepEqual(cachePrices(models.get("assistant-3-haiku-20240307")), ["0.03", "0.30"], "the same model at the same input price keeps its list prices");
+        assert.deepEqual(cachePrices(models.get("assistant-3-opus-20240229")), ["0.000001", "0.000002"], "rounded up to the 6th decimal");
+        assert.deepEqual(cachePrices(models.get("chat-x-claude")), ["0.3", "3.75"], "routed to a messages-style provider: Anthropic's multiples");
+        assert.deepEqual(cachePrices(models.get("assistant-x-gpt")), ["1.25", "4"], "routed to a chat-completions-style provider: OpenAI's");
+      },
+    );
+  });
+
+  it("refuses a cache price that is not a price, naming it", () => {
+    for (const bad of ["-1", "1.1234567", "abc", "", "1e3"]) {
+      for (const key of ["cacheReadPer1M", "cacheWritePer1M"]) {
+        withConfig({ "chat-4o": { [key]: bad } }, (load) =>
+          assert.throws(load, (e: Error) => e instanceof ConfigError && e.message.includes(`model chat-4o ${key}`), `${key} ${JSON.stringify(bad)}`),
+        );
+      }
+    }
+    withConfig({ "chat-4o": { cacheRed: "1" } }, (load) => assert.throws(load, (e: Error) => e instanceof ConfigError && e.message.includes('"cacheRed"')));
+  });
+
+  it("computes the cost as plain input + cache reads + cache writes + output, each at its price; cache counts never beyond the input", () => {
+    const p = pricesOf(loadConfig({}).models.get("assistant-3-5-sonnet-20241022")!);
+    const cost = (inputTokens: number, cacheWriteTokens: number, cacheReadTokens: number, outputTokens: number) =>
+      formatUsd(costPico(p, { inputTokens, cacheWriteTokens, cacheReadTokens, outputTokens }));
+    assert.equal(cost(43, 7, 11, 12), "0.00028455");
+    assert.equal(cost(43, 0, 0, 12), "0.000309", "nothing cached: all input at the input price");
+    assert.equal(cost(10, 0, 50, 0), "0.000003", "reads beyond the input are cut to it: 10 x 0.30");
+    assert.equal(cost(10, 50, 4, 0), "0.0000237", "writes beyond what is left are cut to it: 4 x 0.30 + 6 x 3.75");
+  });
+
+  it("reserves for a spend cap no less than what a request can cost, cached or not", () => {
+    const pricing = createPricing(loadConfig({}).models);
+    const prompt = "x".repeat(100); // reserved as 58 prompt tokens
+    for (const model of ["chat-4o", "assistant-3-5-sonnet-20241022", "assistant-3-haiku-20240307"]) {
+      const b = { ...body(model, prompt, 100), style: model.startsWith("chat") ? ApiStyle.CHAT_COMPLETIONS : ApiStyle.MESSAGES };
+      const reserved = Number(pricing.worstCaseUsd(b));
+      const p = pricesOf(loadConfig({}).models.get(model)!);
+      for (const [write, read] of [[0, 0], [58, 0], [0, 58], [29, 29]]) {
+        const cost = Number(formatUsd(costPico(p, { inputTokens: 58, cacheWriteTokens: write, cacheReadTokens: read, outputTokens: 100 })));
+        assert.ok(reserved >= cost, `${model}: reserved ${reserved} < ${cost} (writes ${write}, reads ${read})`);
+      }
+    }
+    // The prompt at the cache-write price where that is the dearest: 58 x 3.75 + 100 x 15 per 1M.
+    assert.equal(pricing.worstCaseUsd({ ...body("assistant-3-5-sonnet-20241022", prompt, 100), style: ApiStyle.MESSAGES }), "0.0017175");
+    // A chat-completions-style model's dearest input is plain input, as before: 58 x 2.50 + 100 x 10.
+    assert.equal(pricing.worstCaseUsd(body("chat-4o", prompt, 100)), "0.001145");
   });
 });
