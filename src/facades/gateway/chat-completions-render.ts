@@ -27,11 +27,17 @@ export const createdOr = (created: number): number => created || Math.floor(Date
 export const sameStyleExtra = (style: ApiStyle, json: string): JsonObject =>
   style === ApiStyle.CHAT_COMPLETIONS ? parseExtra(json) : {};
 
-/** The `usage` object; its details (cached tokens, reasoning tokens) only from a same-style upstream. */
+/**
+ * The `usage` object. `prompt_tokens` counts every input token, those read from or written to the
+ * prompt cache included. Its details (cached tokens, reasoning tokens) are a same-style upstream's as
+ * sent; another style's cache reads are written as `prompt_tokens_details.cached_tokens`.
+ */
 export function renderUsage(usage: Usage | undefined, style: ApiStyle): JsonObject {
   const prompt = usage?.inputTokens ?? 0;
   const completion = usage?.outputTokens ?? 0;
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, ...sameStyleExtra(style, usage?.extraJson ?? "") };
+  const out: JsonObject = { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, ...sameStyleExtra(style, usage?.extraJson ?? "") };
+  if (style !== ApiStyle.CHAT_COMPLETIONS && usage?.cacheReadTokens) out.prompt_tokens_details = { cached_tokens: usage.cacheReadTokens };
+  return out;
 }
 
 /** The answer's text, refusal and tool calls in chat-completions shape. */

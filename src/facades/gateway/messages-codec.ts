@@ -22,7 +22,7 @@ import {
   MIN_MAX_TOKENS,
   TOOL_NAME,
 } from "../../core/proxy/request-rules.js";
-import { blockFromWire, blockToWire, joinTexts } from "../../core/proxy/upstreams/anthropic/blocks.js";
+import { blockFromWire, blockToWire, joinTexts, uncachedInput } from "../../core/proxy/upstreams/anthropic/blocks.js";
 import { stopReasonFromFinish } from "../../core/proxy/upstreams/anthropic/stop-reason.js";
 import { formatSse } from "../../core/sse.js";
 import type { ClientCodec, ParsedChatRequest, RenderedRequest, StreamRenderer } from "./codec.js";
@@ -187,8 +187,21 @@ function renderCompletion(c: Completion): object {
   };
 }
 
+/**
+ * The `usage` object. `input_tokens` is the input neither read from nor written to the prompt cache
+ * (the canonical count less the cache's). A same-style upstream's other counters, its cache counts
+ * among them, are passed on as sent; another style's cache counts are written as this style's.
+ */
 function renderUsage(u: Usage | undefined, same: boolean): JsonObject {
-  return { ...(same && u ? parseExtra(u.extraJson) : {}), input_tokens: u?.inputTokens ?? 0, output_tokens: u?.outputTokens ?? 0 };
+  const input = u ? uncachedInput(u) : 0;
+  const output = u?.outputTokens ?? 0;
+  if (same) return { ...(u ? parseExtra(u.extraJson) : {}), input_tokens: input, output_tokens: output };
+  return {
+    input_tokens: input,
+    ...(u?.cacheWriteTokens ? { cache_creation_input_tokens: u.cacheWriteTokens } : {}),
+    ...(u?.cacheReadTokens ? { cache_read_input_tokens: u.cacheReadTokens } : {}),
+    output_tokens: output,
+  };
 }
 
 // ---- stream -----------------------------------------------------------------------------------

@@ -107,14 +107,22 @@ export function blockToWire(b: ContentBlock): JsonObject | undefined {
   }
 }
 
-/** A messages-style usage object as canonical Usage; the other counters (cache, server tools) ride in extra_json. */
+/**
+ * A messages-style usage object as canonical Usage. Its `input_tokens` are only the input neither
+ * read from nor written to the prompt cache; the canonical count is all of the input, so it adds
+ * `cache_creation_input_tokens` and `cache_read_input_tokens`, which are also kept as the cache
+ * counts. The other counters (the cache's, as sent, server tools) ride in extra_json.
+ */
 export function usageFromWire(u: unknown): Usage {
   if (!isObject(u)) return usage({});
-  return usage({
-    inputTokens: count(u.input_tokens),
-    outputTokens: count(u.output_tokens),
-    extraJson: extraJson(u, USAGE_KEYS),
-  });
+  return usageFromCounts(count(u.input_tokens), count(u.cache_creation_input_tokens), count(u.cache_read_input_tokens), count(u.output_tokens), extraJson(u, USAGE_KEYS));
 }
+
+/** Canonical usage from a messages-style answer's counts: `uncached` is its `input_tokens`. */
+export const usageFromCounts = (uncached: number, cacheWrite: number, cacheRead: number, output: number, extra: string): Usage =>
+  usage({ inputTokens: uncached + cacheWrite + cacheRead, outputTokens: output, extraJson: extra, cacheReadTokens: cacheRead, cacheWriteTokens: cacheWrite });
+
+/** The input tokens a messages-style `input_tokens` counts: those neither read from nor written to the cache. */
+export const uncachedInput = (u: Usage): number => Math.max(0, u.inputTokens - u.cacheReadTokens - u.cacheWriteTokens);
 
 const count = (v: unknown): number => (typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0);

@@ -8,9 +8,9 @@ import {
 } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject, parseExtra, type JsonObject } from "../../../json.js";
 import type { SseEvent } from "../../../sse.js";
-import { nowSeconds, streamEvent, usage as canonicalUsage } from "../../canonical.js";
+import { nowSeconds, streamEvent } from "../../canonical.js";
 import type { StreamConverter } from "../adapter.js";
-import { blockFromWire, usageFromWire } from "./blocks.js";
+import { blockFromWire, uncachedInput, usageFromCounts, usageFromWire } from "./blocks.js";
 import { convertStreamError } from "./error.js";
 import { invalidResponse, MESSAGE_KEYS } from "./response.js";
 import { finishFromStopReason } from "./stop-reason.js";
@@ -23,7 +23,10 @@ import { finishFromStopReason } from "./stop-reason.js";
 export class MessagesStreamConverter implements StreamConverter {
   readonly #req: StreamChatRequest;
   #complete = false;
+  /** The wire's `input_tokens`: input neither read from nor written to the prompt cache. */
   #inputTokens = 0;
+  #cacheWriteTokens = 0;
+  #cacheReadTokens = 0;
   #outputTokens = 0;
   #usageExtra: JsonObject = {};
   #finish = FinishReason.UNSPECIFIED;
@@ -82,7 +85,9 @@ export class MessagesStreamConverter implements StreamConverter {
   #start(message: unknown): StreamChatResponse {
     const m = isObject(message) ? message : {};
     const usage = usageFromWire(m.usage);
-    this.#inputTokens = usage.inputTokens;
+    this.#inputTokens = uncachedInput(usage);
+    this.#cacheWriteTokens = usage.cacheWriteTokens;
+    this.#cacheReadTokens = usage.cacheReadTokens;
     this.#outputTokens = usage.outputTokens;
     this.#usageExtra = parseExtra(usage.extraJson);
     return streamEvent({
@@ -106,7 +111,9 @@ export class MessagesStreamConverter implements StreamConverter {
     if (!isObject(data.usage)) return;
     const usage = usageFromWire(data.usage);
     if (typeof data.usage.output_tokens === "number") this.#outputTokens = usage.outputTokens;
-    if (typeof data.usage.input_tokens === "number") this.#inputTokens = usage.inputTokens;
+    if (typeof data.usage.input_tokens === "number") this.#inputTokens = uncachedInput(usage);
+    if (typeof data.usage.cache_creation_input_tokens === "number") this.#cacheWriteTokens = usage.cacheWriteTokens;
+    if (typeof data.usage.cache_read_input_tokens === "number") this.#cacheReadTokens = usage.cacheReadTokens;
     Object.assign(this.#usageExtra, parseExtra(usage.extraJson));
   }
 
@@ -117,7 +124,7 @@ export class MessagesStreamConverter implements StreamConverter {
       value: {
         finishReason: this.#finish,
         stopSequence: this.#stopSequence,
-        usage: canonicalUsage({ inputTokens: this.#inputTokens, outputTokens: this.#outputTokens, extraJson: extra }),
+        usage: usageFromCounts(this.#inputTokens, this.#cacheWriteTokens, this.#cacheReadTokens, this.#outputTokens, extra),
       },
     });
   }

@@ -9,14 +9,20 @@ const count = (v: unknown): number => (typeof v === "number" && Number.isFinite(
 
 /**
  * Converts an OpenAI `usage` object; undefined when the upstream sent none (the gateway then counts
- * locally). Detail objects (prompt_tokens_details, completion_tokens_details) ride in extra_json.
+ * locally). `prompt_tokens` counts every input token, the cached ones
+ * (`prompt_tokens_details.cached_tokens`, billed at a discount) included, as the canonical count
+ * does. Detail objects (prompt_tokens_details, completion_tokens_details) also ride in extra_json,
+ * as sent, for a chat-style client.
  */
 export function toUsage(usage: unknown): Usage | undefined {
   if (!isObject(usage)) return undefined;
+  const inputTokens = count(usage.prompt_tokens);
+  const details = isObject(usage.prompt_tokens_details) ? usage.prompt_tokens_details : {};
   return canonicalUsage({
-    inputTokens: count(usage.prompt_tokens),
+    inputTokens,
     outputTokens: count(usage.completion_tokens),
     extraJson: extraJson(usage, kUsageKnown),
+    cacheReadTokens: Math.min(count(details.cached_tokens), inputTokens),
   });
 }
 

@@ -45,7 +45,8 @@ describe("anthropic response", () => {
         },
       ],
       finishReason: "FINISH_REASON_TOOL_USE",
-      usage: { inputTokens: 2095, outputTokens: 503, extraJson: '{"cache_creation_input_tokens":0,"cache_read_input_tokens":1800,"service_tier":"standard"}' },
+      // All the input (2095 uncached + 1800 read from the cache), the cache's share counted apart; the wire's counters kept as sent.
+      usage: { inputTokens: 3895, outputTokens: 503, extraJson: '{"cache_creation_input_tokens":0,"cache_read_input_tokens":1800,"service_tier":"standard"}', cacheReadTokens: 1800 },
       upstreamStyle: "API_STYLE_MESSAGES",
       extraJson: '{"container":null}',
     });
