@@ -208,11 +208,25 @@ function renderUsage(u: Usage | undefined, same: boolean): JsonObject {
 
 const sse = (type: string, data: JsonObject): string => formatSse(JSON.stringify({ type, ...data }), type);
 
+/** A block that began while another was still open: its events wait until that one has stopped. */
+interface HeldBlock {
+  index: number;
+  block: ContentBlock;
+  deltas: BlockDelta[];
+  stopped: boolean;
+}
+
 /**
  * Renders canonical events as the messages-style stream
  * (https://docs.anthropic.com/en/api/messages-streaming). Blocks another style cannot express here
  * (its raw parts) are left out, and the remaining blocks are renumbered so indexes stay dense: the
  * SDK addresses blocks by position.
+ *
+ * The API's blocks are strictly sequential (start, deltas, stop, then the next block), while the
+ * canonical ones may overlap (an OpenAI-style upstream interleaves parallel tool calls, and keeps
+ * each open until the answer ends). The open block streams live; a block that begins while it is
+ * still open is held, with its deltas and stop, and written out in order once the blocks before it
+ * have stopped.
  */
 class MessagesStreamRenderer implements StreamRenderer {
   readonly #model: string;
@@ -220,6 +234,10 @@ class MessagesStreamRenderer implements StreamRenderer {
   #same = false;
   #next = 0;
   readonly #index = new Map<number, number>();
+  /** The canonical index of the block being streamed live (started, not stopped). */
+  #live: number | undefined;
+  /** Blocks waiting for the live one to stop, in the order they began. */
+  readonly #held: HeldBlock[] = [];
 
   constructor(req: RenderedRequest) {
     this.#model = req.model ?? "";
@@ -232,15 +250,13 @@ class MessagesStreamRenderer implements StreamRenderer {
         this.#same = e.value.upstreamStyle === ApiStyle.MESSAGES;
         return this.#start(e.value.id, e.value.model, renderUsage(e.value.usage, this.#same), e.value.extraJson);
       case "blockStart":
-        return e.value.block ? this.#open(e.value.index, e.value.block) : "";
+        return e.value.block ? this.#begin(e.value.index, e.value.block) : "";
       case "blockDelta":
         return this.#delta(e.value);
-      case "blockStop": {
-        const at = this.#index.get(e.value.index);
-        return at === undefined ? "" : sse("content_block_stop", { index: at });
-      }
+      case "blockStop":
+        return this.#stop(e.value.index);
       case "messageEnd":
-        return this.#end(e.value.finishReason, e.value.stopSequence, e.value.usage);
+        return this.#flushHeld() + this.#end(e.value.finishReason, e.value.stopSequence, e.value.usage);
       case "completion":
         return this.#completion(e.value);
       default:
@@ -267,6 +283,64 @@ class MessagesStreamRenderer implements StreamRenderer {
     return sse("message_start", { message });
   }
 
+  /** A block begins: live when no other block is open, else held until the open ones have stopped. */
+  #begin(index: number, block: ContentBlock): string {
+    if (!blockToWire(block)) return ""; // not expressible here: left out
+    if (this.#live === undefined && !this.#held.length) {
+      this.#live = index;
+      return this.#open(index, block);
+    }
+    this.#held.push({ index, block, deltas: [], stopped: false });
+    return "";
+  }
+
+  #stop(index: number): string {
+    const held = this.#heldBlock(index);
+    if (held) {
+      held.stopped = true;
+      return "";
+    }
+    const at = this.#index.get(index);
+    if (at === undefined) return "";
+    const out = sse("content_block_stop", { index: at });
+    if (index !== this.#live) return out;
+    this.#live = undefined;
+    return out + this.#release();
+  }
+
+  #heldBlock(index: number): HeldBlock | undefined {
+    if (!this.#held.length) return undefined; // the usual case: one block at a time
+    return this.#held.find((h) => h.index === index);
+  }
+
+  /** Writes out the held blocks that are now first in line: each one stopped, then the next goes live. */
+  #release(): string {
+    let out = "";
+    while (this.#live === undefined && this.#held.length) {
+      const h = this.#held.shift()!;
+      out += this.#open(h.index, h.block);
+      for (const d of h.deltas) out += this.#delta(d);
+      if (h.stopped) out += sse("content_block_stop", { index: this.#index.get(h.index)! });
+      else this.#live = h.index;
+    }
+    return out;
+  }
+
+  /**
+   * At the answer's end, blocks still held are written out whole, each closed: the one streaming
+   * live first (its upstream never stopped it).
+   */
+  #flushHeld(): string {
+    if (!this.#held.length) return "";
+    let out = "";
+    for (;;) {
+      if (this.#live !== undefined) out += sse("content_block_stop", { index: this.#index.get(this.#live)! });
+      this.#live = undefined;
+      if (!this.#held.length) return out;
+      out += this.#release();
+    }
+  }
+
   /**
    * Opens a block as the API does, empty: a text or tool input the block already holds (a whole
    * answer, or an upstream that starts blocks with content) follows as one delta. Raw blocks
@@ -287,8 +361,13 @@ class MessagesStreamRenderer implements StreamRenderer {
   }
 
   #delta(d: BlockDelta): string {
+    const held = this.#heldBlock(d.index);
+    if (held) {
+      held.deltas.push(d);
+      return "";
+    }
     // Text for a block that was never opened (a lenient upstream) opens a text block rather than vanish.
-    if (!this.#index.has(d.index) && d.text) return this.#open(d.index, contentBlock({ type: BlockType.TEXT, text: d.text }));
+    if (!this.#index.has(d.index) && d.text) return this.#begin(d.index, contentBlock({ type: BlockType.TEXT, text: d.text }));
     const at = this.#index.get(d.index);
     if (at === undefined) return "";
     if (d.text) return textDelta(at, d.text);

@@ -396,3 +396,107 @@ describe("messages codec: render a stream", () => {
     await assert.rejects(stream.finalMessage(), (e: Error) => e.message.includes("boom"));
   });
 });
+
+describe("messages codec: canonical blocks that overlap (an OpenAI-style upstream's parallel tool calls)", () => {
+  const tool = (index: number, id: string, name: string) => ev({ case: "blockStart", value: { index, block: { type: BlockType.TOOL_USE, toolCallId: id, toolName: name, style: C } } });
+  const json = (index: number, partialJson: string) => ev({ case: "blockDelta", value: { index, partialJson } });
+  const stop = (index: number) => ev({ case: "blockStop", value: { index } });
+  const start = ev({ case: "messageStart", value: { id: "chatcmpl-1", model: MODEL, upstreamStyle: C } });
+  const end = ev({ case: "messageEnd", value: { finishReason: FinishReason.TOOL_USE, usage: { inputTokens: 9, outputTokens: 12 } } });
+  // What the OpenAI converter makes of tool_calls indexes 0, 1, 0, 2, 1, 0, 2: every call open until the end.
+  const interleaved = [
+    start,
+    tool(0, "call_0", "get_weather"),
+    tool(1, "call_1", "get_time"),
+    json(0, '{"city":'),
+    tool(2, "call_2", "get_weather"),
+    json(2, '{"ci'),
+    json(1, '{"tz":"UTC"}'),
+    json(0, '"Paris"}'),
+    json(2, 'ty":"Oslo"}'),
+    stop(0),
+    stop(1),
+    stop(2),
+    end,
+  ];
+  const startLine = (at: number, id: string, name: string) =>
+    `event: content_block_start\ndata: {"type":"content_block_start","index":${at},"content_block":{"type":"tool_use","id":"${id}","name":"${name}","input":{}}}\n\n`;
+  const jsonLine = (at: number, partial: string) =>
+    `event: content_block_delta\ndata: ${JSON.stringify({ type: "content_block_delta", index: at, delta: { type: "input_json_delta", partial_json: partial } })}\n\n`;
+  const stopLine = (at: number) => `event: content_block_stop\ndata: {"type":"content_block_stop","index":${at}}\n\n`;
+
+  it("streams the open block live and holds the later ones, then writes each whole, in order, once the one before has stopped", () => {
+    const r = codec.createStreamRenderer({ model: MODEL, stream: true });
+    const out = interleaved.map((e) => r.render(e));
+    assert.deepEqual(out.slice(1, -1), [
+      startLine(0, "call_0", "get_weather"), // live
+      "", // held
+      jsonLine(0, '{"city":'), // live
+      "",
+      "",
+      "",
+      jsonLine(0, '"Paris"}'), // live
+      "",
+      // Block 0 stops: block 1 comes out with what it has had, and is live from then on.
+      stopLine(0) + startLine(1, "call_1", "get_time") + jsonLine(1, '{"tz":"UTC"}'),
+      stopLine(1) + startLine(2, "call_2", "get_weather") + jsonLine(2, '{"ci') + jsonLine(2, 'ty":"Oslo"}'),
+      stopLine(2),
+    ]);
+    assert.match(out.at(-1)!, /^event: message_delta\n/);
+  });
+
+  it("gives a stream the official SDK assembles, each contentBlock event with its whole input", async () => {
+    const stream = sdk(renderAll(interleaved), "text/event-stream").messages.stream({ model: MODEL, max_tokens: 5, messages: [{ role: "user", content: "hi" }] });
+    const blocks: unknown[] = [];
+    stream.on("contentBlock", (b) => blocks.push(b));
+    const msg = await stream.finalMessage();
+    const want = [
+      { type: "tool_use", id: "call_0", name: "get_weather", input: { city: "Paris" } },
+      { type: "tool_use", id: "call_1", name: "get_time", input: { tz: "UTC" } },
+      { type: "tool_use", id: "call_2", name: "get_weather", input: { city: "Oslo" } },
+    ];
+    assert.deepEqual(blocks, want);
+    assert.deepEqual(msg.content, want);
+  });
+
+  it("writes text that begins while a tool call is open after that call", () => {
+    const text = (index: number) => ev({ case: "blockStart", value: { index, block: { type: BlockType.TEXT, style: C } } });
+    const say = (index: number, t: string) => ev({ case: "blockDelta", value: { index, text: t } });
+    const r = codec.createStreamRenderer({ model: MODEL, stream: true });
+    r.render(start);
+    assert.match(r.render(text(0)), /^event: content_block_start\n/);
+    assert.match(r.render(say(0, "Hi")), /"text":"Hi"/);
+    assert.equal(r.render(stop(0)), stopLine(0));
+    assert.equal(r.render(tool(1, "call_1", "f")), startLine(1, "call_1", "f"));
+    assert.equal(r.render(text(2)), "");
+    assert.equal(r.render(say(2, "more")), "");
+    assert.equal(r.render(json(1, "{}")), jsonLine(1, "{}"));
+    assert.equal(
+      r.render(stop(1)),
+      stopLine(1) +
+        'event: content_block_start\ndata: {"type":"content_block_start","index":2,"content_block":{"type":"text","text":""}}\n\n' +
+        'event: content_block_delta\ndata: {"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"more"}}\n\n',
+    );
+    assert.match(r.render(say(2, "!")), /"index":2,"delta":\{"type":"text_delta","text":"!"\}/, "live once it is the open block");
+    assert.equal(r.render(stop(2)), stopLine(2));
+  });
+
+  it("closes, at the answer's end, blocks held behind one that never stopped", () => {
+    const r = codec.createStreamRenderer({ model: MODEL, stream: true });
+    const out = [start, tool(0, "call_0", "f"), tool(1, "call_1", "g"), json(1, "{}"), end].map((e) => r.render(e)).join("");
+    const types = sseEventsOf(out).map((e) => [e.type, e.index]);
+    assert.deepEqual(types, [
+      ["message_start", undefined],
+      ["content_block_start", 0],
+      ["content_block_stop", 0],
+      ["content_block_start", 1],
+      ["content_block_delta", 1],
+      ["content_block_stop", 1],
+      ["message_delta", undefined],
+      ["message_stop", undefined],
+    ]);
+  });
+});
+
+const sseEventsOf = (text: string): Array<{ type: string; index?: number }> =>
+  text.split("\n\n").filter(Boolean).map((b) => JSON.parse(b.split("\n")[1]!.slice(6)) as { type: string; index?: number });
