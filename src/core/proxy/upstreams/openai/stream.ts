@@ -26,8 +26,11 @@ const kLearnTries = 3;
  * Converts OpenAI `chat.completion.chunk` SSE (https://platform.openai.com/docs/api-reference/chat-streaming)
  * into canonical events. OpenAI streams a flat delta per chunk; the canonical model wants numbered
  * blocks, so text and each tool call (by its `index`) become their own block, opened at their first
- * fragment and closed when another begins. The finish reason and the usage arrive in separate chunks
- * before `[DONE]`, so `message_end` waits for `[DONE]` (or the end of the body).
+ * fragment. A text (or refusal) block is closed when another block begins. A tool call's block stays
+ * open until the answer ends: parallel tool calls may interleave (indexes 0, 1, 0, 2, ...), and only
+ * the finish says a call has all its arguments, so blocks may overlap and their stops come together
+ * at the end. The finish reason and the usage arrive in separate chunks before `[DONE]`, so
+ * `message_end` waits for `[DONE]` (or the end of the body).
  */
 class OpenAiStreamConverter implements StreamConverter {
   readonly #model: string;
@@ -35,8 +38,9 @@ class OpenAiStreamConverter implements StreamConverter {
   #started = false;
   #ended = false;
   #nextIndex = 0;
+  /** The block opened last (text fragments continue it when it is text of their kind). */
   #open: { index: number; type: BlockType } | undefined;
-  /** OpenAI tool_calls[].index -> canonical block index. */
+  /** OpenAI tool_calls[].index -> canonical block index; each stays open until the answer ends. */
   readonly #toolBlocks = new Map<number, number>();
   #finish = FinishReason.UNSPECIFIED;
   #usage: Usage | undefined;
@@ -147,23 +151,27 @@ class OpenAiStreamConverter implements StreamConverter {
 
   #openBlock(type: BlockType, fields: { toolCallId?: string; toolName?: string }, chunk: JsonObject, out: StreamChatResponse[]): number {
     if (!this.#started) this.#start(chunk, out);
-    this.#closeBlock(out);
+    this.#closeText(out);
     const index = this.#nextIndex++;
     this.#open = { index, type };
     out.push(streamEvent({ case: "blockStart", value: { index, block: { type, ...fields } } }));
     return index;
   }
 
-  #closeBlock(out: StreamChatResponse[]): void {
-    if (this.#open) out.push(streamEvent({ case: "blockStop", value: { index: this.#open.index } }));
-    this.#open = undefined;
+  /** Closes the open text or refusal block: a later fragment of its kind opens a new one. */
+  #closeText(out: StreamChatResponse[]): void {
+    if (this.#open && this.#open.type !== BlockType.TOOL_USE) out.push(streamEvent({ case: "blockStop", value: { index: this.#open.index } }));
   }
 
   #close(): StreamChatResponse[] {
     this.#ended = true;
     const out: StreamChatResponse[] = [];
     if (!this.#started) this.#start({}, out);
-    this.#closeBlock(out);
+    // The open text block and every tool call, in block order.
+    const open = [...this.#toolBlocks.values()];
+    if (this.#open && this.#open.type !== BlockType.TOOL_USE) open.push(this.#open.index);
+    for (const index of open.sort((a, b) => a - b)) out.push(streamEvent({ case: "blockStop", value: { index } }));
+    this.#open = undefined;
     out.push(streamEvent({ case: "messageEnd", value: { finishReason: this.#finish, usage: this.#usage } }));
     return out;
   }

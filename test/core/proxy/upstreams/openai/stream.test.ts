@@ -78,6 +78,7 @@ const cases: { name: string; file: string; complete: boolean; events: unknown[][
     ],
   },
   {
+    // A call's block stays open until the answer ends: only the finish says a call has all its arguments.
     name: "two parallel tool calls",
     file: "parallel-tool-calls.sse",
     complete: true,
@@ -85,11 +86,32 @@ const cases: { name: string; file: string; complete: boolean; events: unknown[][
       ["start", "chatcmpl-BkY0aT4uVc8nR1pQ6sW2xZ3yB5dE9", "chat-4o", 1750431388, "CHAT_COMPLETIONS", { service_tier: "default", system_fingerprint: "fp_a288987b44" }],
       ["blockStart", 0, "TOOL_USE", "call_8Jq2mX4kR7tV1nB3cD5eF6gH", "get_weather"],
       ["delta", 0, '{"lo'], ["delta", 0, "cation"], ["delta", 0, '": "Par'], ["delta", 0, 'is, France"}'],
-      ["blockStop", 0],
       ["blockStart", 1, "TOOL_USE", "call_Zy9xW8vU7tS6rQ5pO4nM3lK2", "get_weather"],
       ["delta", 1, '{"lo'], ["delta", 1, "cation"], ["delta", 1, '": "Tok'], ["delta", 1, 'yo, Japan"}'],
+      ["blockStop", 0],
       ["blockStop", 1],
       ["end", "TOOL_USE", null],
+    ],
+  },
+  {
+    // tool_calls indexes 0, 1, 0, 2, 1, 0, 2 (valid OpenAI): no call's block stops before the end.
+    name: "three parallel tool calls that interleave",
+    file: "parallel-tool-calls-interleaved.sse",
+    complete: true,
+    events: [
+      ["start", "chatcmpl-BkY1iNt3rL3aV3dP4rA1lLeL0t9Xy", "chat-4o", 1750431400, "CHAT_COMPLETIONS", { service_tier: "default", system_fingerprint: "fp_a288987b44" }],
+      ["blockStart", 0, "TOOL_USE", "call_Q0aB1cD2eF3gH4iJ5kL6mN7o", "get_weather"],
+      ["blockStart", 1, "TOOL_USE", "call_Q1pQ2rS3tU4vW5xY6zA7bC8d", "get_time"],
+      ["delta", 0, '{"city":'],
+      ["blockStart", 2, "TOOL_USE", "call_Q2eF3gH4iJ5kL6mN7oP8qR9s", "get_weather"],
+      ["delta", 2, '{"ci'],
+      ["delta", 1, '{"tz":"Europe/Berlin"}'],
+      ["delta", 0, '"Paris"}'],
+      ["delta", 2, 'ty":"Oslo"}'],
+      ["blockStop", 0],
+      ["blockStop", 1],
+      ["blockStop", 2],
+      ["end", "TOOL_USE", [31, 42, usageDetails]],
     ],
   },
   {
@@ -181,6 +203,34 @@ describe("openai stream converter", () => {
     const chunk = { id: "chatcmpl-n", created: 1, choices: [{ index: 1, delta: { content: "other" } }, { index: 0, delta: { content: "mine" } }] };
     const out = conv.push({ event: undefined, data: JSON.stringify(chunk) }).map(brief);
     assert.deepEqual(out.slice(1), [["blockStart", 0, "TEXT", "", ""], ["delta", 0, "mine"]]);
+  });
+
+  it("closes a text block when a tool call begins, and keeps the calls open while text follows them", () => {
+    const conv = createOpenAiAdapter().createStreamConverter(req);
+    const chunk = (delta: object, finish: string | null = null) => ({ event: undefined, data: JSON.stringify({ id: "chatcmpl-t", created: 1, choices: [{ index: 0, delta, finish_reason: finish }] }) });
+    const out = [
+      chunk({ content: "Let me" }),
+      chunk({ tool_calls: [{ index: 0, id: "call_1", function: { name: "f", arguments: '{"a":' } }] }),
+      chunk({ content: "Also" }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: "1}" } }] }),
+      chunk({ content: " this" }),
+      chunk({}, "tool_calls"),
+      { event: undefined, data: "[DONE]" },
+    ].flatMap((e) => conv.push(e).map(brief));
+    assert.deepEqual(out.slice(1), [
+      ["blockStart", 0, "TEXT", "", ""],
+      ["delta", 0, "Let me"],
+      ["blockStop", 0],
+      ["blockStart", 1, "TOOL_USE", "call_1", "f"],
+      ["delta", 1, '{"a":'],
+      ["blockStart", 2, "TEXT", "", ""],
+      ["delta", 2, "Also"],
+      ["delta", 1, "1}"],
+      ["delta", 2, " this"],
+      ["blockStop", 1],
+      ["blockStop", 2],
+      ["end", "TOOL_USE", null],
+    ]);
   });
 
   it("closes an empty body with message_start and message_end so the answer is well-formed", () => {
