@@ -47,6 +47,12 @@ class ChatStreamRenderer implements StreamRenderer {
   readonly #toolIndex = new Map<number, number>();
   /** Canonical block indexes of refusal blocks, whose text goes out as `delta.refusal`. */
   readonly #refusals = new Set<number>();
+  /**
+   * Tool calls from an upstream of another style that have had no arguments yet. A messages-style
+   * upstream streams a call without input as `input: {}` and no fragment (or an empty one); OpenAI
+   * always writes arguments as JSON, so such a call gets `"{}"` at its end, as its whole answer does.
+   */
+  readonly #noArguments = new Set<number>();
 
   constructor(req: RenderedRequest) {
     this.#includeUsage = wantsUsage(req);
@@ -63,12 +69,15 @@ class ChatStreamRenderer implements StreamRenderer {
         return this.#blockStart(e.value);
       case "blockDelta":
         return this.#blockDelta(e.value);
+      case "blockStop":
+        // OpenAI has no marker for the end of a part; a tool call's arguments are complete here.
+        return this.#noArguments.size ? this.#emptyArguments(e.value.index) : "";
       case "messageEnd":
         return this.#end(e.value);
       case "completion":
         return this.#completion(e.value);
       default:
-        return ""; // blockStop: OpenAI has no marker for the end of a part
+        return "";
     }
   }
 
@@ -96,6 +105,7 @@ class ChatStreamRenderer implements StreamRenderer {
       const k = this.#toolIndex.size;
       this.#toolIndex.set(b.index, k);
       const call = { index: k, id: block.toolCallId, type: "function", function: { name: block.toolName, arguments: block.toolInputJson } };
+      if (block.toolInputJson === "" && this.#style !== ApiStyle.CHAT_COMPLETIONS) this.#noArguments.add(b.index);
       return this.#chunk({ tool_calls: [call] });
     }
     if (block?.type === BlockType.REFUSAL) {
@@ -114,13 +124,25 @@ class ChatStreamRenderer implements StreamRenderer {
       return extra ? this.#chunk({ content: d.text }, null, extra) : this.#content(d.text);
     }
     const k = this.#toolIndex.get(d.index);
-    if (d.partialJson !== "" && k !== undefined) return this.#chunk({ tool_calls: [{ index: k, function: { arguments: d.partialJson } }] }, null, extra);
+    if (d.partialJson !== "" && k !== undefined) {
+      this.#noArguments.delete(d.index);
+      return this.#chunk({ tool_calls: [{ index: k, function: { arguments: d.partialJson } }] }, null, extra);
+    }
     if (extra && Object.keys(extra).length) return this.#chunk({}, null, extra);
     return ""; // thinking and other deltas of another style have no chat-completions form
   }
 
+  /** `"{}"` as the arguments of a tool call that ends without any (another style's upstream). */
+  #emptyArguments(index: number): string {
+    const k = this.#toolIndex.get(index);
+    if (k === undefined || !this.#noArguments.delete(index)) return "";
+    return this.#chunk({ tool_calls: [{ index: k, function: { arguments: "{}" } }] });
+  }
+
   #end(e: Pick<MessageEnd, "finishReason" | "usage">): string {
-    let out = this.#chunk({}, finishName(e.finishReason));
+    let out = "";
+    for (const index of this.#noArguments) out += this.#emptyArguments(index);
+    out += this.#chunk({}, finishName(e.finishReason));
     if (this.#includeUsage) out += this.#usageChunk(e.usage);
     return out + done;
   }

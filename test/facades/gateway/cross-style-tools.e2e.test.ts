@@ -231,4 +231,45 @@ describe("streamed tool calls across styles (official openai and anthropic SDKs,
       assert.equal(final.choices[0]!.message.tool_calls?.[0]?.type === "function" && final.choices[0]!.message.tool_calls[0].function.arguments, "");
     });
   });
+
+  describe("chat client, Anthropic-style upstream", () => {
+    const oaTools = [{ type: "function" as const, function: { name: "get_time", parameters: { type: "object", properties: {} } } }];
+
+    for (const how of ["no delta", "empty delta"]) {
+      it(`streams a call with no input (${how}) as arguments "{}", as the whole answer and a cache hit do`, async () => {
+        const body = { model: "chat-x-claude", tools: oaTools, messages: [{ role: "user" as const, content: `${how} ${nonce()}` }] };
+        const args = (m: OpenAI.ChatCompletionMessage) => {
+          const c = m.tool_calls?.[0];
+          return c?.type === "function" ? [c.id, c.function.name, c.function.arguments] : c;
+        };
+        for (const cache of ["MISS", "HIT"]) {
+          const { data: s, response } = await openai.chat.completions.create({ ...body, stream: true }).withResponse();
+          assert.equal(response.headers.get("x-svc-cache"), cache);
+          let streamed = "";
+          for await (const c of s) for (const t of c.choices[0]?.delta.tool_calls ?? []) streamed += t.function?.arguments ?? "";
+          assert.equal(streamed, "{}", cache);
+        }
+        const final = await openai.chat.completions.stream({ ...body, messages: [{ role: "user", content: `${how} ${nonce()}` }] }).finalChatCompletion();
+        assert.deepEqual(args(final.choices[0]!.message), ["toolu_01E", "get_time", "{}"], "the SDK's stream helper");
+        const whole = await openai.chat.completions.create({ ...body, messages: [{ role: "user", content: `${how} ${nonce()}` }] });
+        assert.deepEqual(args(whole.choices[0]!.message), ["toolu_01E", "get_time", "{}"], "whole");
+      });
+
+      it(`lets the openai SDK's runTools call the tool (${how})`, async () => {
+        let called: unknown;
+        const runner = openai.chat.completions.runTools({
+          model: "chat-x-claude",
+          stream: true,
+          messages: [{ role: "user", content: `${how} ${nonce()}` }],
+          tools: [{ type: "function", function: { name: "get_time", parameters: { type: "object", properties: {} }, parse: JSON.parse, function: (a: unknown) => ((called = a), "noon") } }],
+        }, { maxChatCompletions: 1 });
+        const errors: string[] = [];
+        runner.on("error", (e) => errors.push(e.message));
+        await runner.done().catch((e: Error) => errors.push(e.message));
+        assert.deepEqual(errors, []);
+        assert.deepEqual(called, {});
+        assert.deepEqual(runner.messages.filter((m) => m.role === "tool").map((m) => m.content), ["noon"]);
+      });
+    }
+  });
 });
