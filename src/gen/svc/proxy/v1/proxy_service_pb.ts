@@ -488,7 +488,10 @@ export const MessageStartSchema: GenMessage<MessageStart> = /*@__PURE__*/
   messageDesc(file_svc_proxy_v1_proxy_service, 6);
 
 /**
- * BlockStart opens a content block of a streamed answer.
+ * BlockStart opens a content block of a streamed answer. Blocks may overlap: another block can
+ * begin, and take deltas, before this one's BlockStop (an OpenAI-style upstream's parallel tool
+ * calls may interleave, and each stays open until the answer ends). A renderer of a strictly
+ * sequential style writes them one after the other.
  *
  * @generated from message svc.proxy.v1.BlockStart
  */
