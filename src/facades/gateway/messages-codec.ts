@@ -285,12 +285,12 @@ class MessagesStreamRenderer implements StreamRenderer {
 
   /** A block begins: live when no other block is open, else held until the open ones have stopped. */
   #begin(index: number, block: ContentBlock): string {
-    if (!blockToWire(block)) return ""; // not expressible here: left out
     if (this.#live === undefined && !this.#held.length) {
-      this.#live = index;
-      return this.#open(index, block);
+      const out = this.#open(index, block);
+      if (out !== "") this.#live = index; // else not expressible here: left out
+      return out;
     }
-    this.#held.push({ index, block, deltas: [], stopped: false });
+    if (blockToWire(block)) this.#held.push({ index, block, deltas: [], stopped: false });
     return "";
   }
 
