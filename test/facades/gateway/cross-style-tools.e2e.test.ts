@@ -261,7 +261,7 @@ describe("streamed tool calls across styles (official openai and anthropic SDKs,
           model: "chat-x-claude",
           stream: true,
           messages: [{ role: "user", content: `${how} ${nonce()}` }],
-          tools: [{ type: "function", function: { name: "get_time", parameters: { type: "object", properties: {} }, parse: JSON.parse, function: (a: unknown) => ((called = a), "noon") } }],
+          tools: [{ type: "function", function: { name: "get_time", description: "The time now.", parameters: { type: "object", properties: {} }, parse: (args: string) => JSON.parse(args) as object, function: (a: object) => ((called = a), "noon") } }],
         }, { maxChatCompletions: 1 });
         const errors: string[] = [];
         runner.on("error", (e) => errors.push(e.message));
