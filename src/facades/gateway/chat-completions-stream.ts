@@ -68,6 +68,7 @@ class ChatStreamRenderer implements StreamRenderer {
       case "blockStart":
         return this.#blockStart(e.value);
       case "blockDelta":
+        if (e.value.partialJson !== "" && this.#noArguments.size) this.#noArguments.delete(e.value.index);
         return this.#blockDelta(e.value);
       case "blockStop":
         // OpenAI has no marker for the end of a part; a tool call's arguments are complete here.
@@ -124,27 +125,16 @@ class ChatStreamRenderer implements StreamRenderer {
       return extra ? this.#chunk({ content: d.text }, null, extra) : this.#content(d.text);
     }
     const k = this.#toolIndex.get(d.index);
-    if (d.partialJson !== "" && k !== undefined) {
-      this.#noArguments.delete(d.index);
-      return this.#chunk({ tool_calls: [{ index: k, function: { arguments: d.partialJson } }] }, null, extra);
-    }
+    if (d.partialJson !== "" && k !== undefined) return this.#chunk({ tool_calls: [{ index: k, function: { arguments: d.partialJson } }] }, null, extra);
     if (extra && Object.keys(extra).length) return this.#chunk({}, null, extra);
     return ""; // thinking and other deltas of another style have no chat-completions form
   }
 
-  /** `"{}"` as the arguments of a tool call that ends without any (another style's upstream). */
-  #emptyArguments(index: number): string {
-    const k = this.#toolIndex.get(index);
-    if (k === undefined || !this.#noArguments.delete(index)) return "";
-    return this.#chunk({ tool_calls: [{ index: k, function: { arguments: "{}" } }] });
-  }
-
   #end(e: Pick<MessageEnd, "finishReason" | "usage">): string {
-    let out = "";
-    for (const index of this.#noArguments) out += this.#emptyArguments(index);
-    out += this.#chunk({}, finishName(e.finishReason));
+    let out = this.#chunk({}, finishName(e.finishReason));
     if (this.#includeUsage) out += this.#usageChunk(e.usage);
-    return out + done;
+    // A tool call the upstream never stopped gets its arguments before the finish.
+    return (this.#noArguments.size ? this.#emptyArgumentsLeft() : "") + out + done;
   }
 
   /** A whole answer served to a stream request (e.g. from the cache), as the chunks that would have carried it. */
@@ -177,6 +167,19 @@ class ChatStreamRenderer implements StreamRenderer {
 
   #usageChunk(usage: Usage | undefined): string {
     return formatSse(`${this.#head},"choices":[],"usage":${JSON.stringify(renderUsage(usage, this.#style))}}`);
+  }
+
+  /** `"{}"` as the arguments of a tool call that ends without any (another style's upstream). */
+  #emptyArguments(index: number): string {
+    const k = this.#toolIndex.get(index);
+    if (k === undefined || !this.#noArguments.delete(index)) return "";
+    return this.#chunk({ tool_calls: [{ index: k, function: { arguments: "{}" } }] });
+  }
+
+  #emptyArgumentsLeft(): string {
+    let out = "";
+    for (const index of this.#noArguments) out += this.#emptyArguments(index);
+    return out;
   }
 }
 

@@ -305,26 +305,6 @@ describe("chat-completions codec: rendering a stream", () => {
     ]);
   });
 
-  it("gives a tool call of a messages-style upstream that streamed no input the arguments \"{}\", at its end", () => {
-    const M = ApiStyle.MESSAGES;
-    const toolCalls = (events: StreamChatResponse[]) =>
-      dataLines(renderAll(events)).flatMap((l) => (l === "[DONE]" ? [] : (l.choices[0].delta.tool_calls ?? []))) as Array<{ index: number; function: { arguments: string } }>;
-    const start = (style: ApiStyle) => ev({ case: "messageStart", value: { id: "msg_1", model: "chat-4o", upstreamStyle: style } });
-    const call = (index: number) => ev({ case: "blockStart", value: { index, block: { type: BlockType.TOOL_USE, toolCallId: `toolu_${index}`, toolName: "f", toolInputJson: "" } } });
-    const json = (index: number, partialJson: string) => ev({ case: "blockDelta", value: { index, partialJson } });
-    const stop = (index: number) => ev({ case: "blockStop", value: { index } });
-    const end = ev({ case: "messageEnd", value: { finishReason: FinishReason.TOOL_USE } });
-    // Anthropic sends such a call as `input: {}` and no input_json_delta, or one with partial_json "".
-    for (const deltas of [[], [json(0, "")]]) {
-      const calls = toolCalls([start(M), call(0), ...deltas, stop(0), call(1), json(1, '{"a":1}'), stop(1), end]);
-      assert.deepEqual(calls.map((c) => [c.index, c.function.arguments]), [[0, ""], [0, "{}"], [1, ""], [1, '{"a":1}']]);
-    }
-    // One the upstream never stopped gets them before the finish.
-    assert.deepEqual(toolCalls([start(M), call(0), end]).map((c) => c.function.arguments), ["", "{}"]);
-    // An OpenAI-style upstream's arguments go out as it sent them, even none.
-    assert.deepEqual(toolCalls([start(ApiStyle.CHAT_COMPLETIONS), call(0), stop(0), end]).map((c) => c.function.arguments), [""]);
-  });
-
   it("writes an error as a data event with the error object and no [DONE]", () => {
     const r = codec.createStreamRenderer({ model: "chat-4o" });
     assert.equal(r.error({ status: 502, type: "api_error", code: "upstream_error", message: "Upstream failed." }),
@@ -353,6 +333,26 @@ describe("chat-completions codec: rendering a stream", () => {
     await assert.rejects(async () => {
       for await (const _ of stream) { /* drain */ }
     }, (err) => err instanceof OpenAI.APIError && err.message.includes("Upstream failed."));
+  });
+
+  it("gives a tool call of a messages-style upstream that streamed no input the arguments \"{}\", at its end", () => {
+    const M = ApiStyle.MESSAGES;
+    const toolCalls = (events: StreamChatResponse[]) =>
+      dataLines(renderAll(events)).flatMap((l) => (l === "[DONE]" ? [] : (l.choices[0].delta.tool_calls ?? []))) as Array<{ index: number; function: { arguments: string } }>;
+    const start = (style: ApiStyle) => ev({ case: "messageStart", value: { id: "msg_1", model: "chat-4o", upstreamStyle: style } });
+    const call = (index: number) => ev({ case: "blockStart", value: { index, block: { type: BlockType.TOOL_USE, toolCallId: `toolu_${index}`, toolName: "f", toolInputJson: "" } } });
+    const json = (index: number, partialJson: string) => ev({ case: "blockDelta", value: { index, partialJson } });
+    const stop = (index: number) => ev({ case: "blockStop", value: { index } });
+    const end = ev({ case: "messageEnd", value: { finishReason: FinishReason.TOOL_USE } });
+    // Anthropic sends such a call as `input: {}` and no input_json_delta, or one with partial_json "".
+    for (const deltas of [[], [json(0, "")]]) {
+      const calls = toolCalls([start(M), call(0), ...deltas, stop(0), call(1), json(1, '{"a":1}'), stop(1), end]);
+      assert.deepEqual(calls.map((c) => [c.index, c.function.arguments]), [[0, ""], [0, "{}"], [1, ""], [1, '{"a":1}']]);
+    }
+    // One the upstream never stopped gets them before the finish.
+    assert.deepEqual(toolCalls([start(M), call(0), end]).map((c) => c.function.arguments), ["", "{}"]);
+    // An OpenAI-style upstream's arguments go out as it sent them, even none.
+    assert.deepEqual(toolCalls([start(ApiStyle.CHAT_COMPLETIONS), call(0), stop(0), end]).map((c) => c.function.arguments), [""]);
   });
 
   it("renders a completion the openai SDK parses", async () => {

@@ -151,27 +151,26 @@ class OpenAiStreamConverter implements StreamConverter {
 
   #openBlock(type: BlockType, fields: { toolCallId?: string; toolName?: string }, chunk: JsonObject, out: StreamChatResponse[]): number {
     if (!this.#started) this.#start(chunk, out);
-    this.#closeText(out);
+    this.#closeBlock(out);
     const index = this.#nextIndex++;
     this.#open = { index, type };
     out.push(streamEvent({ case: "blockStart", value: { index, block: { type, ...fields } } }));
     return index;
   }
 
-  /** Closes the open text or refusal block: a later fragment of its kind opens a new one. */
-  #closeText(out: StreamChatResponse[]): void {
+  /** Closes the open text or refusal block (a later fragment of its kind opens a new one); a tool call's stays open. */
+  #closeBlock(out: StreamChatResponse[]): void {
     if (this.#open && this.#open.type !== BlockType.TOOL_USE) out.push(streamEvent({ case: "blockStop", value: { index: this.#open.index } }));
+    this.#open = undefined;
   }
 
   #close(): StreamChatResponse[] {
     this.#ended = true;
     const out: StreamChatResponse[] = [];
     if (!this.#started) this.#start({}, out);
-    // The open text block and every tool call, in block order.
-    const open = [...this.#toolBlocks.values()];
-    if (this.#open && this.#open.type !== BlockType.TOOL_USE) open.push(this.#open.index);
-    for (const index of open.sort((a, b) => a - b)) out.push(streamEvent({ case: "blockStop", value: { index } }));
-    this.#open = undefined;
+    // Every tool call, then the open text block: block order, as a text block still open began last.
+    for (const index of this.#toolBlocks.values()) out.push(streamEvent({ case: "blockStop", value: { index } }));
+    this.#closeBlock(out);
     out.push(streamEvent({ case: "messageEnd", value: { finishReason: this.#finish, usage: this.#usage } }));
     return out;
   }

@@ -180,31 +180,6 @@ describe("openai stream converter", () => {
     assert.deepEqual(conv.end(), []);
   });
 
-  it("throws a 502 upstream_invalid_response on a chunk that is not JSON", () => {
-    const conv = createOpenAiAdapter().createStreamConverter(req);
-    assert.throws(() => conv.push({ event: undefined, data: '{"id":"chatcmpl-1","choices":[' }), (err) => {
-      const info = toErrorInfo(err);
-      return info.status === 502 && info.type === "api_error" && info.code === "upstream_invalid_response";
-    });
-  });
-
-  it("throws a 502 upstream_error carrying the message of an error object sent mid-stream", () => {
-    const conv = createOpenAiAdapter().createStreamConverter(req);
-    const [first, second] = new SseParser().push(fixture("midstream-error.sse"));
-    assert.equal(conv.push(first!).length, 1);
-    assert.throws(() => conv.push(second!), (err) => {
-      const info = toErrorInfo(err);
-      return info.status === 502 && info.code === "upstream_error" && info.message.includes("The server had an error");
-    });
-  });
-
-  it("ignores choices other than index 0", () => {
-    const conv = createOpenAiAdapter().createStreamConverter(req);
-    const chunk = { id: "chatcmpl-n", created: 1, choices: [{ index: 1, delta: { content: "other" } }, { index: 0, delta: { content: "mine" } }] };
-    const out = conv.push({ event: undefined, data: JSON.stringify(chunk) }).map(brief);
-    assert.deepEqual(out.slice(1), [["blockStart", 0, "TEXT", "", ""], ["delta", 0, "mine"]]);
-  });
-
   it("closes a text block when a tool call begins, and keeps the calls open while text follows them", () => {
     const conv = createOpenAiAdapter().createStreamConverter(req);
     const chunk = (delta: object, finish: string | null = null) => ({ event: undefined, data: JSON.stringify({ id: "chatcmpl-t", created: 1, choices: [{ index: 0, delta, finish_reason: finish }] }) });
@@ -231,6 +206,31 @@ describe("openai stream converter", () => {
       ["blockStop", 2],
       ["end", "TOOL_USE", null],
     ]);
+  });
+
+  it("throws a 502 upstream_invalid_response on a chunk that is not JSON", () => {
+    const conv = createOpenAiAdapter().createStreamConverter(req);
+    assert.throws(() => conv.push({ event: undefined, data: '{"id":"chatcmpl-1","choices":[' }), (err) => {
+      const info = toErrorInfo(err);
+      return info.status === 502 && info.type === "api_error" && info.code === "upstream_invalid_response";
+    });
+  });
+
+  it("throws a 502 upstream_error carrying the message of an error object sent mid-stream", () => {
+    const conv = createOpenAiAdapter().createStreamConverter(req);
+    const [first, second] = new SseParser().push(fixture("midstream-error.sse"));
+    assert.equal(conv.push(first!).length, 1);
+    assert.throws(() => conv.push(second!), (err) => {
+      const info = toErrorInfo(err);
+      return info.status === 502 && info.code === "upstream_error" && info.message.includes("The server had an error");
+    });
+  });
+
+  it("ignores choices other than index 0", () => {
+    const conv = createOpenAiAdapter().createStreamConverter(req);
+    const chunk = { id: "chatcmpl-n", created: 1, choices: [{ index: 1, delta: { content: "other" } }, { index: 0, delta: { content: "mine" } }] };
+    const out = conv.push({ event: undefined, data: JSON.stringify(chunk) }).map(brief);
+    assert.deepEqual(out.slice(1), [["blockStart", 0, "TEXT", "", ""], ["delta", 0, "mine"]]);
   });
 
   it("closes an empty body with message_start and message_end so the answer is well-formed", () => {
