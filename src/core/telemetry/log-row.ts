@@ -5,6 +5,7 @@ import type { ModeName } from "../../stores/registry-store.js";
 import type { LogRecord, LogRow } from "../../stores/telemetry-store.js";
 import { invalidRequest } from "../errors.js";
 import { REQUEST_ID } from "../ids.js";
+import { cutText, wellFormed } from "../text.js";
 import { microsOfTimestamp, timestampFromMicros, utcMicrosText, utcSecondText } from "./micros.js";
 
 /** Ids are letters, digits, `_` and `-`, like every id the gateway makes. */
@@ -36,7 +37,13 @@ export function checkId(v: string, field: string): string {
   return v;
 }
 
-const cut = (v: string, n: number) => (v.length > n ? v.slice(0, n) : v);
+/**
+ * Free text as stored: at most `n` UTF-16 code units, cut between characters, and well-formed (a
+ * lone surrogate becomes U+FFFD). A lone surrogate (JSON's "\ud800" in X-Svc-Metadata, a body cut
+ * inside a pair by a caller) is written by JSON.stringify as an escape ClickHouse refuses, and the
+ * refusal would take the whole batch with it.
+ */
+const cut = (v: string, n: number) => wellFormed(cutText(v, n));
 
 const cost = (v: string, field: string) => {
   if (v === "") return "0";
@@ -51,8 +58,8 @@ const nonNegative = (v: number, field: string) => {
 
 /**
  * The stored row of a log, checked: its identity (request id, project, mode) and numbers must be
- * right, or the call is refused; free text (metadata, bodies, names) is cut to LIMITS instead, so a
- * large request still gets its log.
+ * right, or the call is refused; free text (metadata, bodies, names) is cut to LIMITS and made
+ * well-formed instead, so a large or odd request still gets its log.
  */
 export function rowOfLog(l: RequestLog, opts: { bodyTtlDays: number; nowMs: number }): { mode: ModeName; row: LogRow } {
   const mode = modeName(l.keyMode);

@@ -2,12 +2,20 @@ import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
 import type { Completion, Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { RequestLog } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { arrivalMicros, timestampFromMicros } from "../../core/telemetry/micros.js";
+import { cutText } from "../../core/text.js";
 
-/** Bodies longer than this many characters are logged cut, with a note of how much was left out. */
+/**
+ * Bodies longer than this many characters (UTF-16 code units) are logged cut, with a note of how
+ * much was left out. The cut never splits a surrogate pair (an emoji): half of one is a lone
+ * surrogate, which the log's store refuses.
+ */
 export const MAX_LOGGED_BODY_CHARS = 256 * 1024;
 
-const cut = (s: string): string =>
-  s.length <= MAX_LOGGED_BODY_CHARS ? s : `${s.slice(0, MAX_LOGGED_BODY_CHARS)}…[truncated ${s.length - MAX_LOGGED_BODY_CHARS} characters]`;
+const cut = (s: string): string => {
+  if (s.length <= MAX_LOGGED_BODY_CHARS) return s;
+  const kept = cutText(s, MAX_LOGGED_BODY_CHARS);
+  return `${kept}…[truncated ${s.length - kept.length} characters]`;
+};
 
 /**
  * What one gateway request did, gathered as it goes and turned into its log record at the end

@@ -1,0 +1,26 @@
+/**
+ * UTF-16 text that must become UTF-8 (a log row's JSON, a cached answer's protobuf bytes). A JS
+ * string can hold a lone surrogate (JSON allows "\ud800"; a cut can fall inside a pair), which
+ * UTF-8 cannot carry: encoders write U+FFFD for it, and ClickHouse refuses the `\ud800` escape that
+ * JSON.stringify writes for it.
+ *
+ * `isWellFormed`/`toWellFormed` are Node 20+ (ES2024); the project's TypeScript lib predates them.
+ * V8 answers isWellFormed at once for a one-byte string (every Latin-1 text) and scans a two-byte one.
+ */
+type WellFormedString = string & { isWellFormed(): boolean; toWellFormed(): string };
+
+/** Whether `s` has no lone surrogate. */
+export const isWellFormed = (s: string): boolean => (s as WellFormedString).isWellFormed();
+
+/** `s` with each lone surrogate replaced by U+FFFD; `s` itself (no copy) when it has none. */
+export const wellFormed = (s: string): string => ((s as WellFormedString).isWellFormed() ? s : (s as WellFormedString).toWellFormed());
+
+/**
+ * The first `n` UTF-16 code units of `s` at most, one fewer where the n-th is the first half of a
+ * surrogate pair: a cut never leaves half a character behind.
+ */
+export function cutText(s: string, n: number): string {
+  if (s.length <= n) return s;
+  const last = s.charCodeAt(n - 1);
+  return s.slice(0, last >= 0xd800 && last <= 0xdbff ? n - 1 : n);
+}
