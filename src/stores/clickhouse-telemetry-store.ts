@@ -8,6 +8,7 @@ import { applyMigrations } from "./clickhouse-migrations.js";
 import type { ModeName } from "./registry-store.js";
 import {
   type AppliedMigration,
+  distinctRows,
   type LogFilter,
   type LogRecord,
   type TelemetryStore,
@@ -149,13 +150,7 @@ export function createClickHouseTelemetryStore(opts: ClickHouseTelemetryStoreOpt
     },
 
     async insert(mode, rows, token) {
-      const seen = new Set<string>();
-      const unique = rows.filter((r) => {
-        const k = `${r.project_id}\u0000${r.request_id}`;
-        if (seen.has(k)) return false;
-        seen.add(k);
-        return true;
-      });
+      const unique = distinctRows(rows);
       if (unique.length === 0) return 0;
       // No lookup of ids already stored: a retry must send the very batch its first attempt sent.
       // An attempt cut off mid-insert may have landed in the log table and not in every rollup

@@ -35,6 +35,20 @@ export interface LogRow {
   response_body: string;
 }
 
+/**
+ * The rows of a batch less the repeats of a request (the same project and request id), the first
+ * kept: what an insert stores of `rows`.
+ */
+export function distinctRows(rows: LogRow[]): LogRow[] {
+  const seen = new Set<string>();
+  return rows.filter((r) => {
+    const k = `${r.project_id}\u0000${r.request_id}`;
+    if (seen.has(k)) return false;
+    seen.add(k);
+    return true;
+  });
+}
+
 /** A log as read back: a LogRow with its time in epoch microseconds. */
 export interface LogRecord extends Omit<LogRow, "time" | "bodies_expire_at"> {
   time_us: number;

@@ -21,7 +21,8 @@ export interface SpooledBatch extends LogBatch {
  * file, `<seq>.jsonl` (a header line, then one row per line), written to a temporary name, synced
  * and renamed, so a crash leaves whole batches only; files are never changed after that, only
  * removed once the store has the batch. A batch the store keeps refusing (not an outage: it judged
- * the batch itself wrong) is moved aside to `rejected/`, so one bad batch cannot stop the rest.
+ * the batch itself wrong) is moved aside to `rejected/`, so one bad batch cannot stop the rest; when
+ * the writer found which of its rows the store refuses (log-writer.ts), only those are kept there.
  */
 export interface LogSpool {
   readonly dir: string;
@@ -35,8 +36,11 @@ export interface LogSpool {
   oldest(): Promise<SpooledBatch | undefined>;
   /** Removes a batch the store has taken. */
   remove(batch: SpooledBatch): Promise<void>;
-  /** Moves a batch the store refuses to `rejected/`. */
-  reject(batch: SpooledBatch): Promise<void>;
+  /**
+   * Moves a batch the store refuses to `rejected/`; with `rows`, keeps only those there (the store
+   * took the others), as `rejected/<seq>.jsonl` with the batch's header, and removes the batch.
+   */
+  reject(batch: SpooledBatch, rows?: LogRow[]): Promise<void>;
 }
 
 const FILE = /^(\d{16})\.jsonl$/;
@@ -71,21 +75,11 @@ export async function openLogSpool(dir: string, opts: { maxBytes: number }): Pro
     },
 
     async append(batch) {
-      const lines = [JSON.stringify({ v: 1, mode: batch.mode, token: batch.token, count: batch.rows.length })];
-      for (const r of batch.rows) lines.push(JSON.stringify(r));
-      const text = `${lines.join("\n")}\n`;
+      const text = batchText(batch);
       const size = Buffer.byteLength(text);
       if (bytes + size > opts.maxBytes) return false;
       const seq = next++;
-      const path = join(dir, name(seq));
-      const fh = await open(`${path}.tmp`, "w", 0o600);
-      try {
-        await fh.writeFile(text);
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
-      await rename(`${path}.tmp`, path);
+      await writeWhole(join(dir, name(seq)), text);
       seqs.push(seq);
       sizes.set(seq, size);
       bytes += size;
@@ -122,10 +116,36 @@ export async function openLogSpool(dir: string, opts: { maxBytes: number }): Pro
       drop(batch.seq);
     },
 
-    async reject(batch) {
+    async reject(batch, rows) {
       await mkdir(join(dir, "rejected"), { recursive: true });
-      await rename(join(dir, name(batch.seq)), join(dir, "rejected", name(batch.seq)));
+      if (rows && rows.length < batch.rows.length) {
+        // Written whole before the batch goes: a crash between the two replays the batch, which
+        // writes this file again.
+        await writeWhole(join(dir, "rejected", name(batch.seq)), batchText({ ...batch, rows }));
+        await rm(join(dir, name(batch.seq)), { force: true });
+      } else {
+        await rename(join(dir, name(batch.seq)), join(dir, "rejected", name(batch.seq)));
+      }
       drop(batch.seq);
     },
   };
+}
+
+/** A batch's file: a header line, then one row per line. */
+function batchText(batch: LogBatch): string {
+  const lines = [JSON.stringify({ v: 1, mode: batch.mode, token: batch.token, count: batch.rows.length })];
+  for (const r of batch.rows) lines.push(JSON.stringify(r));
+  return `${lines.join("\n")}\n`;
+}
+
+/** Writes a file to a temporary name, syncs it and renames it into place: a crash leaves it whole or absent. */
+async function writeWhole(path: string, text: string): Promise<void> {
+  const fh = await open(`${path}.tmp`, "w", 0o600);
+  try {
+    await fh.writeFile(text);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await rename(`${path}.tmp`, path);
 }

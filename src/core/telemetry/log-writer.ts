@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { log } from "../../logger.js";
 import type { ModeName } from "../../stores/registry-store.js";
-import { type LogRow, type TelemetryStore, TelemetryUnavailableError } from "../../stores/telemetry-store.js";
+import { distinctRows, type LogRow, type TelemetryStore, TelemetryUnavailableError } from "../../stores/telemetry-store.js";
 import type { LogBatch, LogSpool } from "./log-spool.js";
 
 export interface LogWriterOptions {
@@ -16,8 +16,13 @@ export interface LogWriterOptions {
   /** The first wait before the store is tried again after a failure, doubling up to retryMaxMs. */
   retryMinMs?: number;
   retryMaxMs?: number;
-  /** How often the store may refuse a batch (not an outage) before it is set aside. */
+  /**
+   * How often the store may refuse a batch (not an outage) before it is inserted in parts, and the
+   * rows the store refuses alone are set aside.
+   */
   maxRejections?: number;
+  /** The most inserts splitting one refused batch may make; parts left untried then are set aside whole. */
+  maxSplitInserts?: number;
 }
 
 /** Counters since start, for metrics and tests. */
@@ -39,7 +44,7 @@ export interface LogWriterStats {
   failures: number;
   /** Rows lost: the queue or the spool was full, or they came after close(). */
   dropped: number;
-  /** Rows set aside in `rejected/` because the store kept refusing their batch. */
+  /** Rows set aside in `rejected/` because the store refused them (see `LogWriter`). */
   rejected: number;
   /** Whether the store is unreachable now. */
   outage: boolean;
@@ -55,6 +60,14 @@ export interface LogWriterStats {
  * oldest first, then the queue is written. A batch keeps its rows and its deduplication token, in
  * memory and on disk, so a replay never stores or counts a request twice, and completes a batch an
  * interrupted insert left half-landed (in the log table but not in every rollup).
+ *
+ * A batch the store keeps refusing (not an outage: it judged the data wrong, e.g. a row it cannot
+ * parse) would otherwise take every request batched with it down with it, other projects' included.
+ * After `maxRejections` refusals it is inserted in parts, halved again and again down to single rows
+ * (`insertInParts`), so that the rows the store takes are stored and only those it refuses are set
+ * aside in the spool's `rejected/`. Each part has a token derived from the batch's and the part's
+ * place in it, the same on every attempt: a split cut short (an outage, a crash) is done again from
+ * the whole batch, and the parts that landed the first time are dropped by the engine.
  *
  * `close()` writes what is queued (or spools it, when the store is down or the spool is not empty),
  * so a clean shutdown loses nothing; the spool is replayed by the next start.
@@ -78,6 +91,7 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
   const retryMinMs = opts.retryMinMs ?? 500;
   const retryMaxMs = opts.retryMaxMs ?? 30_000;
   const maxRejections = opts.maxRejections ?? 3;
+  const maxSplitInserts = opts.maxSplitInserts ?? 256;
   const queues: Record<ModeName, LogRow[]> = { live: [], test: [] };
   const stats: LogWriterStats = { queued: 0, written: 0, spooled: 0, replayed: 0, spoolBatches: spool.batches, failures: 0, dropped: 0, rejected: 0, outage: false };
   const refusals = new Map<number, number>();
@@ -145,6 +159,49 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
 
   const waiting = () => retryAt > 0 && Date.now() < retryAt;
 
+  /**
+   * Inserts a batch the store refuses in parts: each refused part is halved and its halves tried in
+   * turn, until a refused part is a single row, which is what the store refuses. Parts are ranges of
+   * the batch's distinct rows (a request repeated in the batch must not land in two parts), each
+   * under the token `<batch token>:<from>-<to>`: the same batch always splits the same way into the
+   * same tokens. A batch with k rows the store refuses among n takes about 2k·log2(n/k) inserts; at
+   * `maxSplitInserts` the parts not tried yet are set aside whole. An outage on the way throws
+   * (TelemetryUnavailableError): the batch stays in the spool and is tried again whole.
+   */
+  const insertInParts = async (batch: LogBatch): Promise<{ written: number; stored: number; refused: LogRow[] }> => {
+    const rows = distinctRows(batch.rows);
+    const refused: LogRow[] = [];
+    let written = 0;
+    let stored = 0;
+    let calls = 0;
+    // Parts to insert, [from, to) of `rows`, the next one last: depth first, in the batch's order.
+    const todo: Array<[number, number]> = [];
+    const halve = (from: number, to: number) => {
+      const mid = from + ((to - from) >> 1);
+      todo.push([mid, to], [from, mid]);
+    };
+    if (rows.length > 1) halve(0, rows.length);
+    else refused.push(...rows); // the whole batch is that row, and it was refused
+    while (todo.length > 0) {
+      const [from, to] = todo.pop()!;
+      if (calls >= maxSplitInserts) {
+        refused.push(...rows.slice(from, to));
+        continue;
+      }
+      calls++;
+      try {
+        written += await store.insert(batch.mode, rows.slice(from, to), `${batch.token}:${from}-${to}`);
+        stored += to - from;
+      } catch (err) {
+        if (err instanceof TelemetryUnavailableError) throw err;
+        stats.failures++;
+        if (to - from === 1) refused.push(rows[from]!);
+        else halve(from, to);
+      }
+    }
+    return { written, stored, refused };
+  };
+
   const cycle = async (final: boolean): Promise<void> => {
     // Spooled batches first, oldest first; newer rows wait behind them (on disk, if need be).
     while (spool.batches > 0) {
@@ -163,10 +220,30 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
           const n = (refusals.get(batch.seq) ?? 0) + 1;
           refusals.set(batch.seq, n);
           if (n >= maxRejections) {
+            let split: Awaited<ReturnType<typeof insertInParts>>;
+            try {
+              split = await insertInParts(batch);
+            } catch (e) {
+              // An outage on the way: the batch is tried again whole (and split again) later;
+              // its refusals so far are kept, so the next refusal splits it at once.
+              down(e);
+              return spoolQueues();
+            }
             refusals.delete(batch.seq);
-            await spool.reject(batch);
-            stats.rejected += batch.rows.length;
-            log.error("telemetry store refused a spooled batch repeatedly: set aside", { rows: batch.rows.length, dir: `${spool.dir}/rejected` });
+            stats.written += split.written;
+            stats.replayed += split.stored;
+            if (split.refused.length > 0) {
+              await spool.reject(batch, split.refused);
+              stats.rejected += split.refused.length;
+              log.error("telemetry store refused rows of a spooled batch: those set aside, the rest stored", {
+                rows: batch.rows.length,
+                rejected: split.refused.length,
+                dir: `${spool.dir}/rejected`,
+              });
+            } else {
+              await spool.remove(batch);
+            }
+            if (split.stored > 0) up(); // it answered: the spool goes on without waiting
             continue;
           }
         }

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBase62 } from "../../../src/core/ids.js";
@@ -7,7 +7,8 @@ import { openLogSpool } from "../../../src/core/telemetry/log-spool.js";
 import { createLogWriter, type LogWriter } from "../../../src/core/telemetry/log-writer.js";
 import { connectClickHouseServer, openChdb } from "../../../src/stores/clickhouse-client.js";
 import { createClickHouseTelemetryStore } from "../../../src/stores/clickhouse-telemetry-store.js";
-import type { TelemetryStore } from "../../../src/stores/telemetry-store.js";
+import type { ModeName } from "../../../src/stores/registry-store.js";
+import { distinctRows, type LogRow, type TelemetryStore, TelemetryUnavailableError } from "../../../src/stores/telemetry-store.js";
 import { startTestClickHouse, type TestClickHouse } from "../../support/clickhouse.js";
 import { eventually } from "../../support/http.js";
 import { allLogs, failingStore, logRow } from "../../support/telemetry.js";
@@ -15,6 +16,47 @@ import { allLogs, failingStore, logRow } from "../../support/telemetry.js";
 const project = () => `proj_${randomBase62(10)}`;
 const ids = (rows: Array<{ request_id: string }>) => rows.map((r) => r.request_id);
 const fast = { batchSize: 10, flushIntervalMs: 20, retryMinMs: 20, retryMaxMs: 100 };
+const day = (projectId: string) => ({ projectId, fromSec: 0, toSec: 2 ** 31, granularity: "day" as const, groupLimit: 10 });
+
+/** The rows set aside in a spool's `rejected/`, by file. */
+const rejectedRows = (spoolDir: string): LogRow[][] =>
+  readdirSync(join(spoolDir, "rejected"))
+    .filter((f) => f.endsWith(".jsonl"))
+    .map((f) => readFileSync(join(spoolDir, "rejected", f), "utf8").split("\n").filter(Boolean).slice(1).map((l) => JSON.parse(l) as LogRow));
+
+/**
+ * A store without an engine that refuses (as an engine refuses data it cannot parse) every insert
+ * holding a row `refuses` picks, and drops an insert whose token it has seen, as the engine's
+ * deduplication does. `calls` lists every insert's token and request ids; `stored`, the ids stored.
+ */
+function refusingStore(refuses: (r: LogRow) => boolean) {
+  const tokens = new Set<string>();
+  const s = {
+    engine: "fake",
+    down: false,
+    /** Fails the insert after this many more succeeded, as an outage. */
+    outageAfter: Infinity,
+    calls: [] as Array<{ token: string; ids: string[] }>,
+    stored: [] as string[],
+    async insert(_mode: ModeName, rows: LogRow[], token: string) {
+      s.calls.push({ token, ids: ids(rows) });
+      if (s.down || s.outageAfter-- <= 0) throw new TelemetryUnavailableError("injected outage");
+      if (rows.some(refuses)) throw Object.assign(new Error("Cannot parse escape sequence: missing second part of surrogate pair"), { code: "26" });
+      const unique = distinctRows(rows);
+      if (!tokens.has(token)) s.stored.push(...ids(unique));
+      tokens.add(token);
+      return unique.length;
+    },
+    listLogs: async () => ({ logs: [], more: false }),
+    getLog: async () => undefined,
+    analytics: async () => {
+      throw new Error("not here");
+    },
+    ready: async () => [],
+    close: async () => {},
+  };
+  return s;
+}
 
 /** Waits until the store holds `n` logs of the project (polling its listing). */
 async function until(store: TelemetryStore, projectId: string, n: number, ms = 10_000) {
@@ -167,6 +209,57 @@ describe("log writer", function () {
       assert.equal((await allLogs(inner, p, "test")).length, 12);
     });
 
+    it("stores every row of a batch the engine refuses but the row it refuses, which alone is set aside", async () => {
+      // One row with a lone surrogate (what a body cut inside an emoji was) among other projects'
+      // logs: the engine refuses the whole insert over it.
+      const p = project();
+      const q = project();
+      const spoolDir = tmp("svc-spool-");
+      const w = createLogWriter({ store: inner, spool: await openLogSpool(spoolDir, { maxBytes: 1 << 30 }), ...fast, batchSize: 100, flushIntervalMs: 200 });
+      writers.push(w);
+      const others = Array.from({ length: 20 }, (_, i) => logRow(i, { project_id: q }));
+      const bad = logRow(100, { project_id: p, request_body: `{"content":"${"😀".repeat(10)}\ud83d` });
+      const good = logRow(101, { project_id: p });
+      for (const r of [...others.slice(0, 10), bad, good, others[3]!, ...others.slice(10)]) w.record("live", r);
+      await eventually(() => w.stats.rejected === 1 && w.stats.spoolBatches === 0, 20_000, "the refused row set aside");
+      assert.deepEqual(ids(await allLogs(inner, q)), ids(others).reverse(), "the other project's logs, each once");
+      assert.deepEqual(ids(await allLogs(inner, p)), [good.request_id], "the refused row's neighbour of its own project");
+      assert.equal((await inner.analytics(day(q))).totals.requests, 20, "counted once in the rollups");
+      assert.deepEqual(rejectedRows(spoolDir).map(ids), [[bad.request_id]], "only the refused row set aside");
+      assert.equal(w.stats.replayed, 21);
+    });
+
+    it("stores each row of a refused batch once when its split is cut short and done again", async () => {
+      const p = project();
+      const store = failingStore(inner);
+      const insert = store.insert.bind(store);
+      let cut = false;
+      // The first part inserted lands and then reports an outage (a timeout after the commit): the
+      // batch is tried again whole later, refused, and split again into the same parts and tokens.
+      store.insert = async (mode, rows, token) => {
+        if (cut || !token.includes(":")) return insert(mode, rows, token);
+        cut = true;
+        store.landThenFail = true;
+        try {
+          return await insert(mode, rows, token);
+        } finally {
+          store.landThenFail = false;
+        }
+      };
+      const spoolDir = tmp("svc-spool-");
+      const w = createLogWriter({ store, spool: await openLogSpool(spoolDir, { maxBytes: 1 << 30 }), ...fast, batchSize: 100, flushIntervalMs: 200 });
+      writers.push(w);
+      const rows = Array.from({ length: 16 }, (_, i) => logRow(i, { project_id: p }));
+      rows[11] = { ...rows[11]!, user_id: "\ud800" }; // the engine refuses a lone first half (it takes a lone second one)
+      for (const r of rows) w.record("live", r);
+      await eventually(() => w.stats.rejected === 1 && w.stats.spoolBatches === 0, 20_000, "the refused row set aside");
+      assert.ok(cut);
+      const want = ids(rows).filter((_, i) => i !== 11);
+      assert.ok(store.inserted.filter((id) => id === want[0]).length === 2, "the first part was sent twice");
+      assert.deepEqual(ids(await allLogs(inner, p)), [...want].reverse());
+      assert.equal((await inner.analytics(day(p))).totals.requests, 15, "the part sent twice is counted once");
+    });
+
     it("sets aside a batch the store keeps refusing, and goes on with the rest", async () => {
       const p = project();
       const spoolDir = tmp("svc-spool-");
@@ -176,6 +269,83 @@ describe("log writer", function () {
       w.record("live", logRow(2, { project_id: p }));
       await until(inner, p, 1);
       assert.deepEqual(readdirSync(join(spoolDir, "rejected")).length, 1);
+    });
+  });
+
+  describe("splitting a batch the store refuses", () => {
+    const writerOn = async (store: TelemetryStore, spoolDir: string, over: { maxSplitInserts?: number } = {}) =>
+      createLogWriter({ store, spool: await openLogSpool(spoolDir, { maxBytes: 1 << 30 }), ...fast, batchSize: 1000, ...over });
+    const rows = (n: number) => Array.from({ length: n }, (_, i) => logRow(i));
+
+    it("tries the whole batch as often as before, then halves refused parts down to the rows refused", async () => {
+      const all = rows(100);
+      const bad = new Set([all[7]!.request_id, all[64]!.request_id]);
+      const store = refusingStore((r) => bad.has(r.request_id));
+      const spoolDir = tmp("svc-spool-");
+      const w = await writerOn(store, spoolDir);
+      for (const r of all) w.record("live", r);
+      await eventually(() => w.stats.spoolBatches === 0 && w.stats.rejected === 2, 10_000, "split");
+      await w.close();
+      const whole = store.calls.filter((c) => c.ids.length === 100);
+      assert.equal(whole.length, 4, "the first attempt and three from the spool, as before");
+      assert.equal(new Set(whole.map((c) => c.token)).size, 1, "one token for the whole batch");
+      const token = whole[0]!.token;
+      const parts = store.calls.filter((c) => c.ids.length < 100);
+      for (const c of parts) {
+        const from = all.findIndex((r) => r.request_id === c.ids[0]);
+        assert.equal(c.token, `${token}:${from}-${from + c.ids.length}`, "a part's token: the batch's and the part's place");
+      }
+      assert.ok(parts.length <= 2 * 2 * Math.ceil(Math.log2(100)), `${parts.length} part inserts`);
+      assert.deepEqual([...store.stored].sort(), ids(all).filter((id) => !bad.has(id)).sort(), "every other row stored once");
+      assert.deepEqual(rejectedRows(spoolDir).map(ids), [[all[7]!.request_id, all[64]!.request_id]]);
+      assert.equal(w.stats.written, 98);
+    });
+
+    it("splits into the same parts under the same tokens after an outage cut the split short", async () => {
+      const all = rows(40);
+      const store = refusingStore((r) => r.request_id === all[30]!.request_id);
+      const spoolDir = tmp("svc-spool-");
+      const w = await writerOn(store, spoolDir);
+      store.outageAfter = 1 + 3 + 2; // the whole batch four times, two parts, then an outage
+      for (const r of all) w.record("live", r);
+      await eventually(() => w.stats.outage, 10_000, "the outage");
+      store.outageAfter = Infinity;
+      await eventually(() => w.stats.spoolBatches === 0 && w.stats.rejected === 1, 10_000, "split again");
+      await w.close();
+      const byToken = new Map<string, string[]>();
+      for (const c of store.calls) {
+        const seen = byToken.get(c.token);
+        if (seen) assert.deepEqual(c.ids, seen, `token ${c.token} names the same rows on every attempt`);
+        byToken.set(c.token, c.ids);
+      }
+      const again = store.calls.filter((c) => c.token.includes(":")).map((c) => c.token);
+      assert.ok(again.length > new Set(again).size, "parts were sent again");
+      assert.deepEqual([...store.stored].sort(), ids(all).filter((_, i) => i !== 30).sort(), "each stored once");
+    });
+
+    it("keeps a request repeated in the batch to one part", async () => {
+      const all = rows(9);
+      const batch = [...all.slice(0, 5), all[1]!, ...all.slice(5)]; // the repeat would fall in the second half
+      const store = refusingStore((r) => r.request_id === all[8]!.request_id);
+      const w = await writerOn(store, tmp("svc-spool-"));
+      for (const r of batch) w.record("live", r);
+      await eventually(() => w.stats.spoolBatches === 0 && w.stats.rejected === 1, 10_000, "split");
+      await w.close();
+      assert.deepEqual([...store.stored].sort(), ids(all.slice(0, 8)).sort());
+    });
+
+    it("sets aside the parts left untried once a split has made maxSplitInserts inserts", async () => {
+      const all = rows(8);
+      const store = refusingStore((r) => r.request_id === all[0]!.request_id);
+      const spoolDir = tmp("svc-spool-");
+      const w = await writerOn(store, spoolDir, { maxSplitInserts: 4 });
+      for (const r of all) w.record("live", r);
+      await eventually(() => w.stats.spoolBatches === 0 && w.stats.rejected > 0, 10_000, "split");
+      await w.close();
+      // Parts [0,4) [0,2) [0,1) refused, [1,2) stored; [2,4) and [4,8) not tried.
+      assert.deepEqual(store.stored, [all[1]!.request_id]);
+      assert.equal(w.stats.rejected, 7);
+      assert.deepEqual(rejectedRows(spoolDir).map(ids), [ids(all).filter((_, i) => i !== 1)]);
     });
   });
 
