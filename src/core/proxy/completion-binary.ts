@@ -1,5 +1,6 @@
 import { toBinary } from "@bufbuild/protobuf";
 import { type Completion, CompletionSchema, type ContentBlock, type Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { isWellFormed } from "../text.js";
 
 /**
  * The protobuf binary form of a Completion (the cache's payload), written by hand: protobuf-es
@@ -8,12 +9,21 @@ import { type Completion, CompletionSchema, type ContentBlock, type Usage } from
  * number order, proto3 defaults left out); test/core/proxy/completion-binary.test.ts holds it to that.
  * A field added to Completion, ContentBlock or Usage in the .proto must be added here too; the
  * test's field lists fail until it is.
+ *
+ * Undefined for an answer with a string that is not well-formed UTF-16 (a lone surrogate: an
+ * upstream's JSON may hold "\ud800"): UTF-8 cannot carry it, so the bytes (ours or protobuf-es')
+ * would decode to U+FFFD there, and a hit would answer other text than the miss did. Such an
+ * answer is not stored (an answer is served the same whichever way it was first produced), and
+ * checking costs nothing for ASCII strings (their UTF-8 length is their length) and one scan of
+ * the others, on the store path only; carrying surrogates through the cache would need a decoder
+ * of our own on every hit.
  */
-export function encodeCompletion(c: Completion): Uint8Array {
+export function encodeCompletion(c: Completion): Uint8Array | undefined {
   // Fields this build does not know (a newer core's answer, over gRPC) are kept by protobuf-es only.
-  if (c.$unknown || c.usage?.$unknown || c.blocks.some((b) => b.$unknown)) return toBinary(CompletionSchema, c);
+  if (c.$unknown || c.usage?.$unknown || c.blocks.some((b) => b.$unknown)) return Number.isNaN(completionSize(c, [])) ? undefined : toBinary(CompletionSchema, c);
   const sizes: number[] = [];
   const size = completionSize(c, sizes);
+  if (Number.isNaN(size)) return undefined;
   const buf = Buffer.allocUnsafeSlow(size);
   const end = new Writer(buf, sizes).completion(c);
   if (end !== size) throw new Error(`encodeCompletion wrote ${end} bytes of ${size}`);
@@ -21,7 +31,8 @@ export function encodeCompletion(c: Completion): Uint8Array {
 }
 
 // Sizes are computed first (string byte lengths and message sizes pushed to `sizes` in the order
-// they are written), then written in one pass into a buffer of exactly that size.
+// they are written), then written in one pass into a buffer of exactly that size. A string that is
+// not well-formed has size NaN, which every sum it enters carries to the answer's size.
 
 const varintSize = (v: number): number => (v < 0x80 ? 1 : v < 0x4000 ? 2 : v < 0x200000 ? 3 : v < 0x10000000 ? 4 : 5);
 
@@ -31,6 +42,7 @@ const intSize = (v: number): number => (v < 0 ? 10 : varintSize(v));
 function stringSize(s: string, sizes: number[]): number {
   if (s === "") return 0;
   const n = Buffer.byteLength(s, "utf8");
+  if (n !== s.length && !isWellFormed(s)) return NaN;
   sizes.push(n);
   return 1 + varintSize(n) + n;
 }

@@ -560,11 +560,17 @@ async function serveHit(
 
 const emptyEvents: AsyncIterator<never> = { next: async () => ({ done: true, value: undefined }) };
 
-/** Stores an answer off the request's path: the client already has it, and the cache never fails a request. */
+/**
+ * Stores an answer off the request's path: the client already has it, and the cache never fails a
+ * request. An answer the cache's bytes cannot carry as it is (a lone surrogate: encodeCompletion)
+ * is not stored, so its repeats are answered as it was, by the upstream.
+ */
 function store(deps: GatewayDeps, scope: GetEntryRequest, c: Completion, policy: CachePolicy): void {
   const { projectId, keyMode, cacheKey } = scope;
+  const payload = encodeCompletion(c);
+  if (!payload) return;
   deps.cache
-    .putEntry({ $typeName: "svc.cache.v1.PutEntryRequest", projectId, keyMode, cacheKey, payload: encodeCompletion(c), costUsd: c.costUsd, ttlSeconds: policy.ttlSeconds })
+    .putEntry({ $typeName: "svc.cache.v1.PutEntryRequest", projectId, keyMode, cacheKey, payload, costUsd: c.costUsd, ttlSeconds: policy.ttlSeconds })
     .catch((e) => log.warn("cache store failed", { err: String(e) }));
 }
 

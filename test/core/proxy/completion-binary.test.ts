@@ -20,7 +20,7 @@ describe("encodeCompletion", () => {
   it("writes exactly what toBinary writes, for random answers", () => {
     const rand = prng(20261122);
     const pick = <T>(xs: T[]): T => xs[Math.floor(rand() * xs.length)]!;
-    const pieces = ["", "a", "Hello, world", "ünïcödé", "日本語のテキスト", "emoji 🎉👍", "lone \ud800 surrogate", '{"k":[1,2,{"x":null}]}', "x".repeat(200), "y".repeat(20_000)];
+    const pieces = ["", "a", "Hello, world", "ünïcödé", "日本語のテキスト", "emoji 🎉👍", "pairs \ud83d\ude00 𝄞", '{"k":[1,2,{"x":null}]}', "x".repeat(200), "y".repeat(20_000)];
     const str = () => (rand() < 0.3 ? "" : Array.from({ length: 1 + Math.floor(rand() * 3) }, () => pick(pieces)).join(""));
     const int = () => pick([0, 1, 127, 128, 16_383, 16_384, 2_097_151, 2_097_152, 268_435_455, 268_435_456, 2_147_483_647, -1, -2_147_483_648, Math.floor(rand() * 1e6)]);
     const uint = () => pick([0, 1, 127, 128, 1_700_000_000, 4_294_967_295]);
@@ -50,14 +50,41 @@ describe("encodeCompletion", () => {
         choiceExtraJson: str(),
       });
       const mine = encodeCompletion(c);
+      assert.ok(mine, `answer ${i}`);
       assert.deepEqual(Buffer.from(mine), Buffer.from(toBinary(CompletionSchema, c)), `answer ${i}`);
       assert.equal(mine.byteLength, mine.buffer.byteLength, "the bytes own their whole buffer");
+      assert.deepEqual(fromBinary(CompletionSchema, mine), c, `answer ${i} comes back as it was`);
     }
+  });
+
+  it("gives no bytes for an answer with a lone surrogate in any string: UTF-8 would bring it back as U+FFFD", () => {
+    const strings = (lone: string) => [
+      { id: lone },
+      { model: lone },
+      { stopSequence: lone },
+      { costUsd: lone },
+      { extraJson: lone },
+      { messageExtraJson: lone },
+      { choiceExtraJson: lone },
+      { usage: { extraJson: lone } },
+      ...["text", "toolCallId", "toolName", "toolInputJson", "rawJson", "extraJson"].map((f) => ({ blocks: [{ text: "ok" }, { [f]: lone }] })),
+    ];
+    for (const lone of ["\ud800", "a\udfffb", "😀\ud83d", "\ude00😀"]) {
+      for (const fields of strings(lone)) {
+        const c = create(CompletionSchema, { id: "chatcmpl-1", ...fields });
+        assert.equal(encodeCompletion(c), undefined, JSON.stringify(fields));
+        // Through protobuf-es too (an answer with fields this build does not know).
+        assert.equal(encodeCompletion({ ...c, $unknown: [{ no: 99, wireType: 2, data: new Uint8Array([1, 65]) }] }), undefined, JSON.stringify(fields));
+      }
+    }
+    // Whole emoji and other non-ASCII text come back exactly.
+    const c = create(CompletionSchema, { id: "x", blocks: [{ text: "😀 ünï 日本 \u2028" }], usage: { extraJson: '{"e":"😀"}' } });
+    assert.deepEqual(fromBinary(CompletionSchema, encodeCompletion(c)!), c);
   });
 
   it("keeps fields it does not know, through protobuf-es", () => {
     const c: Completion = { ...create(CompletionSchema, { id: "x" }), $unknown: [{ no: 99, wireType: 2, data: new Uint8Array([1, 65]) }] };
-    const back = fromBinary(CompletionSchema, encodeCompletion(c));
+    const back = fromBinary(CompletionSchema, encodeCompletion(c)!);
     assert.deepEqual(back.$unknown, c.$unknown);
     assert.equal(back.id, "x");
   });

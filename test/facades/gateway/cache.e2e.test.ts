@@ -48,6 +48,20 @@ for (const mode of ["memory", "redis"] as const) {
       assert.equal(upstreamCalls(p), 1);
     });
 
+    it("answers an answer holding a lone surrogate alike every time: it is not stored (the cache's UTF-8 would bring back U+FFFD)", async () => {
+      const p = fresh();
+      // JSON.stringify writes the lone surrogate as the escape "\ud800"; the demo upstream echoes it.
+      const a = await postJson(url, keys.live, chat(`${p} \ud800 end`));
+      const b = await postJson(url, keys.live, chat(`${p} \ud800 end`));
+      assert.equal(a.status, 200, a.text);
+      assert.equal(b.status, 200, b.text);
+      assert.match(a.text, /\\ud800 end/, "the miss passes the upstream's lone surrogate on");
+      assert.equal(a.json().choices[0].message.content, `Echo: ${p} \ud800 end`);
+      assert.equal(b.json().choices[0].message.content, a.json().choices[0].message.content);
+      assert.deepEqual([a.headers["x-svc-cache"], b.headers["x-svc-cache"]], ["MISS", "MISS"]);
+      assert.equal(upstreamCalls(p), 2);
+    });
+
     it("refuses a deleted key on its very next request, though its answer is cached and its key was just used", async () => {
       const own = await gw.project(Plan.ENTERPRISE);
       const p = fresh();
