@@ -134,7 +134,9 @@ export function createMemoryLimitsStore(): LimitsStore {
       let spendRemainingNano: number | undefined;
       if (input.capNano !== undefined) {
         const room = input.capNano - (p.spent.get(input.month) ?? 0) - p.reserved;
-        if (Math.max(input.worstNano, 1) > room) {
+        // A request whose worst case is nothing (a cache hit, a model priced 0) cannot spend past
+        // the cap, so the cap never refuses it, even one at 0 or used up; its windows still apply.
+        if (input.worstNano > 0 && input.worstNano > room) {
           const wait = input.monthEndMs - now;
           reject({ allowed: false, window: "month", limit: 0, remaining: 0, resetMs: wait, retryAfterMs: wait, spendRemainingNano: Math.max(room, 0) });
         }

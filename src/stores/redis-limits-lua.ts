@@ -146,7 +146,8 @@ if cap >= 0 then
   local spent = tonumber(redis.call('GET', KEYS[4]) or '0')
   local reserved = tonumber(redis.call('HGET', KEYS[6], 'total') or '0')
   room = cap - spent - reserved
-  if math.max(worst, 1) > room then
+  -- A worst case of nothing (a cache hit, a model priced 0) cannot pass the cap: never refused.
+  if worst > 0 and worst > room then
     local wait = tonumber(ARGV[9]) - now
     reject(4, 0, wait, wait, s(math.max(room, 0)))
   end

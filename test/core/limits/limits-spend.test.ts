@@ -50,9 +50,38 @@ describe("LimitsService spend caps", () => {
 
     it("tells a capped client to come back when the UTC month ends", async () => {
       const s = await backend.service({}, Date.UTC(2026, 10, 30, 23, 59, 0));
-      const r = await admit(s, "0", "");
+      const r = await admit(s, "0", "0.000000001");
       assert.equal(r.decision, Decision.SPEND_CAPPED);
       assert.equal(r.retryAfterSeconds, 60);
+    });
+
+    it("never refuses a request whose worst case is nothing (a cache hit), with a cap of 0 or one used up; its windows still count it", async () => {
+      const s = await backend.service();
+      const zero = { monthlySpendCapUsd: "0", requestsPerMinute: 3 };
+      const free = (limits: object) => s.limits.admit({ projectId: s.projectId, maxCostUsd: "0", limits });
+      const first = await free(zero);
+      assert.equal(first.decision, Decision.ALLOWED);
+      assert.equal(first.spendCapUsd, "0");
+      assert.equal(first.spendRemainingUsd, "0");
+      assert.equal((await s.limits.admit({ projectId: s.projectId, maxCostUsd: "", limits: zero })).decision, Decision.ALLOWED, "no worst case given reserves nothing too");
+      assert.equal((await s.limits.admit({ projectId: s.projectId, maxCostUsd: "0.000000001", limits: zero })).decision, Decision.SPEND_CAPPED, "anything that costs is stopped by a cap of 0");
+      assert.equal((await free(zero)).decision, Decision.ALLOWED);
+      const limited = await free(zero);
+      assert.equal(limited.decision, Decision.PLAN_LIMITED, "the rate limits still apply, and counted the free ones");
+
+      // A cap used up exactly, and one overspent (a cost settled above its worst case).
+      const used = { monthlySpendCapUsd: "1" };
+      const r = await admit(s, "1", "1");
+      assert.equal(r.decision, Decision.ALLOWED);
+      assert.equal((await admit(s, "1", "0.000000001")).decision, Decision.SPEND_CAPPED);
+      assert.equal((await free(used)).decision, Decision.ALLOWED, "the cap is all reserved");
+      await settle(s, r.reservationId, "1");
+      assert.equal((await free(used)).decision, Decision.ALLOWED, "the cap is all spent");
+      await settle(s, "", "0.5");
+      const over = await free(used);
+      assert.equal(over.decision, Decision.ALLOWED, "the cap is overspent");
+      assert.equal(over.spendRemainingUsd, "0");
+      assert.equal((await s.limits.getUsage({ projectId: s.projectId })).reservedUsd, "0", "a hit reserves nothing");
     });
 
     it("reports the cap and what is left of it after the reservation", async () => {
@@ -130,9 +159,9 @@ describe("LimitsService spend caps", () => {
       const s = await backend.service({}, Date.UTC(2026, 10, 30, 23, 59, 59, 0));
       const r = await admit(s, "1", "1");
       await settle(s, r.reservationId, "1");
-      assert.equal((await admit(s, "1", "")).decision, Decision.SPEND_CAPPED);
+      assert.equal((await admit(s, "1", "0.000000001")).decision, Decision.SPEND_CAPPED);
       s.clock.ms = Date.UTC(2026, 11, 1, 0, 0, 0, 0);
-      const december = await admit(s, "1", "");
+      const december = await admit(s, "1", "0.000000001");
       assert.equal(december.decision, Decision.ALLOWED);
       assert.match(december.reservationId, /^rsv_2026-12_/);
       assert.equal((await s.limits.getUsage({ projectId: s.projectId })).month, "2026-12");
@@ -149,7 +178,7 @@ describe("LimitsService spend caps", () => {
     it("charges a settlement without a reservation (a degraded admission) to the current month", async () => {
       const s = await backend.service();
       await settle(s, "", "0.5");
-      assert.equal((await admit(s, "0.5", "")).decision, Decision.SPEND_CAPPED);
+      assert.equal((await admit(s, "0.5", "0.000000001")).decision, Decision.SPEND_CAPPED);
     });
 
     it("refuses malformed money and limits with a 400 naming the field", async () => {

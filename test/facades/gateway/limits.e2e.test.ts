@@ -253,6 +253,30 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     await minuteCountBecomes(keys.projectId, 3); // the miss and the two hits, each once; the refused one uses no quota
     await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd === "0", 3_000, "no reservation left");
   });
+
+  it("serves cache hits, which cost nothing, with the spend cap used up exactly and with a cap of 0", async () => {
+    const keys = await gw.project(Plan.PRO);
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "1" } });
+    const body = chat({ max_tokens: 50 });
+    assert.equal((await postJson(url, keys.live, body)).headers["x-svc-cache"], "MISS");
+    let spent = "0";
+    await eventually(async () => (spent = (await gw.limits.getUsage({ projectId: keys.projectId })).spentUsd) !== "0", 3_000, "the miss charged");
+    for (const cap of [spent, "0"]) {
+      await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: cap } });
+      for (let i = 0; i < 2; i++) {
+        const hit = await postJson(url, keys.live, body);
+        assert.equal(hit.status, 200, `cap ${cap}: ${hit.text}`);
+        assert.equal(hit.headers["x-svc-cache"], "HIT");
+        assert.equal(hit.headers["x-svc-cost"], "0");
+      }
+      const other = await postJson(url, keys.live, chat({ max_tokens: 50 }));
+      assert.equal(other.status, 429, `cap ${cap}`);
+      assert.equal(other.json().error.code, "spend_cap_exceeded");
+    }
+    await minuteCountBecomes(keys.projectId, 5); // the miss and the four hits; the refused ones use no quota
+    await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd === "0", 3_000, "no reservation left");
+    assert.equal((await gw.limits.getUsage({ projectId: keys.projectId })).spentUsd, spent, "the hits cost nothing");
+  });
 });
 
 /** A real `svc serve --demo` process on free ports, sharing `redisUrl`. */
