@@ -1,4 +1,4 @@
-import { Redis } from "ioredis";
+import { Redis, type RedisOptions } from "ioredis";
 import { log } from "../logger.js";
 
 /**
@@ -31,14 +31,23 @@ export interface RedisConnectionOptions {
 
 const PROBE_INTERVAL_MS = 1_000;
 
+/**
+ * How every Redis connection of the gateway (cache, limits, registry) finds Redis again: a connection
+ * attempt gives up after 2 s, and attempts back off to at most 1 s apart and never stop, so each
+ * subsystem is back within about a second of Redis answering, all alike (ioredis's own back-off
+ * grows to 2 s).
+ */
+export const RECONNECT_OPTIONS: Readonly<Pick<RedisOptions, "connectTimeout" | "retryStrategy">> = {
+  connectTimeout: 2_000,
+  retryStrategy: (times) => Math.min(50 * times, 1_000),
+};
+
 export function createRedisConnection(url: string, opts: RedisConnectionOptions): RedisConnection {
   const redis = new Redis(url, {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     commandTimeout: opts.commandTimeoutMs ?? 1_000,
-    connectTimeout: 2_000,
-    // Back off to at most 1 s between reconnect attempts; never give up.
-    retryStrategy: (times) => Math.min(50 * times, 1_000),
+    ...RECONNECT_OPTIONS,
   });
   let up = true;
   let failures = 0;

@@ -1,6 +1,6 @@
 import { Redis } from "ioredis";
 import { log } from "../logger.js";
-import { createProbe } from "./redis-connection.js";
+import { createProbe, RECONNECT_OPTIONS } from "./redis-connection.js";
 import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
 
 /**
@@ -105,8 +105,9 @@ function isOutage(e: unknown): boolean {
 export function createRedisRegistryStore(url: string): RegistryStore {
   // No command timeout: an admin write that timed out would still be applied once Redis answers,
   // behind the caller's back (a key created after its creator was told it failed). Only reads, which
-  // change nothing, are given up on (`read` below).
-  const redis = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 2 }) as ScriptedRedis;
+  // change nothing, are given up on (`read` below). It reconnects as the cache's and the limits'
+  // connections do, so a key never verified is served as soon as they are back.
+  const redis = new Redis(url, { ...RECONNECT_OPTIONS, lazyConnect: false, maxRetriesPerRequest: 2 }) as ScriptedRedis;
   // Requests must keep flowing while Redis is unreachable (cache and limits step aside too): the
   // keys and projects this replica verified last are served from memory until Redis is back. A key
   // cannot be deleted during the outage either, so this only ever serves what was valid when Redis

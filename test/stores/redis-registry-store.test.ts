@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { Redis } from "ioredis";
+import { createRedisConnection, type RedisConnection } from "../../src/stores/redis-connection.js";
 import { createRedisRegistryStore } from "../../src/stores/redis-registry-store.js";
 import { type KeyRecord, type RegistryStore, RegistryUnavailableError } from "../../src/stores/registry-store.js";
 import { eventually } from "../support/http.js";
@@ -181,5 +182,48 @@ describe("Redis registry store while Redis is down", () => {
     await eventually(async () => store.listProjects().then(() => true, () => false), 10_000, "Redis to be back");
     await store.createProject({ id: "proj_f", name: "f", plan: "pro", createdAt: 4 });
     assert.deepEqual((await store.listProjects()).map((p) => p.id), ["proj_f"], "nothing refused during the outage was applied");
+  });
+});
+
+describe("Redis registry store reconnecting", () => {
+  it("backs off between reconnect attempts exactly as the cache's and the limits' connection does, at most 1 s apart", async () => {
+    let redis = await startRedis();
+    // The stores keep their ioredis clients to themselves: catch them as they connect.
+    const made: Redis[] = [];
+    const connect = Redis.prototype.connect;
+    Redis.prototype.connect = function (this: Redis, ...args: Parameters<Redis["connect"]>) {
+      made.push(this);
+      return connect.apply(this, args);
+    };
+    let store: RegistryStore | undefined;
+    let conn: RedisConnection | undefined;
+    try {
+      store = createRedisRegistryStore(redis.url);
+      conn = createRedisConnection(redis.url, { name: "cache" });
+    } finally {
+      Redis.prototype.connect = connect;
+    }
+    try {
+      assert.equal(made.length, 2);
+      const [registry, shared] = made.map((r) => r.options);
+      // A 30 s outage is about 35 attempts: ioredis's own back-off is 2 s apart by then.
+      const delays = (o: typeof registry) => Array.from({ length: 200 }, (_, i) => o!.retryStrategy!(i + 1));
+      assert.deepEqual(delays(registry), delays(shared));
+      assert.ok(delays(registry).every((d) => typeof d === "number" && d <= 1_000), "at most 1 s between attempts, never giving up");
+      assert.equal(registry!.connectTimeout, shared!.connectTimeout);
+      // And it does reconnect: a key is verified again as soon as Redis is back.
+      await store.createProject({ id: "proj_r", name: "r", plan: "pro", createdAt: 1 });
+      assert.ok(await store.createKey(key("key_r", "proj_r", 1), 10));
+      await captureLog(async () => {
+        await redis.stop();
+        await eventually(() => made[0]!.status !== "ready", 5_000, "the registry to see Redis gone");
+        redis = await startRedis(redis.port);
+        await eventually(async () => store!.findKeyByHash("hash-key_r").then((k) => k === undefined, () => false), 10_000, "the registry back on the (empty) restarted Redis");
+      });
+    } finally {
+      await store?.close();
+      await conn?.close();
+      await redis.stop();
+    }
   });
 });
