@@ -18,8 +18,10 @@ import type { RedisConnection } from "./redis-connection.js";
  * `volatile-lru` evicts cache entries and never the registry's keys that share the server.
  *
  * While the connection is known to be down, nothing is sent: a lookup is a miss at once, without
- * waiting for a command timeout, and a write is dropped. Failures are reported to the connection,
- * which logs once per outage.
+ * waiting for a command timeout, and a write is dropped. While Redis answers but refuses writes (a
+ * full Redis), lookups go on as usual (hits are served) and writes are dropped without being sent.
+ * Failures are reported to the connection, which logs once per outage, and once per spell of
+ * refused writes.
  */
 export function createRedisCacheStore(conn: RedisConnection): CacheStore {
   return {
@@ -36,7 +38,7 @@ export function createRedisCacheStore(conn: RedisConnection): CacheStore {
     },
 
     async put(key, entry, ttlSeconds) {
-      if (!conn.up) return;
+      if (!conn.up || conn.writesRefused) return;
       try {
         await conn.redis.set(key, encodeEntry(entry), "EX", ttlSeconds);
       } catch (err) {

@@ -11,8 +11,15 @@ export interface RedisConnection {
   /** False from the first failed command or lost connection until the connection is back. */
   readonly up: boolean;
   /**
+   * True while Redis answers but refuses writes (full: `maxmemory` reached; a read-only replica; a
+   * failed save), from the first refusal until a write is accepted again. Reads work meanwhile;
+   * `up` stays true, and a PING, which a full Redis answers, does not end it.
+   */
+  readonly writesRefused: boolean;
+  /**
    * Records a failed command: the first failure of an outage is logged (once, not per request);
-   * later ones are only counted until the connection is back.
+   * later ones are only counted until the connection is back. A write Redis refused (see
+   * `writesRefused`) starts that condition instead, logged once too, not an outage.
    */
   failed(err: unknown): void;
   /** Commands that failed since start, for metrics and tests. */
@@ -27,6 +34,8 @@ export interface RedisConnectionOptions {
   commandTimeoutMs?: number;
   /** What its user does meanwhile, for the outage's log line (default "continuing without it"). */
   whileDown?: string;
+  /** What its user does while Redis refuses writes, for that log line (default: `whileDown`). */
+  whileWritesRefused?: string;
 }
 
 const PROBE_INTERVAL_MS = 1_000;
@@ -52,6 +61,7 @@ export function createRedisConnection(url: string, opts: RedisConnectionOptions)
   let up = true;
   let failures = 0;
   let closed = false;
+  const writes = watchWrites(redis, opts.name, opts.whileWritesRefused ?? opts.whileDown ?? "continuing without its writes");
   const back = () => {
     if (up || closed) return;
     up = true;
@@ -60,6 +70,7 @@ export function createRedisConnection(url: string, opts: RedisConnectionOptions)
   const down = (err: unknown) => {
     failures++;
     if (closed) return;
+    if (isWriteRefusal(err)) return writes.refused(err);
     if (up) {
       up = false;
       log.warn(`redis unreachable (${opts.name}): ${opts.whileDown ?? "continuing without it"} until it is back`, { err: String((err as Error)?.message ?? err) });
@@ -77,12 +88,16 @@ export function createRedisConnection(url: string, opts: RedisConnectionOptions)
     get up() {
       return up && redis.status === "ready";
     },
+    get writesRefused() {
+      return writes.refusing;
+    },
     failed: down,
     get failures() {
       return failures;
     },
     async close() {
       closed = true;
+      writes.close();
       redis.removeAllListeners("close");
       // QUIT needs a live connection; while Redis is away only disconnecting ends the reconnect loop.
       if (redis.status !== "ready") return redis.disconnect();
@@ -113,5 +128,84 @@ export function createProbe(redis: Redis, answered: () => void, failed: (err: un
         },
       );
     }, PROBE_INTERVAL_MS).unref();
+  };
+}
+
+/**
+ * Redis's refusals of a write by a server that still answers: full (`maxmemory` reached under
+ * `noeviction`), a read-only replica, a failed save (`stop-writes-on-bgsave-error`), too few
+ * replicas. Redis refuses before running the command (a script: at its first write), so nothing of
+ * it is applied.
+ */
+const WRITE_REFUSED = /^(?:OOM|READONLY|MISCONF|NOREPLICAS)\b/;
+
+/** Whether a failed command is Redis refusing a write (a transaction: one of its commands). */
+export function isWriteRefusal(e: unknown): boolean {
+  const err = e as (Error & { previousErrors?: unknown[] }) | undefined;
+  if (err?.name !== "ReplyError") return false;
+  if (err.message.startsWith("EXECABORT")) return (err.previousErrors ?? []).some((p) => WRITE_REFUSED.test((p as Error)?.message ?? ""));
+  return WRITE_REFUSED.test(err.message);
+}
+
+/**
+ * The key of the write probe, which nobody writes: `SET key "" XX` is a write to Redis (refused
+ * while it is full or read-only) that stores nothing when it is accepted.
+ */
+export const WRITE_PROBE_KEY = "svc:write-probe";
+
+/** Whether a Redis that answers accepts writes; see `watchWrites`. */
+export interface WriteWatch {
+  /** True from the first refusal until the probe's write is accepted. */
+  readonly refusing: boolean;
+  /** Records a refused write: the first of a spell is logged, and a write a second probes for its end. */
+  refused(err: unknown): void;
+  close(): void;
+}
+
+/**
+ * Tracks a Redis that answers but refuses writes (see WRITE_REFUSED), as one condition logged once
+ * when it starts and once when it ends, not per request. A full Redis answers PING, so only a write
+ * can tell that it has room again: once a second a write probe (WRITE_PROBE_KEY) is sent, one at a
+ * time, until Redis accepts it. Meanwhile the connection's user sends no writes of its own, so they
+ * neither fail one by one nor, succeeding by chance, end the condition only for the next to refuse.
+ */
+export function watchWrites(redis: Redis, name: string, meanwhile: string): WriteWatch {
+  let refusing = false;
+  let probing = false;
+  let closed = false;
+  const probe = () => {
+    if (probing || closed) return;
+    probing = true;
+    setTimeout(() => {
+      const again = () => {
+        probing = false;
+        if (refusing) probe();
+      };
+      if (closed) return;
+      // A connection that is lost has its own outage; the probe waits for it to be back.
+      if (redis.status !== "ready") return again();
+      redis.set(WRITE_PROBE_KEY, "", "XX").then(() => {
+        probing = false;
+        if (!refusing || closed) return;
+        refusing = false;
+        log.info(`redis accepts writes again (${name})`);
+      }, again);
+    }, PROBE_INTERVAL_MS).unref();
+  };
+  return {
+    get refusing() {
+      return refusing;
+    },
+    refused(err) {
+      if (closed) return;
+      if (!refusing) {
+        refusing = true;
+        log.warn(`redis refuses writes (${name}): ${meanwhile} until it accepts them again`, { err: String((err as Error)?.message ?? err) });
+      }
+      probe();
+    },
+    close() {
+      closed = true;
+    },
   };
 }

@@ -52,9 +52,15 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
   const clock = (nowMs: number) => (serverClock ? -1 : nowMs);
   const opt = (n: number | undefined) => (n === undefined ? -1 : n);
 
-  /** Fails fast during an outage: the connection logs it once and probes for its end. */
+  /**
+   * Fails fast during an outage: the connection logs it once and probes for its end. Every script
+   * may write (even a usage read drops buckets that left their window), so while Redis refuses
+   * writes (a full Redis) the store is unavailable too, as during an outage, until the
+   * connection's write probe is accepted.
+   */
   async function call<T>(fn: () => Promise<T>): Promise<T> {
     if (!conn.up) throw new StoreUnavailableError("redis is unreachable");
+    if (conn.writesRefused) throw new StoreUnavailableError("redis refuses writes");
     try {
       return await fn();
     } catch (err) {

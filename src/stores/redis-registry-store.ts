@@ -1,6 +1,6 @@
 import { Redis } from "ioredis";
 import { log } from "../logger.js";
-import { createProbe, RECONNECT_OPTIONS } from "./redis-connection.js";
+import { createProbe, isWriteRefusal, RECONNECT_OPTIONS, watchWrites } from "./redis-connection.js";
 import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
 
 /**
@@ -86,7 +86,8 @@ class ReadTimeout extends Error {}
 
 /**
  * Redis's refusals that pass: a Redis loading its data or busy with a script, a replica not yet
- * promoted, a full or read-only one. Any other reply (a wrong type, a script's error) is a bug.
+ * promoted, a full or read-only one (those that refuse writes only are told apart first, see
+ * `call`). Any other reply (a wrong type, a script's error) is a bug.
  */
 const PASSING_REPLY = /^(?:LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|READONLY|OOM|MISCONF|NOREPLICAS)\b/;
 
@@ -159,22 +160,31 @@ export function createRedisRegistryStore(url: string): RegistryStore {
   );
   redis.on("error", down);
   redis.on("ready", back);
+  // A Redis that answers but refuses writes (full, read-only) is no outage: keys are still read
+  // (verification is a read-only script, which Redis 7 runs when full), only admin changes fail.
+  // It is logged once, and ends when a write probe is accepted, not when a PING answers.
+  const writes = watchWrites(redis, "registry", "verifying keys as usual, admin changes fail");
   /**
    * Runs Redis commands, refused at once while Redis is known to be lost (until "ready") or stalled
    * (until a PING answers): nothing is sent then, so nothing can be applied later. A failure that
    * means an outage becomes RegistryUnavailableError (and starts the outage, logged once); any
    * other is a bug and stays as it is. Only the commands go through here, never what is done with
-   * their replies, so a record that does not parse is not taken for an outage.
+   * their replies, so a record that does not parse is not taken for an outage. A write Redis
+   * refused (full, read-only: nothing of it was applied) fails the same way but is no outage.
    */
   async function call<T>(commands: () => Promise<T>): Promise<T> {
     if (stalled || (outage && redis.status !== "ready")) throw new RegistryUnavailableError("redis is unreachable");
     try {
       return await commands();
     } catch (e) {
+      if (isWriteRefusal(e)) {
+        if (!closed) writes.refused(e);
+        throw new RegistryUnavailableError(`redis refused a write: ${(e as Error)?.message ?? e}`, { cause: e });
+      }
       if (!isOutage(e)) throw e;
       if (!closed) {
         down(e);
-        // A refusal on a connection that stays up (READONLY, OOM) brings no "ready" to end it.
+        // A refusal on a connection that stays up (LOADING, BUSY) brings no "ready" to end it.
         if (redis.status === "ready") probe();
       }
       throw new RegistryUnavailableError(`redis failed: ${(e as Error)?.message ?? e}`, { cause: e });
@@ -297,6 +307,7 @@ export function createRedisRegistryStore(url: string): RegistryStore {
     },
     async close() {
       closed = true;
+      writes.close();
       // QUIT would wait in the offline queue for a Redis that is gone, or behind a stalled one.
       if (redis.status !== "ready" || stalled) return redis.disconnect();
       await redis.quit().catch(() => redis.disconnect());

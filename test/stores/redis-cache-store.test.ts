@@ -68,6 +68,37 @@ describe("Redis cache store", function () {
     assert.equal(lines.filter((l) => l.includes("redis is back (cache-test)")).length, 1);
   });
 
+  it("serves hits from a full Redis and drops stores, logged once when it fills and once when a write is accepted again (not a PING)", async () => {
+    const old = { payload: allBytes, costUsd: "0.5" };
+    await store.put("t:full:old", old, 60);
+    const lines = await captureLog(async () => {
+      await peek.config("SET", "maxmemory", "1"); // full: every write refused, reads answered
+      try {
+        const end = Date.now() + 3_500; // long enough for several PINGs a second apart
+        for (let i = 0; Date.now() < end; i++) {
+          assert.deepEqual(await store.get("t:full:old"), old, "a hit is served from a full Redis");
+          await store.put(`t:full:${i}`, old, 60);
+          assert.equal(await store.get(`t:full:${i}`), undefined, "nothing is stored");
+          assert.equal(conn.up, true, "a full Redis is not down");
+          assert.equal(conn.writesRefused, true);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      } finally {
+        await peek.config("SET", "maxmemory", "0");
+      }
+      await eventually(() => !conn.writesRefused, 5_000, "writes accepted again");
+    });
+    const count = (text: string) => lines.filter((l) => l.includes(text)).length;
+    assert.equal(count("redis refuses writes (cache-test)"), 1, lines.join(""));
+    assert.match(lines.find((l) => l.includes("redis refuses writes"))!, /OOM/);
+    assert.equal(count("redis accepts writes again (cache-test)"), 1, lines.join(""));
+    assert.equal(count("redis unreachable"), 0, lines.join(""));
+    assert.equal(count("redis is back"), 0, lines.join(""));
+    await store.put("t:full:after", old, 60);
+    assert.deepEqual(await store.get("t:full:after"), old, "stores again once it has room");
+    assert.equal(await peek.exists("svc:write-probe"), 0, "the write probe stores nothing");
+  });
+
   it("answers misses at once while Redis is down, logs once, and recovers when it is back", async () => {
     const cache = createDirectClient(CacheService, createCacheService({ store, defaultTtlSeconds: 60, maxEntryBytes: 1 << 20 }));
     const entry = { projectId: "proj_o", keyMode: KeyMode.LIVE, cacheKey };

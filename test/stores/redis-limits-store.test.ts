@@ -39,10 +39,12 @@ describe("Redis limits store", function () {
   this.timeout(30_000);
   let redis: TestRedis;
   let conn: RedisConnection;
+  let name: string;
 
   beforeEach(async () => {
     redis = await startRedis();
-    conn = createRedisConnection(redis.url, { name: `limits-${randomBase62(6)}` });
+    name = `limits-${randomBase62(6)}`;
+    conn = createRedisConnection(redis.url, { name });
     await connectionUp(conn);
   });
   afterEach(async () => {
@@ -104,6 +106,36 @@ describe("Redis limits store", function () {
     await eventually(async () => !(await limits.admit(req)).degraded, 10_000, "an admission that is not degraded");
     const after = [await limits.admit(req), await limits.admit(req)];
     assert.deepEqual(after.map((r) => r.decision), [Decision.ALLOWED, Decision.PLAN_LIMITED]);
+  });
+
+  it("acts as while Redis is down while it is full, logging that once, and enforces limits again once a write is accepted", async () => {
+    for (const failClosed of [false, true]) {
+      const limits = service(failClosed);
+      const req = { projectId: `proj_full_${failClosed}`, limits: { requestsPerMinute: 2 } };
+      const lines = await captureLog(async () => {
+        await conn.redis.config("SET", "maxmemory", "1"); // full: every write refused, PING answered
+        try {
+          const end = Date.now() + 2_500; // long enough for PINGs a second apart
+          while (Date.now() < end) {
+            const r = await limits.admit(req);
+            assert.equal(r.degraded, true);
+            assert.equal(r.decision, failClosed ? Decision.UNAVAILABLE : Decision.ALLOWED);
+            assert.equal((await limits.settle({ projectId: req.projectId, reservationId: "", costUsd: "1" })).recorded, false);
+            await new Promise((r) => setTimeout(r, 50));
+          }
+        } finally {
+          await conn.redis.config("SET", "maxmemory", "0");
+        }
+        await eventually(async () => !(await limits.admit(req)).degraded, 5_000, "an admission that is not degraded");
+      });
+      const count = (text: string) => lines.filter((l) => l.includes(text)).length;
+      assert.equal(count(`redis refuses writes (${name})`), 1, lines.join(""));
+      assert.equal(count(`redis accepts writes again (${name})`), 1, lines.join(""));
+      assert.equal(count("redis unreachable"), 0, lines.join(""));
+      assert.equal(count("redis is back"), 0, lines.join(""));
+      assert.equal((await limits.admit(req)).decision, Decision.ALLOWED);
+      assert.equal((await limits.admit(req)).decision, Decision.PLAN_LIMITED, "nothing admitted while full was counted");
+    }
   });
 
   it("fails closed when configured, with a decision of its own, and recovers without a restart", async () => {

@@ -123,6 +123,45 @@ describe("Redis registry store", () => {
     }
   });
 
+  it("verifies keys from a full Redis, one never verified too, while admin changes fail: logged once, and once more when a write is accepted again", async () => {
+    await a.createProject({ id: "proj_full", name: "full", plan: "pro", createdAt: 13 });
+    assert.ok(await a.createKey(key("key_full_known", "proj_full", 13), 10));
+    assert.ok(await a.createKey(key("key_full_cold", "proj_full", 14), 10));
+    assert.equal((await b.findKeyByHash("hash-key_full_known"))?.key.id, "key_full_known");
+    const raw = new Redis(redis.url);
+    try {
+      const lines = await captureLog(async (sofar) => {
+        await raw.config("SET", "maxmemory", "1"); // full: every write refused, reads and PING answered
+        const end = Date.now() + 2_500; // long enough for PINGs a second apart
+        for (let i = 0; Date.now() < end; i++) {
+          // A key this replica never verified is read from Redis: the lookup script only reads.
+          if (i === 3) await raw.script("FLUSH"); // and is sent again (EVAL after NOSCRIPT)
+          assert.equal((await b.findKeyByHash("hash-key_full_cold"))?.project?.name, "full");
+          assert.equal((await b.findKeyByHash("hash-key_full_known"))?.project?.name, "full");
+          assert.deepEqual((await b.listKeys("proj_full")).map((k) => k.id), ["key_full_known", "key_full_cold"]);
+          await assert.rejects(b.createKey(key("key_full_new", "proj_full", 15), 10), RegistryUnavailableError);
+          await assert.rejects(b.updateProject("proj_full", (p) => ({ ...p, name: "changed" })), RegistryUnavailableError);
+          await assert.rejects(b.createProject({ id: "proj_full2", name: "x", plan: "pro", createdAt: 16 }), RegistryUnavailableError);
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        await raw.config("SET", "maxmemory", "0");
+        await eventually(() => sofar.some((l) => l.includes("redis accepts writes again (registry)")), 5_000, "the end logged");
+      });
+      const count = (text: string) => lines.filter((l) => l.includes(text)).length;
+      assert.equal(count("redis refuses writes (registry)"), 1, lines.join(""));
+      assert.match(lines.find((l) => l.includes("redis refuses writes"))!, /OOM/);
+      assert.equal(count("redis accepts writes again (registry)"), 1, lines.join(""));
+      assert.equal(count("redis unreachable"), 0, lines.join(""));
+      assert.equal(count("redis is back"), 0, lines.join(""));
+      assert.equal((await a.getProject("proj_full"))?.name, "full", "a change refused while full was not applied");
+      assert.equal(await a.getProject("proj_full2"), undefined);
+      assert.ok(await b.createKey(key("key_full_new", "proj_full", 15), 10), "admin changes work again");
+    } finally {
+      await raw.config("SET", "maxmemory", "0");
+      raw.disconnect();
+    }
+  });
+
   it("refuses writes to a read-only Redis as unavailable, and a bug (a record that does not parse, a wrong type) as itself", async () => {
     await a.createProject({ id: "proj_ro", name: "ro", plan: "pro", createdAt: 11 });
     const raw = new Redis(redis.url);
@@ -131,15 +170,18 @@ describe("Redis registry store", () => {
       await assert.rejects(a.getProject("proj_bad"), SyntaxError);
       await raw.set("{svc:reg}:keys:proj_wrongtype", "a string");
       await assert.rejects(a.listKeys("proj_wrongtype"), (e: Error) => !(e instanceof RegistryUnavailableError) && /WRONGTYPE/.test(e.message));
-      const lines = await captureLog(async () => {
+      const lines = await captureLog(async (sofar) => {
         await raw.call("REPLICAOF", "127.0.0.1", "1"); // a replica of nothing: read-only
         await assert.rejects(a.createKey(key("key_ro", "proj_ro", 11), 10), RegistryUnavailableError);
         await assert.rejects(a.createProject({ id: "proj_ro2", name: "ro2", plan: "pro", createdAt: 12 }), RegistryUnavailableError);
         assert.equal((await a.getProject("proj_ro"))?.name, "ro", "reads still go through");
         await raw.call("REPLICAOF", "NO", "ONE");
         assert.ok(await a.createKey(key("key_ro", "proj_ro", 11), 10));
+        await eventually(() => sofar.some((l) => l.includes("redis accepts writes again (registry)")), 5_000, "the end logged");
       });
-      assert.equal(lines.filter((l) => l.includes("redis unreachable (registry)")).length, 1, "logged once");
+      assert.equal(lines.filter((l) => l.includes("redis refuses writes (registry)")).length, 1, "logged once");
+      assert.equal(lines.filter((l) => l.includes("redis accepts writes again (registry)")).length, 1, "its end logged once");
+      assert.equal(lines.filter((l) => l.includes("redis unreachable (registry)")).length, 0, "reads still work: no outage");
     } finally {
       await raw.call("REPLICAOF", "NO", "ONE");
       raw.disconnect();

@@ -50,7 +50,7 @@ export async function startTestGateway(env: Record<string, string> = {}, demo = 
  * Two gateway replicas in cluster mode on one private Redis, started before the enclosing
  * `describe`'s tests and stopped after them. Call it inside a `describe`; read `a` and `b` in tests.
  */
-export function replicasOnOneRedis(): { readonly a: TestGateway; readonly b: TestGateway } {
+export function replicasOnOneRedis(): { readonly a: TestGateway; readonly b: TestGateway; readonly redis: TestRedis } {
   let redis: TestRedis;
   let a: TestGateway;
   let b: TestGateway;
@@ -70,6 +70,9 @@ export function replicasOnOneRedis(): { readonly a: TestGateway; readonly b: Tes
     },
     get b() {
       return b;
+    },
+    get redis() {
+      return redis;
     },
   };
 }

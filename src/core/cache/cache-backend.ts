@@ -21,6 +21,6 @@ export function createCacheBackend(redisUrl: string | undefined, config: CacheCo
   if (!redisUrl) {
     return { impl: createCacheService({ ...deps, store: createMemoryCacheStore({ maxBytes: config.maxBytes }) }), close: async () => {} };
   }
-  const conn = createRedisConnection(redisUrl, { name: "cache" });
+  const conn = createRedisConnection(redisUrl, { name: "cache", whileWritesRefused: "serving hits, storing no answers" });
   return { impl: createCacheService({ ...deps, store: createRedisCacheStore(conn) }), close: () => conn.close() };
 }
