@@ -10,7 +10,7 @@ import {
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ErrorInfo } from "../../core/errors.js";
-import { isObject, parseExtra } from "../../core/json.js";
+import { isObject, parseExtra, type JsonObject } from "../../core/json.js";
 import { formatSse } from "../../core/sse.js";
 import type { RenderedRequest, StreamRenderer } from "./codec.js";
 import { answerParts, createdOr, finishName, renderUsage, sameStyleExtra } from "./chat-completions-render.js";
@@ -137,15 +137,32 @@ class ChatStreamRenderer implements StreamRenderer {
     return (this.#noArguments.size ? this.#emptyArgumentsLeft() : "") + out + done;
   }
 
-  /** A whole answer served to a stream request (e.g. from the cache), as the chunks that would have carried it. */
+  /**
+   * A whole answer served to a stream request (e.g. from the cache), as the chunks that would have
+   * carried it. The message's and the choice's own fields from a same-style upstream (annotations,
+   * reasoning_content, audio; logprobs, content_filter_results) go out once, with the first part of
+   * the answer (or in a chunk of their own when it has none), so that the chunks add up to the whole
+   * answer as the openai SDK's stream helper assembles it.
+   */
   #completion(c: Completion): string {
     let out = this.#start(c);
     const { text, refusal, toolCalls } = answerParts(c);
-    if (text !== "") out += this.#chunk({ content: text });
-    if (refusal !== "") out += this.#chunk({ refusal });
+    /** The answer's own fields until a chunk has carried them. */
+    let fields: { message: JsonObject; choice: JsonObject } | undefined = {
+      message: sameStyleExtra(c.upstreamStyle, c.messageExtraJson),
+      choice: sameStyleExtra(c.upstreamStyle, c.choiceExtraJson),
+    };
+    const part = (delta: JsonObject): string => {
+      const f = fields;
+      fields = undefined;
+      return f ? this.#chunk({ ...delta, ...f.message }, null, f.choice) : this.#chunk(delta);
+    };
+    if (text !== "") out += part({ content: text });
+    if (refusal !== "") out += part({ refusal });
     toolCalls.forEach((call, index) => {
-      out += this.#chunk({ tool_calls: [{ index, ...call }] });
+      out += part({ tool_calls: [{ index, ...call }] });
     });
+    if (fields && (Object.keys(fields.message).length || Object.keys(fields.choice).length)) out += part({});
     return out + this.#end(c);
   }
 

@@ -295,14 +295,27 @@ describe("chat-completions codec: rendering a stream", () => {
     }
   });
 
-  it("renders a whole completion served to a stream request as the full chunk sequence", () => {
+  it("renders a whole completion served to a stream request as the full chunk sequence, the message's own fields with its text", () => {
     const lines = dataLines(renderAll([ev({ case: "completion", value: textAnswer })]));
     assert.deepEqual(lines.map((l) => (l === "[DONE]" ? l : [l.choices[0].delta, l.choices[0].finish_reason])), [
       [{ role: "assistant", content: "", refusal: null }, null],
-      [{ content: "Hello!" }, null],
+      [{ content: "Hello!", refusal: null, annotations: [{ type: "url_citation" }] }, null],
       [{}, "stop"],
       "[DONE]",
     ]);
+  });
+
+  it("sends a whole answer's own fields once, with its first part or in a chunk of their own, and only from a same-style upstream", () => {
+    const fields = { messageExtraJson: '{"annotations":[]}', choiceExtraJson: '{"logprobs":{"content":[],"refusal":null},"content_filter_results":{}}' };
+    const deltas = (c: Completion) =>
+      dataLines(renderAll([ev({ case: "completion", value: c })])).slice(1, -2).map((l) => [l.choices[0].delta, l.choices[0].logprobs, l.choices[0].content_filter_results]);
+    assert.deepEqual(deltas(completion({ ...fields, finishReason: FinishReason.TOOL_USE, blocks: toolAnswer.blocks })), [
+      [{ tool_calls: [{ index: 0, id: "call_1", type: "function", function: { name: "f", arguments: '{"a":1}' } }], annotations: [] }, { content: [], refusal: null }, {}],
+      [{ tool_calls: [{ index: 1, id: "call_2", type: "function", function: { name: "g", arguments: "{}" } }] }, null, undefined],
+    ]);
+    assert.deepEqual(deltas(completion({ ...fields, blocks: [] })), [[{ annotations: [] }, { content: [], refusal: null }, {}]]);
+    assert.deepEqual(deltas(completion({ blocks: [] })), []);
+    assert.deepEqual(deltas(completion({ ...fields, blocks: textAnswer.blocks, upstreamStyle: ApiStyle.MESSAGES })), [[{ content: "Hello!" }, null, undefined]]);
   });
 
   it("writes an error as a data event with the error object and no [DONE]", () => {

@@ -16,9 +16,25 @@ const head = { id: "chatcmpl-fid1", object: "chat.completion.chunk", created: 17
 const chunk = (delta: object, finish: string | null = null, logprobs: object | null = null) =>
   `data: ${JSON.stringify({ ...head, choices: [{ index: 0, delta, logprobs, finish_reason: finish }] })}\n\n`;
 
+/** Fields OpenAI-style upstreams add that the canonical model does not name, at each level of an answer. */
+const citation = { type: "url_citation", url_citation: { url: "https://example.test/a", title: "A", start_index: 0, end_index: 2 } };
+const filtered = { hate: { filtered: false, severity: "safe" }, violence: { filtered: false, severity: "safe" } };
+const extras = {
+  top: { service_tier: "default", prompt_filter_results: [{ prompt_index: 0, content_filter_results: filtered }] },
+  message: { annotations: [citation], reasoning_content: "Greet back.", audio: { id: "audio_1", data: "UklGRg==", transcript: "Hi there", expires_at: 1750435100 } },
+  choice: { content_filter_results: filtered },
+};
+
 function answer(body: { stream?: boolean; logprobs?: boolean; messages: Array<{ content: string }> }, res: http.ServerResponse): void {
   const refusal = body.messages.at(-1)!.content.includes("refuse");
   const usage = { prompt_tokens: 9, completion_tokens: 2, total_tokens: 11 };
+  if (!body.stream && body.messages.at(-1)!.content.includes("extras")) {
+    const message = { role: "assistant", content: "Hi there", refusal: null, ...extras.message };
+    const logprobs = { content: [logprob("Hi"), logprob(" there")], refusal: null };
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(JSON.stringify({ id: "chatcmpl-fidx", object: "chat.completion", created: 1750431500, model: "gpt-4o-2024-11-20", system_fingerprint: "fp_1", ...extras.top, choices: [{ index: 0, message, logprobs, finish_reason: "stop", ...extras.choice }], usage }));
+    return;
+  }
   if (!body.stream) {
     const message = refusal ? { role: "assistant", content: null, refusal: "I can't help with that.", annotations: [] } : { role: "assistant", content: "Hi there", refusal: null, annotations: [] };
     const logprobs = refusal ? { content: null, refusal: [logprob("I")] } : { content: [logprob("Hi"), logprob(" there")], refusal: null };
@@ -134,6 +150,24 @@ describe("POST /v1/chat/completions: logprobs and refusals from an OpenAI-style 
     const datas = sseEvents(raw.text).map((e) => e.data).filter((d) => d !== "[DONE]");
     assert.deepEqual(JSON.parse(datas[0]!).choices[0].delta, { role: "assistant", content: "", refusal: null });
     for (const d of datas) assert.ok(!("usage" in JSON.parse(d)), d);
+  });
+
+  it("replays a cached whole answer as a stream that the SDK assembles into the same answer: logprobs, the message's and the choice's own fields", async () => {
+    const body = ask("extras");
+    const { data: original, response } = await client.chat.completions.create(body).withResponse();
+    assert.equal(response.headers.get("x-svc-cache"), "MISS");
+    assert.deepEqual(original.choices[0]!.message, { role: "assistant", content: "Hi there", refusal: null, ...extras.message });
+    const raw = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, key, { ...body, stream: true });
+    assert.equal(raw.headers["x-svc-cache"], "HIT");
+    // The fields go out once, with the text: the chunk a live stream's text would come in.
+    const choices = sseEvents(raw.text).filter((e) => e.data !== "[DONE]").map((e) => JSON.parse(e.data).choices[0]);
+    assert.deepEqual(choices[1], { index: 0, delta: { content: "Hi there", ...extras.message }, logprobs: original.choices[0]!.logprobs, finish_reason: null, ...extras.choice });
+    const final = await client.chat.completions.stream({ ...body, stream_options: { include_usage: true } }).finalChatCompletion();
+    // The helper adds `parsed` (null without a response_format) to the message; nothing else differs.
+    assert.equal(final.choices[0]!.message.parsed, null);
+    delete (final.choices[0]!.message as { parsed?: unknown }).parsed;
+    const plain = (c: object) => JSON.parse(JSON.stringify(c)) as object;
+    assert.deepEqual(plain(final), plain(original));
   });
 
   it("replays a cached refusal as a stream with its refusal", async () => {
