@@ -11,7 +11,7 @@ import {
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ErrorInfo } from "../../core/errors.js";
-import { extraJson, parseExtra, type JsonObject } from "../../core/json.js";
+import { extraJson, isObject, parseExtra, type JsonObject } from "../../core/json.js";
 import { chatMessage, contentBlock, toolDefinition } from "../../core/proxy/canonical.js";
 import {
   MAX_TEMPERATURE_MESSAGES,
@@ -343,10 +343,13 @@ class MessagesStreamRenderer implements StreamRenderer {
 
   /**
    * Opens a block as the API does, empty: a text or tool input the block already holds (a whole
-   * answer, or an upstream that starts blocks with content) follows as one delta. Raw blocks
-   * (thinking...) start whole.
+   * answer, or an upstream that starts blocks with content) follows as one delta. Of a `whole`
+   * answer's raw blocks, a text's citations, a thinking block's thinking and signature and a server
+   * tool's input follow as deltas too (`openedEmpty`); a live upstream's raw blocks start as it sent
+   * them (its deltas follow on their own), and so do redacted_thinking and tool results, as the API
+   * sends them whole.
    */
-  #open(index: number, block: ContentBlock): string {
+  #open(index: number, block: ContentBlock, whole = false): string {
     const wire = blockToWire(block);
     if (!wire) return "";
     const at = this.#next++;
@@ -354,7 +357,9 @@ class MessagesStreamRenderer implements StreamRenderer {
     const text = block.type === BlockType.TEXT || block.type === BlockType.REFUSAL;
     if (text) wire.text = "";
     if (block.type === BlockType.TOOL_USE) wire.input = {};
+    const deltas = whole ? openedEmpty(wire) : [];
     let out = sse("content_block_start", { index: at, content_block: wire });
+    for (const delta of deltas) out += sse("content_block_delta", { index: at, delta });
     if (text && block.text) out += textDelta(at, block.text);
     if (block.type === BlockType.TOOL_USE && block.toolInputJson) out += jsonDelta(at, block.toolInputJson);
     return out;
@@ -388,11 +393,38 @@ class MessagesStreamRenderer implements StreamRenderer {
     const usage = { ...renderUsage(c.usage, this.#same), output_tokens: 0 };
     let out = this.#start(c.id, c.model, usage, c.extraJson);
     c.blocks.forEach((block, i) => {
-      const open = this.#open(i, block);
+      const open = this.#open(i, block, true);
       if (open) out += open + sse("content_block_stop", { index: this.#index.get(i)! });
     });
     return out + this.#end(c.finishReason, c.stopSequence, c.usage);
   }
+}
+
+/** Block types whose input the API streams as input_json_delta, as it does a tool_use's. */
+const kStreamedInput: ReadonlySet<unknown> = new Set(["server_tool_use", "mcp_tool_use"]);
+
+/**
+ * Empties a block held whole the way the API's content_block_start has it, and returns the deltas
+ * that carry what it held (https://docs.anthropic.com/en/api/messages-streaming): a text's
+ * citations as citations_delta (before its text, which the caller sends), a thinking block's
+ * thinking and signature as thinking_delta and signature_delta, a server tool's input as
+ * input_json_delta.
+ */
+function openedEmpty(wire: JsonObject): JsonObject[] {
+  const deltas: JsonObject[] = [];
+  if (wire.type === "text" && Array.isArray(wire.citations)) {
+    for (const citation of wire.citations as unknown[]) deltas.push({ type: "citations_delta", citation });
+    wire.citations = [];
+  } else if (wire.type === "thinking") {
+    if (typeof wire.thinking === "string" && wire.thinking !== "") deltas.push({ type: "thinking_delta", thinking: wire.thinking });
+    if (typeof wire.signature === "string" && wire.signature !== "") deltas.push({ type: "signature_delta", signature: wire.signature });
+    wire.thinking = "";
+    if ("signature" in wire) wire.signature = "";
+  } else if (kStreamedInput.has(wire.type) && isObject(wire.input)) {
+    if (Object.keys(wire.input).length) deltas.push({ type: "input_json_delta", partial_json: JSON.stringify(wire.input) });
+    wire.input = {};
+  }
+  return deltas;
 }
 
 /**

@@ -326,6 +326,20 @@ describe("messages codec: render a stream", () => {
     assert.ok(text.includes('data: {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"abc"}}\n\n'));
   });
 
+  it("passes a live upstream's raw block start as it came: the block's own deltas follow, so nothing is sent twice", async () => {
+    const start = { type: "server_tool_use", id: "srvtoolu_1", name: "web_search", input: { query: "q" } };
+    const text = renderAll([
+      ev({ case: "messageStart", value: { id: "msg_1", model: MODEL, upstreamStyle: M } }),
+      ev({ case: "blockStart", value: { index: 0, block: { type: BlockType.OTHER, rawJson: JSON.stringify(start), style: M } } }),
+      ev({ case: "blockDelta", value: { index: 0, partialJson: '{"query":"q"}' } }),
+      ev({ case: "blockStop", value: { index: 0 } }),
+      ev({ case: "messageEnd", value: { finishReason: FinishReason.END_TURN } }),
+    ]);
+    assert.equal(text.split("content_block_delta").length - 1, 2, "one delta event (its event: and type lines)");
+    const msg = await sdk(text, "text/event-stream").messages.stream({ model: MODEL, max_tokens: 5, messages: [{ role: "user", content: "hi" }] }).finalMessage();
+    assert.deepEqual(msg.content, [start]);
+  });
+
   it("leaves out another style's raw blocks and keeps the indexes dense", () => {
     const text = renderAll([
       ev({ case: "messageStart", value: { id: "chatcmpl-1", model: MODEL, upstreamStyle: C } }),
