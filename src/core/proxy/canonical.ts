@@ -163,6 +163,8 @@ function eventValue(e: StreamEventInit): StreamChatResponse["event"] {
           usage: s.usage ? usage(s.usage) : undefined,
           upstreamStyle: s.upstreamStyle ?? ApiStyle.UNSPECIFIED,
           extraJson: s.extraJson ?? "",
+          choiceExtraJson: s.choiceExtraJson ?? "",
+          deltaExtraJson: s.deltaExtraJson ?? "",
         },
       };
     }
@@ -175,7 +177,7 @@ function eventValue(e: StreamEventInit): StreamChatResponse["event"] {
       const d = e.value;
       return {
         case: "blockDelta",
-        value: { $typeName: "svc.proxy.v1.BlockDelta", index: d.index ?? 0, text: d.text ?? "", partialJson: d.partialJson ?? "", rawJson: d.rawJson ?? "", choiceExtraJson: d.choiceExtraJson ?? "" },
+        value: { $typeName: "svc.proxy.v1.BlockDelta", index: d.index ?? 0, text: d.text ?? "", partialJson: d.partialJson ?? "", rawJson: d.rawJson ?? "", choiceExtraJson: d.choiceExtraJson ?? "", deltaExtraJson: d.deltaExtraJson ?? "" },
       };
     }
     case "blockStop":
@@ -190,6 +192,8 @@ function eventValue(e: StreamEventInit): StreamChatResponse["event"] {
           stopSequence: m.stopSequence ?? "",
           usage: m.usage ? usage(m.usage) : undefined,
           costUsd: m.costUsd ?? "",
+          choiceExtraJson: m.choiceExtraJson ?? "",
+          deltaExtraJson: m.deltaExtraJson ?? "",
         },
       };
     }

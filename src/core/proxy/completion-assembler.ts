@@ -4,9 +4,13 @@ import { completion, contentBlock } from "./canonical.js";
 /**
  * Builds the whole answer from a stream's canonical events, so a streamed answer can be cached and
  * served again as JSON or as a stream. Only text, refusal and tool-use blocks are assembled; an answer
- * with anything else (thinking, signatures, other raw deltas, per-chunk logprobs) has no faithful
- * whole form here, so it is
- * reported as not assemblable and simply not cached.
+ * with anything else (thinking, signatures, other raw deltas, per-chunk logprobs, or any other field
+ * an upstream's chunk carried unnamed in its choice or delta) has no faithful whole form here, so it
+ * is reported as not assemblable and simply not cached. Those per-chunk fields have no general
+ * whole form: Azure's content_filter_results judge each chunk's text on its own, and a delta's
+ * reasoning_content, annotations or audio each add up by rules of their own (concatenated strings,
+ * appended arrays, an audio's id given once), which the gateway cannot know for a field it does not
+ * name.
  */
 export class CompletionAssembler {
   #c: Completion | undefined;
@@ -18,6 +22,7 @@ export class CompletionAssembler {
     const e = ev.event;
     switch (e.case) {
       case "messageStart":
+        if (hasChunkFields(e.value)) this.#ok = false;
         this.#c = completion({
           id: e.value.id,
           model: e.value.model,
@@ -39,15 +44,16 @@ export class CompletionAssembler {
           this.#ok = false;
           break;
         }
-        // Per-chunk choice fields (logprobs) have no place in the whole answer: such a stream is not
-        // cached (its text is still kept, for partial()).
-        if (e.value.rawJson !== "" || e.value.choiceExtraJson !== "") this.#ok = false;
+        // Per-chunk choice and delta fields (logprobs, content_filter_results, reasoning_content...)
+        // have no place in the whole answer: such a stream is not cached (its text is still kept, for partial()).
+        if (e.value.rawJson !== "" || hasChunkFields(e.value)) this.#ok = false;
         if (e.value.text !== "") b.text += e.value.text;
         if (e.value.partialJson !== "") b.toolInputJson += e.value.partialJson;
         break;
       }
       case "messageEnd":
         if (!this.#c) break;
+        if (hasChunkFields(e.value)) this.#ok = false;
         this.#ended = true;
         this.#c.finishReason = e.value.finishReason;
         this.#c.stopSequence = e.value.stopSequence;
@@ -84,3 +90,6 @@ export class CompletionAssembler {
     return [...this.#blocks.entries()].sort((a, b) => a[0] - b[0]).map(([, b]) => b);
   }
 }
+
+/** Whether an event carries fields of an upstream chunk's choice or delta that the canonical model does not name. */
+const hasChunkFields = (e: { choiceExtraJson: string; deltaExtraJson: string }): boolean => e.choiceExtraJson !== "" || e.deltaExtraJson !== "";

@@ -17,6 +17,9 @@ import { answerParts, createdOr, finishName, renderUsage, sameStyleExtra } from 
 
 const done = formatSse("[DONE]");
 
+/** The fields of an upstream chunk's choice and delta that the canonical events carry unnamed. */
+type ChunkFields = Pick<BlockDelta, "choiceExtraJson" | "deltaExtraJson">;
+
 /** Whether the client asked for the final usage chunk (`stream_options.include_usage`). */
 function wantsUsage(req: RenderedRequest): boolean {
   try {
@@ -64,7 +67,7 @@ class ChatStreamRenderer implements StreamRenderer {
     const e = event.event;
     switch (e.case) {
       case "messageStart":
-        return this.#start(e.value);
+        return this.#start(e.value, e.value);
       case "blockStart":
         return this.#blockStart(e.value);
       case "blockDelta":
@@ -74,7 +77,7 @@ class ChatStreamRenderer implements StreamRenderer {
         // OpenAI has no marker for the end of a part; a tool call's arguments are complete here.
         return this.#noArguments.size ? this.#emptyArguments(e.value.index) : "";
       case "messageEnd":
-        return this.#end(e.value);
+        return this.#end(e.value, e.value);
       case "completion":
         return this.#completion(e.value);
       default:
@@ -86,7 +89,8 @@ class ChatStreamRenderer implements StreamRenderer {
     return formatSse(JSON.stringify({ error: { message: info.message, type: info.type, code: info.code } }));
   }
 
-  #start(s: Pick<MessageStart, "id" | "model" | "created" | "upstreamStyle" | "extraJson">): string {
+  /** `fields`: those the upstream's first chunk carried (Azure's content_filter_results), for the role chunk. */
+  #start(s: Pick<MessageStart, "id" | "model" | "created" | "upstreamStyle" | "extraJson">, fields?: ChunkFields): string {
     this.#style = s.upstreamStyle;
     const head = {
       id: s.id,
@@ -97,7 +101,9 @@ class ChatStreamRenderer implements StreamRenderer {
     };
     // '{"id":...,"model":"x"' without the closing brace: each chunk appends its choices.
     this.#head = JSON.stringify(head).slice(0, -1);
-    return this.#chunk({ role: "assistant", content: "", refusal: null });
+    const role = { role: "assistant", content: "", refusal: null };
+    if (!fields) return this.#chunk(role);
+    return this.#chunk({ ...role, ...this.#sameStyle(fields.deltaExtraJson) }, null, this.#sameStyle(fields.choiceExtraJson));
   }
 
   #blockStart(b: BlockStart): string {
@@ -118,20 +124,25 @@ class ChatStreamRenderer implements StreamRenderer {
   }
 
   #blockDelta(d: BlockDelta): string {
-    // The choice's fields that came with the delta (logprobs), from an upstream of this style.
-    const extra = d.choiceExtraJson !== "" ? sameStyleExtra(this.#style, d.choiceExtraJson) : undefined;
+    // The fields of the chunk's choice (logprobs, content_filter_results) and delta (reasoning_content,
+    // annotations...) that came with it, from an upstream of this style.
+    const extra = this.#sameStyle(d.choiceExtraJson);
+    const more = this.#sameStyle(d.deltaExtraJson);
     if (d.text !== "") {
-      if (this.#refusals.has(d.index)) return this.#chunk({ refusal: d.text }, null, extra);
-      return extra ? this.#chunk({ content: d.text }, null, extra) : this.#content(d.text);
+      if (this.#refusals.has(d.index)) return this.#chunk({ refusal: d.text, ...more }, null, extra);
+      return extra || more ? this.#chunk({ content: d.text, ...more }, null, extra) : this.#content(d.text);
     }
     const k = this.#toolIndex.get(d.index);
-    if (d.partialJson !== "" && k !== undefined) return this.#chunk({ tool_calls: [{ index: k, function: { arguments: d.partialJson } }] }, null, extra);
-    if (extra && Object.keys(extra).length) return this.#chunk({}, null, extra);
+    if (d.partialJson !== "" && k !== undefined) return this.#chunk({ tool_calls: [{ index: k, function: { arguments: d.partialJson } }], ...more }, null, extra);
+    if (extra || more) return this.#chunk({ ...more }, null, extra);
     return ""; // thinking and other deltas of another style have no chat-completions form
   }
 
-  #end(e: Pick<MessageEnd, "finishReason" | "usage">): string {
-    let out = this.#chunk({}, finishName(e.finishReason));
+  /** `fields`: those the chunk that carried the finish reason had (Azure's content_filter_results). */
+  #end(e: Pick<MessageEnd, "finishReason" | "usage">, fields?: ChunkFields): string {
+    let out = fields
+      ? this.#chunk({ ...this.#sameStyle(fields.deltaExtraJson) }, finishName(e.finishReason), this.#sameStyle(fields.choiceExtraJson))
+      : this.#chunk({}, finishName(e.finishReason));
     if (this.#includeUsage) out += this.#usageChunk(e.usage);
     // A tool call the upstream never stopped gets its arguments before the finish.
     return (this.#noArguments.size ? this.#emptyArgumentsLeft() : "") + out + done;
@@ -164,6 +175,11 @@ class ChatStreamRenderer implements StreamRenderer {
     });
     if (fields && (Object.keys(fields.message).length || Object.keys(fields.choice).length)) out += part({});
     return out + this.#end(c);
+  }
+
+  /** An extra_json text of this stream's upstream style as an object; undefined when empty or of another style. */
+  #sameStyle(json: string): JsonObject | undefined {
+    return json !== "" && this.#style === ApiStyle.CHAT_COMPLETIONS ? parseExtra(json) : undefined;
   }
 
   #chunk(delta: object, finishReason: string | null = null, extra?: object): string {

@@ -25,6 +25,17 @@ const extras = {
   choice: { content_filter_results: filtered },
 };
 
+const extrasHead = { id: "chatcmpl-fidxs", object: "chat.completion.chunk", created: 1750431503, model: "gpt-4o-2024-11-20", system_fingerprint: "fp_1", ...extras.top };
+const extrasChoice = (delta: object, more: object = {}, finish: string | null = null) => ({ index: 0, delta, logprobs: null, finish_reason: finish, ...more });
+const extrasChunks = [
+  extrasChoice({ role: "assistant", content: "", refusal: null }, { content_filter_results: {} }),
+  extrasChoice({ reasoning_content: "Greet " }),
+  extrasChoice({ reasoning_content: "back." }),
+  extrasChoice({ content: "Hi", annotations: [citation] }, extras.choice),
+  extrasChoice({ content: " there" }, extras.choice),
+  extrasChoice({}, { content_filter_results: { violence: { filtered: false, severity: "low" } } }, "stop"),
+].map((choice) => ({ ...extrasHead, choices: [choice], usage: null }));
+
 function answer(body: { stream?: boolean; logprobs?: boolean; messages: Array<{ content: string }> }, res: http.ServerResponse): void {
   const refusal = body.messages.at(-1)!.content.includes("refuse");
   const usage = { prompt_tokens: 9, completion_tokens: 2, total_tokens: 11 };
@@ -33,6 +44,15 @@ function answer(body: { stream?: boolean; logprobs?: boolean; messages: Array<{ 
     const logprobs = { content: [logprob("Hi"), logprob(" there")], refusal: null };
     res.writeHead(200, { "content-type": "application/json" });
     res.end(JSON.stringify({ id: "chatcmpl-fidx", object: "chat.completion", created: 1750431500, model: "gpt-4o-2024-11-20", system_fingerprint: "fp_1", ...extras.top, choices: [{ index: 0, message, logprobs, finish_reason: "stop", ...extras.choice }], usage }));
+    return;
+  }
+  if (body.stream && body.messages.at(-1)!.content.includes("extras")) {
+    // Chunks that carry fields of their own at the choice and the delta level, as OpenAI-compatible
+    // upstreams send them: Azure's content_filter_results (empty on the role chunk), reasoning before
+    // any text (DeepSeek's reasoning_content), annotations with the text they cite.
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    for (const c of extrasChunks) res.write(`data: ${JSON.stringify(c)}\n\n`);
+    res.end(`data: ${JSON.stringify({ ...extrasHead, choices: [], usage })}\n\ndata: [DONE]\n\n`);
     return;
   }
   if (!body.stream) {
@@ -62,6 +82,7 @@ describe("POST /v1/chat/completions: logprobs and refusals from an OpenAI-style 
   let gw: TestGateway;
   let client: OpenAI;
   let key: string;
+  let upstreamUrl: string;
   let n = 0;
 
   before(async () => {
@@ -72,6 +93,7 @@ describe("POST /v1/chat/completions: logprobs and refusals from an OpenAI-style 
     });
     await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
     const { port } = upstream.address() as AddressInfo;
+    upstreamUrl = `http://127.0.0.1:${port}/v1/chat/completions`;
     gw = await startTestGateway({ SVC_OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`, SVC_OPENAI_API_KEY: "sk-test" }, false);
     key = (await gw.project()).live;
     client = new OpenAI({ apiKey: key, baseURL: `${gw.gatewayUrl}/v1`, maxRetries: 0 });
@@ -168,6 +190,23 @@ describe("POST /v1/chat/completions: logprobs and refusals from an OpenAI-style 
     delete (final.choices[0]!.message as { parsed?: unknown }).parsed;
     const plain = (c: object) => JSON.parse(JSON.stringify(c)) as object;
     assert.deepEqual(plain(final), plain(original));
+  });
+
+  it("streams the fields an upstream's chunks carry at the choice and the delta level on the chunks they came on; such a stream is not cached", async () => {
+    const body = { model: "chat-4o", stream_options: { include_usage: true }, messages: [{ role: "user" as const, content: `extras ${++n}` }] };
+    const datas = (text: string) => sseEvents(text).map((e) => (e.data === "[DONE]" ? e.data : (JSON.parse(e.data) as Record<string, unknown>)));
+    const direct = datas((await postJson(upstreamUrl, "sk-test", { ...body, stream: true, model: "gpt-4o" })).text);
+    for (let i = 0; i < 2; i++) {
+      const res = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, key, { ...body, stream: true });
+      assert.equal(res.headers["x-svc-cache"], "MISS", "per-chunk fields have no whole form to replay: not cached");
+      // The same chunks, but for the model's name: the gateway answers with the public one.
+      assert.deepEqual(datas(res.text), direct.map((c) => (typeof c === "string" ? c : { ...c, model: "chat-4o" })));
+    }
+    // The SDK's stream helper assembles the same answer from the gateway as from the upstream itself.
+    const upstreamClient = new OpenAI({ apiKey: "sk-test", baseURL: upstreamUrl.replace(/\/chat\/completions$/, ""), maxRetries: 0 });
+    const fromUpstream = await upstreamClient.chat.completions.stream({ ...body, model: "gpt-4o" }).finalChatCompletion();
+    const fromGateway = await client.chat.completions.stream(body).finalChatCompletion();
+    assert.deepEqual(JSON.parse(JSON.stringify(fromGateway)), { ...JSON.parse(JSON.stringify(fromUpstream)), model: "chat-4o" });
   });
 
   it("replays a cached refusal as a stream with its refusal", async () => {

@@ -19,6 +19,14 @@ import { toFinishReason, toUsage } from "./usage.js";
  */
 const kChunkKnown: ReadonlySet<string> = new Set(["id", "object", "created", "model", "choices", "usage", "obfuscation"]);
 
+/**
+ * Choice and delta fields the canonical events name; the others (`logprobs`, Azure's
+ * `content_filter_results`; `reasoning_content`, `annotations`, `audio`) ride with the events their
+ * chunk gives, as `choice_extra_json` and `delta_extra_json`.
+ */
+const kChoiceKnown: ReadonlySet<string> = new Set(["index", "delta", "finish_reason"]);
+const kDeltaKnown: ReadonlySet<string> = new Set(["role", "content", "refusal", "tool_calls"]);
+
 /** How many plain text chunks a stream may try to learn its template from before it stops trying. */
 const kLearnTries = 3;
 
@@ -43,6 +51,8 @@ class OpenAiStreamConverter implements StreamConverter {
   /** OpenAI tool_calls[].index -> canonical block index; each stays open until the answer ends. */
   readonly #toolBlocks = new Map<number, number>();
   #finish = FinishReason.UNSPECIFIED;
+  /** The unnamed choice and delta fields of the chunk that carried the finish reason, for message_end. */
+  #finishExtra: { choiceExtraJson: string; deltaExtraJson: string } | undefined;
   #usage: Usage | undefined;
   /** The stream's text chunks' frame, once learnt; `undefined` while not (yet) known. */
   #template: TextChunkTemplate | undefined;
@@ -119,13 +129,35 @@ class OpenAiStreamConverter implements StreamConverter {
       for (const call of delta.tool_calls) if (isObject(call)) this.#toolCall(call, chunk, out);
     }
     if (typeof choice.finish_reason === "string") this.#finish = toFinishReason(choice.finish_reason);
-    // The logprobs of this chunk's tokens go with its first delta. Other per-chunk choice fields
-    // (Azure's content_filter_results) are not carried: the whole answer's are, when not streamed.
-    if (choice.logprobs === null || choice.logprobs === undefined) return;
-    const extra = JSON.stringify({ logprobs: choice.logprobs });
-    const first = out.slice(from).find((e) => e.event.case === "blockDelta");
-    if (first?.event.case === "blockDelta") first.event.value.choiceExtraJson = extra;
-    else if (this.#open) out.push(streamEvent({ case: "blockDelta", value: { index: this.#open.index, choiceExtraJson: extra } }));
+    // The chunk's unnamed fields (logprobs of its tokens, Azure's content_filter_results; a
+    // delta's reasoning_content, annotations...) go out with the chunk that carries them. A null
+    // (logprobs: null on every chunk) is left out: the renderer writes logprobs null itself.
+    const choiceExtraJson = extraJson(choice, kChoiceKnown, true);
+    const deltaExtraJson = extraJson(delta, kDeltaKnown);
+    if (choiceExtraJson === "" && deltaExtraJson === "") return;
+    this.#extra({ choiceExtraJson, deltaExtraJson }, typeof choice.finish_reason === "string", chunk, from, out);
+  }
+
+  /**
+   * Puts a chunk's unnamed fields on the event that renders as that chunk: its first block delta;
+   * else message_start for the chunk that began the answer (the role chunk), message_end for the
+   * one that carried the finish reason; else a delta of their own, on the open block (-1 when none
+   * is: reasoning before any text).
+   */
+  #extra(extra: { choiceExtraJson: string; deltaExtraJson: string }, finished: boolean, chunk: JsonObject, from: number, out: StreamChatResponse[]): void {
+    for (let i = from; i < out.length; i++) {
+      const e = out[i]!.event;
+      if (e.case === "blockDelta") {
+        Object.assign(e.value, extra);
+        return;
+      }
+    }
+    if (!this.#started) this.#start(chunk, out);
+    // The last event is this chunk's message_start only when the chunk began the answer and gave no other.
+    const last = out.at(-1)?.event;
+    if (last?.case === "messageStart") Object.assign(last.value, extra);
+    else if (finished) this.#finishExtra = extra;
+    else out.push(streamEvent({ case: "blockDelta", value: { index: this.#open?.index ?? -1, ...extra } }));
   }
 
   #text(text: string, chunk: JsonObject, out: StreamChatResponse[], type = BlockType.TEXT): void {
@@ -171,7 +203,7 @@ class OpenAiStreamConverter implements StreamConverter {
     // Every tool call, then the open text block: block order, as a text block still open began last.
     for (const index of this.#toolBlocks.values()) out.push(streamEvent({ case: "blockStop", value: { index } }));
     this.#closeBlock(out);
-    out.push(streamEvent({ case: "messageEnd", value: { finishReason: this.#finish, usage: this.#usage } }));
+    out.push(streamEvent({ case: "messageEnd", value: { finishReason: this.#finish, usage: this.#usage, ...this.#finishExtra } }));
     return out;
   }
 }
@@ -188,8 +220,9 @@ function plainTextContent(chunk: JsonObject): string | undefined {
   if (!Array.isArray(choices) || choices.length !== 1) return undefined;
   const choice: unknown = choices[0];
   if (!isObject(choice) || choice.index !== 0) return undefined;
-  // No finish reason and no logprobs either.
-  if ((choice.finish_reason !== null && choice.finish_reason !== undefined) || (choice.logprobs !== null && choice.logprobs !== undefined)) return undefined;
+  // No finish reason, and no logprobs or other choice field (content_filter_results) either: null ones only.
+  if (choice.finish_reason !== null && choice.finish_reason !== undefined) return undefined;
+  for (const k in choice) if (!kChoiceKnown.has(k) && choice[k] !== null && choice[k] !== undefined) return undefined;
   const delta = choice.delta;
   if (!isObject(delta)) return undefined;
   let content: string | undefined;

@@ -233,6 +233,40 @@ describe("openai stream converter", () => {
     assert.deepEqual(out.slice(1), [["blockStart", 0, "TEXT", "", ""], ["delta", 0, "mine"]]);
   });
 
+  it("carries each chunk's unnamed choice and delta fields on the event that renders as that chunk", () => {
+    /** Each event's case, index and the fields it carries. */
+    const fields = (events: StreamChatResponse[]) =>
+      events.flatMap((e) => {
+        const v = e.event.value as { index?: number; choiceExtraJson?: string; deltaExtraJson?: string };
+        return v.choiceExtraJson || v.deltaExtraJson ? [[e.event.case, v.index, v.choiceExtraJson || null, v.deltaExtraJson || null]] : [];
+      });
+    const azure = (parts: string[]) => {
+      const conv = createOpenAiAdapter().createStreamConverter(req);
+      const events: StreamChatResponse[] = [];
+      for (const e of new SseParser().push(parts.join(""))) events.push(...conv.push(e));
+      return [...events, ...conv.end()];
+    };
+    const safe = '{"content_filter_results":{"hate":{"filtered":false,"severity":"safe"},"self_harm":{"filtered":false,"severity":"safe"},"sexual":{"filtered":false,"severity":"safe"},"violence":{"filtered":false,"severity":"safe"}}}';
+    // Azure: the role chunk's (empty) results with message_start, each text chunk's with its text,
+    // the finish chunk's with message_end.
+    assert.deepEqual(fields(azure([fixture("content-filter.sse")])), [
+      ["messageStart", undefined, '{"content_filter_results":{}}', null],
+      ["blockDelta", 0, safe, null],
+      ["blockDelta", 0, safe, null],
+      ["messageEnd", undefined, '{"content_filter_results":{"violence":{"filtered":true,"severity":"medium"}}}', null],
+    ]);
+    // Reasoning before any text (DeepSeek's reasoning_content): deltas of their own, on no block (-1).
+    const c = (delta: object, more: object = {}) => `data: ${JSON.stringify({ id: "c", created: 1, choices: [{ index: 0, delta, logprobs: null, finish_reason: null, ...more }] })}\n\n`;
+    const events = azure([c({ role: "assistant", content: null, reasoning_content: null }), c({ content: null, reasoning_content: "Hm" }), c({ content: "Hi", reasoning_content: null }), c({}, { x_tag: 1 }), "data: [DONE]\n\n"]);
+    assert.deepEqual(fields(events), [
+      ["messageStart", undefined, null, '{"reasoning_content":null}'],
+      ["blockDelta", -1, null, '{"reasoning_content":"Hm"}'],
+      ["blockDelta", 0, null, '{"reasoning_content":null}'],
+      ["blockDelta", 0, '{"x_tag":1}', null],
+    ]);
+    assert.deepEqual(events.map(brief).filter((b) => b[0] !== "delta"), [["start", "c", "chat-4o", 1, "CHAT_COMPLETIONS", {}], ["blockStart", 0, "TEXT", "", ""], ["blockStop", 0], ["end", "UNSPECIFIED", null]]);
+  });
+
   it("closes an empty body with message_start and message_end so the answer is well-formed", () => {
     const conv = createOpenAiAdapter().createStreamConverter(req);
     assert.deepEqual(conv.end().map(brief), [["start", "", "chat-4o", 0, "CHAT_COMPLETIONS", {}], ["end", "UNSPECIFIED", null]]);
@@ -322,8 +356,11 @@ describe("openai stream converter: text chunk templates", () => {
       const head = { id, object: "chat.completion.chunk", created: 1750000000 + round, model: "gpt-4o", ...(rand() < 0.5 ? { system_fingerprint: "fp_1" } : {}) };
       const tail = rand() < 0.5 ? { usage: null } : {};
       const obf = rand() < 0.3;
+      // Fields of the choice on every chunk: Azure's content_filter_results (carried, so no frame may
+      // be learnt from such a chunk) or a null one (left out, so the frame still serves).
+      const choiceFields = rand() < 0.8 ? {} : pick([{ content_filter_results: {} }, { content_filter_results: { hate: { filtered: false } } }, { x_null: null }]);
       const chunk = (delta: object, finish: string | null = null, extra: object = {}) =>
-        JSON.stringify({ ...head, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...tail, ...extra, ...(obf ? { obfuscation: pick(["a", "b1", "XyZ9"]) } : {}) });
+        JSON.stringify({ ...head, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish, ...choiceFields }], ...tail, ...extra, ...(obf ? { obfuscation: pick(["a", "b1", "XyZ9"]) } : {}) });
       const text = (t: string) => chunk({ content: t });
       const frame = text("\u0001").split('"\\u0001"');
       const data: string[] = [chunk({ role: "assistant", content: "", refusal: null })];
@@ -343,6 +380,8 @@ describe("openai stream converter: text chunk templates", () => {
         else if (r < 0.72) data.push(chunk({ content: t }, null, { usage: { prompt_tokens: 3, completion_tokens: 4 } }));
         else if (r < 0.73) data.push(chunk({ content: t }, null, { error: { message: "boom", type: "server_error" } }));
         else if (r < 0.75) data.push(`${text(t)} `);
+        else if (r < 0.79) data.push(chunk({ content: t, ...pick([{ reasoning_content: t }, { annotations: [] }, { reasoning_content: null }]) }));
+        else if (r < 0.81) data.push(chunk({ reasoning_content: t }));
         else data.push(text(t));
       }
       data.push(chunk({}, "stop"));

@@ -1,0 +1,41 @@
+import assert from "node:assert/strict";
+import { ApiStyle, BlockType, FinishReason, type StreamChatResponse } from "../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
+import { streamEvent, type StreamEventInit } from "../../../src/core/proxy/canonical.js";
+import { CompletionAssembler } from "../../../src/core/proxy/completion-assembler.js";
+
+/** A text stream of a chat-completions upstream; `fields` puts an upstream chunk's unnamed fields on one of its events. */
+function textStream(fields: { on?: "start" | "delta" | "end" | "own"; choiceExtraJson?: string; deltaExtraJson?: string } = {}): StreamChatResponse[] {
+  const { on, ...extra } = fields;
+  const events: StreamEventInit[] = [
+    { case: "messageStart", value: { id: "chatcmpl-1", model: "chat-4o", created: 1, upstreamStyle: ApiStyle.CHAT_COMPLETIONS, ...(on === "start" ? extra : {}) } },
+    ...(on === "own" ? [{ case: "blockDelta" as const, value: { index: -1, ...extra } }] : []),
+    { case: "blockStart", value: { index: 0, block: { type: BlockType.TEXT } } },
+    { case: "blockDelta", value: { index: 0, text: "Hi", ...(on === "delta" ? extra : {}) } },
+    { case: "blockStop", value: { index: 0 } },
+    { case: "messageEnd", value: { finishReason: FinishReason.END_TURN, usage: { inputTokens: 3, outputTokens: 1 }, ...(on === "end" ? extra : {}) } },
+  ];
+  return events.map(streamEvent);
+}
+
+const assemble = (events: StreamChatResponse[]) => {
+  const a = new CompletionAssembler();
+  for (const e of events) a.push(e);
+  return a;
+};
+
+describe("CompletionAssembler", () => {
+  it("assembles a text stream into the whole answer", () => {
+    const c = assemble(textStream()).result();
+    assert.deepEqual([c?.blocks.map((b) => b.text), c?.finishReason], [["Hi"], FinishReason.END_TURN]);
+  });
+
+  it("does not assemble a stream whose chunks carried unnamed choice or delta fields, wherever they came, and keeps its text for partial()", () => {
+    for (const on of ["start", "delta", "end", "own"] as const) {
+      for (const extra of [{ choiceExtraJson: '{"content_filter_results":{}}' }, { deltaExtraJson: '{"reasoning_content":"r"}' }]) {
+        const a = assemble(textStream({ on, ...extra }));
+        assert.equal(a.result(), undefined, `${on} ${JSON.stringify(extra)}`);
+        assert.deepEqual(a.partial()?.blocks.map((b) => b.text), ["Hi"]);
+      }
+    }
+  });
+});
