@@ -63,11 +63,15 @@ export class SvcClient {
     return { apiKey: this.apiKey, baseURL: this.gatewayUrl };
   }
 
+  // Every value the caller gives is sent, an empty string or a 0 included: only `undefined` means
+  // "not given". The API refuses an empty or out-of-range value (400 invalid_parameter) rather
+  // than reading it as no filter, which would list every row; a client that dropped it would turn
+  // that refusal back into the very answer it prevents (docs/management-api.md).
   readonly logs = {
     /** One page of logs, newest first; pass `next_cursor` back as `cursor` for the next. */
     list: (q: LogQuery = {}): Promise<LogPage> => this.#get("/v1/logs", logParams(q)),
     /** The full record of one request (its X-Svc-Request-Id), bodies included. */
-    get: (id: string): Promise<LogRecord> => this.#get(`/v1/logs/${encodeURIComponent(id)}`),
+    get: async (id: string): Promise<LogRecord> => this.#get(`/v1/logs/${pathSegment(id, "id")}`),
     /** Every log matching the query, page after page. */
     all: (q: LogQuery = {}): AsyncIterable<LogRecord> => this.#all(q),
   };
@@ -75,23 +79,23 @@ export class SvcClient {
   /** Totals and a time series over a range, optionally grouped. */
   analytics(q: AnalyticsQuery = {}): Promise<AnalyticsResult> {
     const p = new URLSearchParams();
-    if (q.start) p.set("start", toIso(q.start));
-    if (q.end) p.set("end", toIso(q.end));
-    if (q.granularity) p.set("granularity", q.granularity);
-    if (q.groupBy) p.set("group_by", q.groupBy);
+    if (q.start !== undefined) p.set("start", toIso(q.start));
+    if (q.end !== undefined) p.set("end", toIso(q.end));
+    if (q.granularity !== undefined) p.set("granularity", q.granularity);
+    if (q.groupBy !== undefined) p.set("group_by", q.groupBy);
     return this.#get("/v1/analytics", p);
   }
 
   readonly prompts = {
     list: (q: { limit?: number; cursor?: string } = {}): Promise<Page<PromptRecord>> => {
       const p = new URLSearchParams();
-      if (q.limit) p.set("limit", String(q.limit));
-      if (q.cursor) p.set("cursor", q.cursor);
+      if (q.limit !== undefined) p.set("limit", String(q.limit));
+      if (q.cursor !== undefined) p.set("cursor", q.cursor);
       return this.#get("/v1/prompts", p);
     },
     /** The latest version, or `version`. */
-    get: (name: string, version?: number): Promise<PromptRecord> =>
-      this.#get(`/v1/prompts/${encodeURIComponent(name)}`, version ? new URLSearchParams({ version: String(version) }) : undefined),
+    get: async (name: string, version?: number): Promise<PromptRecord> =>
+      this.#get(`/v1/prompts/${pathSegment(name, "name")}`, version === undefined ? undefined : new URLSearchParams({ version: String(version) })),
   };
 
   async *#all(q: LogQuery): AsyncIterable<LogRecord> {
@@ -122,19 +126,40 @@ export class SvcClient {
   }
 }
 
-const toIso = (t: Date | string | number) => (t instanceof Date ? t.toISOString() : typeof t === "number" ? new Date(t).toISOString() : t);
+/**
+ * A time as the API reads it: a Date or epoch milliseconds as ISO 8601, a string as given. One that
+ * is no time (an invalid Date, NaN) is sent as written, for the API to refuse naming the parameter,
+ * rather than thrown here as a RangeError or dropped.
+ */
+function toIso(t: Date | string | number): string {
+  if (typeof t === "string") return t;
+  const d = t instanceof Date ? t : new Date(t);
+  return Number.isNaN(d.getTime()) ? String(t) : d.toISOString();
+}
+
+/**
+ * An id or name as one path segment. An empty one is refused here, as the API refuses a bad id
+ * (400 invalid_parameter): `/v1/logs/` would be the listing, answered as if it were the record.
+ */
+function pathSegment(value: string, name: string): string {
+  if (value === "") throw new SvcApiError(400, "invalid_request_error", "invalid_parameter", `'${name}' must not be empty.`);
+  return encodeURIComponent(value);
+}
 
 function logParams(q: LogQuery): URLSearchParams {
   const p = new URLSearchParams();
-  if (q.limit) p.set("limit", String(q.limit));
-  if (q.cursor) p.set("cursor", q.cursor);
-  if (q.start) p.set("start", toIso(q.start));
-  if (q.end) p.set("end", toIso(q.end));
-  if (q.model) p.set("model", q.model);
-  if (q.status) p.set("status", String(q.status));
-  if (q.endpoint) p.set("endpoint", q.endpoint);
-  if (q.cache) p.set("cache", q.cache);
-  if (q.userId) p.set("user_id", q.userId);
+  const set = (name: string, v: string | number | undefined) => {
+    if (v !== undefined) p.set(name, String(v));
+  };
+  set("limit", q.limit);
+  set("cursor", q.cursor);
+  set("start", q.start === undefined ? undefined : toIso(q.start));
+  set("end", q.end === undefined ? undefined : toIso(q.end));
+  set("model", q.model);
+  set("status", q.status);
+  set("endpoint", q.endpoint);
+  set("cache", q.cache);
+  set("user_id", q.userId);
   for (const [k, v] of Object.entries(q.metadata ?? {})) p.set(`metadata.${k}`, v);
   return p;
 }

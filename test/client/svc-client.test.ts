@@ -52,6 +52,37 @@ describe("client library: SvcClient and createCoreClients against a running gate
     await assert.rejects(bad.logs.list(), (e: unknown) => e instanceof SvcApiError && e.status === 401 && e.code === "invalid_api_key");
   });
 
+  it("sends an empty or zero value as given, so the API's refusal reaches the caller instead of a listing of every row", async () => {
+    const core = createCoreClients({ url: gw.grpcUrl, adminToken: gw.adminToken });
+    await core.telemetry.putPrompt({ projectId: keys.projectId, name: "empty-values", content: "v1" });
+    const refused = (param: string) => (e: unknown) =>
+      e instanceof SvcApiError && e.status === 400 && e.code === "invalid_parameter" && e.message.includes(`'${param}'`);
+    const cases: Array<[string, () => Promise<unknown>]> = [
+      ["model", () => svc.logs.list({ model: "" })],
+      ["limit", () => svc.logs.list({ limit: 0 })],
+      ["cursor", () => svc.logs.list({ cursor: "" })],
+      ["status", () => svc.logs.list({ status: "" })],
+      ["user_id", () => svc.logs.list({ userId: "" })],
+      ["start", () => svc.logs.list({ start: "" })],
+      ["end", () => svc.logs.list({ end: new Date(NaN) })],
+      ["endpoint", () => svc.logs.list({ endpoint: "" as "messages" })],
+      ["cache", () => svc.logs.list({ cache: "" as "hit" })],
+      ["cursor", () => svc.logs.all({ cursor: "" })[Symbol.asyncIterator]().next()],
+      ["granularity", () => svc.analytics({ granularity: "" as "hour" })],
+      ["group_by", () => svc.analytics({ groupBy: "" })],
+      ["start", () => svc.analytics({ start: "" })],
+      ["limit", () => svc.prompts.list({ limit: 0 })],
+      ["cursor", () => svc.prompts.list({ cursor: "" })],
+      ["version", () => svc.prompts.get("empty-values", 0)],
+      ["id", () => svc.logs.get("")],
+      ["name", () => svc.prompts.get("")],
+    ];
+    for (const [param, call] of cases) await assert.rejects(call(), refused(param), `${param}: ${call}`);
+    // 0 is a time like any other (the epoch), not "no start".
+    const epoch = await svc.analytics({ start: 0, end: 86_400_000 * 2, granularity: "day" });
+    assert.equal(epoch.start, "1970-01-01T00:00:00.000Z");
+  });
+
   it("reaches the core services over gRPC with the admin token (prompts, then read through the management API)", async () => {
     const core = createCoreClients({ url: gw.grpcUrl, adminToken: gw.adminToken });
     await core.telemetry.putPrompt({ projectId: keys.projectId, name: "welcome", content: "Hello!" });
