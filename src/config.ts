@@ -1,4 +1,5 @@
 import { existsSync, readFileSync } from "node:fs";
+import { isIP } from "node:net";
 import { join, resolve } from "node:path";
 import { ApiStyle } from "./gen/svc/proxy/v1/proxy_service_pb.js";
 import { defaultCachePrices, defaultModels, FALLBACK_MAX_OUTPUT_TOKENS, type ModelRoute } from "./core/proxy/models.js";
@@ -159,6 +160,28 @@ function url(v: unknown, name: string): string {
     throw new ConfigError(`${name} must be an http(s) URL, got ${JSON.stringify(v)}`);
   }
   return v.replace(/\/+$/, "");
+}
+
+/** The listen address when SVC_HOST is unset. */
+export const DEFAULT_HOST = "127.0.0.1";
+
+/** One label of a DNS name: letters, digits, `-` (not at either end) and `_`, at most 63. */
+const LABEL = /^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$/;
+
+/**
+ * SVC_HOST: an IP address or a DNS name, as `listen()` takes it. A name whose last label is all
+ * digits is a mistyped IPv4 address (`999.1.1.1`, `10.0.0`): refused here, before anything starts,
+ * rather than looked up as a name when the first port listens. Whether the address is one of this
+ * machine's is checked when the server starts (server.ts).
+ */
+function hostSetting(v: string | undefined): string {
+  if (v === undefined || v === "") return DEFAULT_HOST;
+  if (isIP(v)) return v;
+  const labels = v.replace(/\.$/, "").split(".");
+  if (v.length > 253 || !labels.every((l) => LABEL.test(l)) || /^\d+$/.test(labels.at(-1)!)) {
+    throw new ConfigError(`SVC_HOST must be an IP address (such as 127.0.0.1, 0.0.0.0 or ::) or a host name, without a scheme, port or brackets, got ${JSON.stringify(v)}`);
+  }
+  return v;
 }
 
 /** SVC_REDIS_URL: a `redis://` or `rediss://` URL, or unset. */
@@ -364,7 +387,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const dataDir = resolve(env.SVC_DATA_DIR || "data");
   if (env.SVC_LOG_LEVEL && !isLogLevel(env.SVC_LOG_LEVEL)) throw new ConfigError(`SVC_LOG_LEVEL must be debug, info, warn or error, got ${JSON.stringify(env.SVC_LOG_LEVEL)}`);
   return {
-    host: env.SVC_HOST || "127.0.0.1",
+    host: hostSetting(env.SVC_HOST),
     gatewayPort: port(env, "SVC_GATEWAY_PORT", 8080),
     managementPort: port(env, "SVC_MANAGEMENT_PORT", 8081),
     grpcPort: port(env, "SVC_GRPC_PORT", 8090),

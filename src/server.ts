@@ -1,11 +1,11 @@
 import { randomBytes } from "node:crypto";
 import { link, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { createServer, type RequestListener } from "node:http";
-import type { AddressInfo } from "node:net";
+import { type AddressInfo, createServer as createNetServer } from "node:net";
 import { join, resolve } from "node:path";
 import type { Duplex } from "node:stream";
 import type { Client, ConnectRouter } from "@connectrpc/connect";
-import { checkAdminToken, type Config } from "./config.js";
+import { checkAdminToken, type Config, ConfigError } from "./config.js";
 import { adminAuthInterceptor } from "./core/admin-auth.js";
 import { createAuthService } from "./core/auth/auth-service.js";
 import { createCacheBackend } from "./core/cache/cache-backend.js";
@@ -64,7 +64,10 @@ export interface RunningServer {
  * callers and called in-process by the HTTP facades (gateway and management).
  */
 export async function startServer(config: Config, opts: ServeOptions = {}): Promise<RunningServer> {
-  await mkdir(config.dataDir, { recursive: true });
+  // Settings only the machine can judge are checked before anything starts (the data dir's lock,
+  // the telemetry store's migrations, the demo provider), each a ConfigError naming the setting.
+  await checkHost(config.host);
+  await makeDataDir(config.dataDir);
   const cleanups: Array<() => Promise<void>> = [];
   const close = async () => {
     for (const c of cleanups.reverse()) await c().catch((e) => log.warn("shutdown step failed", { err: String(e) }));
@@ -165,6 +168,39 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
   } catch (e) {
     await close();
     throw e;
+  }
+}
+
+/**
+ * SVC_HOST must be an address of this machine (or a name of one): a throwaway listener on a free
+ * port of it tells, in a moment, what the first real port would otherwise find only after the
+ * data dir was locked and the telemetry store migrated.
+ */
+async function checkHost(host: string): Promise<void> {
+  const probe = createNetServer();
+  await new Promise<void>((resolve, reject) => {
+    probe.once("error", (e: NodeJS.ErrnoException) => {
+      const why = e.code === "ENOTFOUND" || e.code === "EAI_AGAIN" ? "no such host name" : e.code === "EADDRNOTAVAIL" ? "not an address of this machine" : e.message;
+      reject(new ConfigError(`SVC_HOST ${JSON.stringify(host)} cannot be listened on: ${why} (set it to an address of this machine, such as 127.0.0.1, or 0.0.0.0 for all of them)`));
+    });
+    probe.listen(0, host, () => probe.close(() => resolve()));
+  });
+}
+
+/** Creates the data dir (SVC_DATA_DIR); one that cannot be, or a file in its place, is a ConfigError naming the setting. */
+async function makeDataDir(dir: string): Promise<void> {
+  try {
+    await mkdir(dir, { recursive: true });
+    return;
+  } catch (e) {
+    const err = e as NodeJS.ErrnoException;
+    const why =
+      err.code === "EEXIST" ? "it exists and is not a directory"
+      : err.code === "ENOTDIR" ? "a part of its path is a file, not a directory"
+      : err.code === "EACCES" || err.code === "EPERM" ? "permission denied"
+      : err.code === "EROFS" ? "the file system is read-only"
+      : err.message;
+    throw new ConfigError(`SVC_DATA_DIR ${dir} cannot be used as the data directory: ${why}`, { cause: e });
   }
 }
 

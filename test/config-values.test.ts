@@ -18,6 +18,12 @@ describe("configuration values", () => {
     ["SVC_REDIS_URL", "notaurl"],
     ["SVC_REDIS_URL", "http://127.0.0.1:6379"],
     ["SVC_LOG_LEVEL", "loud"],
+    ["SVC_HOST", "999.1.1.1"],
+    ["SVC_HOST", "10.0.0"],
+    ["SVC_HOST", "http://127.0.0.1"],
+    ["SVC_HOST", "127.0.0.1:8090"],
+    ["SVC_HOST", "[::1]"],
+    ["SVC_HOST", "my host"],
   ]) {
     it(`refuses ${name}=${value}, naming the setting and the value`, () => {
       // SVC_REDIS_URL is only quoted in part: it may hold a password.
@@ -31,6 +37,11 @@ describe("configuration values", () => {
     assert.equal(c.gatewayPort, 8088);
     assert.equal(c.timeouts.totalMs, 2 ** 31 - 1);
     assert.equal(c.redisUrl, "rediss://user:pw@example.com:6380/2");
+  });
+
+  it("listens on an IP address or a host name given as SVC_HOST, 127.0.0.1 when unset", () => {
+    assert.equal(loadConfig({}).host, "127.0.0.1");
+    for (const host of ["0.0.0.0", "::", "::1", "127.0.0.2", "localhost", "gw-1.internal", "svc_gateway"]) assert.equal(loadConfig({ SVC_HOST: host }).host, host);
   });
 
   it("refuses an admin token shorter than 16 characters, or one a Bearer header cannot carry, without quoting it", () => {

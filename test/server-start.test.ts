@@ -1,12 +1,31 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ConfigError, loadConfig } from "../src/config.js";
 import { startServer } from "../src/server.js";
 import { freePort } from "./support/redis.js";
+
+const bin = fileURLToPath(new URL("../bin/svc.js", import.meta.url));
+
+/** Runs `svc serve` with exactly `env` (and PATH) until it exits; one that starts anyway is stopped after 30 s. */
+function serveUntilExit(env: Record<string, string>, args: string[] = []): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [bin, "serve", ...args], { env: { PATH: process.env.PATH, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    // A server that started anyway is stopped rather than left running.
+    const timer = setTimeout(() => child.kill("SIGTERM"), 30_000);
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
 
 /** The embedded data dir's lock (`svc.pid`): one process per dir, and no lock outlives its holder. */
 /** The admin token guards every admin call on the core port: a weak one stops the server at start. */
@@ -34,21 +53,7 @@ describe("the admin token", function () {
   });
 
   it("stops `svc serve` with a configuration error (exit code 2) when SVC_ADMIN_TOKEN is short", async () => {
-    const bin = fileURLToPath(new URL("../bin/svc.js", import.meta.url));
-    const env = { PATH: process.env.PATH, SVC_DATA_DIR: dir, SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_ADMIN_TOKEN: "a" };
-    const res = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-      const child = spawn(process.execPath, [bin, "serve"], { env, stdio: ["ignore", "pipe", "pipe"] });
-      let stdout = "";
-      let stderr = "";
-      child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
-      child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-      // A server that started anyway is stopped rather than left running.
-      const timer = setTimeout(() => child.kill("SIGTERM"), 30_000);
-      child.once("exit", (code) => {
-        clearTimeout(timer);
-        resolve({ code, stdout, stderr });
-      });
-    });
+    const res = await serveUntilExit({ SVC_DATA_DIR: dir, SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_ADMIN_TOKEN: "a" });
     assert.equal(res.code, 2, res.stdout + res.stderr);
     assert.match(res.stderr, /configuration error: SVC_ADMIN_TOKEN is 1 character long; an admin token must be at least 16/);
     assert.doesNotMatch(res.stdout, /svc gateway is running/);
@@ -130,6 +135,48 @@ describe("start-up failures name the setting to change", function () {
       await (await startServer({ ...config, managementPort: 0 }, { demo: true })).close();
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("settings only the machine can judge stop `svc serve` as configuration errors (exit code 2), before anything starts", function () {
+  this.timeout(60_000);
+  let dir: string;
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), "svc-badenv-"));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+  const ports = { SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0" };
+
+  it("names SVC_DATA_DIR when the data dir is a file, or under one", async () => {
+    const file = join(dir, "a-file");
+    writeFileSync(file, "");
+    for (const [dataDir, why] of [
+      [file, /it exists and is not a directory/],
+      [join(file, "data"), /a part of its path is a file, not a directory/],
+      ["/dev/null/x", /a part of its path is a file, not a directory/],
+    ] as const) {
+      const res = await serveUntilExit({ ...ports, SVC_DATA_DIR: dataDir }, ["--demo"]);
+      assert.equal(res.code, 2, `${dataDir}: ${res.stdout}${res.stderr}`);
+      assert.match(res.stderr, new RegExp(`^configuration error: SVC_DATA_DIR ${dataDir.replace(/[/.]/g, "\\$&")} cannot be used as the data directory: `, "m"), dataDir);
+      assert.match(res.stderr, why, dataDir);
+      assert.doesNotMatch(res.stderr, /EEXIST|ENOTDIR/, dataDir);
+    }
+  });
+
+  it("names SVC_HOST when it is not an address of this machine, before the data dir is touched", async () => {
+    const dataDir = join(dir, "data");
+    for (const [host, why] of [
+      ["999.1.1.1", /SVC_HOST must be an IP address .* got "999\.1\.1\.1"/],
+      ["http://127.0.0.1", /SVC_HOST must be an IP address/],
+      ["10.255.255.1", /SVC_HOST "10\.255\.255\.1" cannot be listened on: not an address of this machine/],
+      ["no-such-host.invalid", /SVC_HOST "no-such-host\.invalid" cannot be listened on: no such host name/],
+    ] as const) {
+      const res = await serveUntilExit({ ...ports, SVC_DATA_DIR: dataDir, SVC_HOST: host }, ["--demo"]);
+      assert.equal(res.code, 2, `${host}: ${res.stdout}${res.stderr}`);
+      assert.match(res.stderr, /^configuration error: /, host);
+      assert.match(res.stderr, why, host);
+      assert.equal(existsSync(dataDir), false, `${host}: nothing was started (the data dir was not even made)`);
     }
   });
 });
