@@ -1,5 +1,5 @@
 import { existsSync, readFileSync } from "node:fs";
-import { isIP } from "node:net";
+import { isIP, isIPv6 } from "node:net";
 import { join, resolve } from "node:path";
 import { ApiStyle } from "./gen/svc/proxy/v1/proxy_service_pb.js";
 import { defaultCachePrices, defaultModels, FALLBACK_MAX_OUTPUT_TOKENS, type ModelRoute } from "./core/proxy/models.js";
@@ -137,7 +137,8 @@ function intInRange(env: NodeJS.ProcessEnv, name: string, fallback: number, min:
   return n;
 }
 
-const port = (env: NodeJS.ProcessEnv, name: string, fallback: number): number => intInRange(env, name, fallback, 0, 65535, "a port number (0-65535)");
+/** A port setting (0 picks a free one), or `fallback` when unset. */
+export const portSetting = (env: NodeJS.ProcessEnv, name: string, fallback: number): number => intInRange(env, name, fallback, 0, 65535, "a port number (0-65535)");
 
 /** A positive whole number (a decimal string from the environment, a number from the config file), at most `max`. */
 function positiveInt(v: unknown, name: string, max = Number.MAX_SAFE_INTEGER): number {
@@ -182,6 +183,32 @@ function hostSetting(v: string | undefined): string {
     throw new ConfigError(`SVC_HOST must be an IP address (such as 127.0.0.1, 0.0.0.0 or ::) or a host name, without a scheme, port or brackets, got ${JSON.stringify(v)}`);
   }
   return v;
+}
+
+/**
+ * The host a client on this machine connects to for a server listening on `host`: a wildcard
+ * address (0.0.0.0, ::) listens on every interface, loopback included, and is reached there; an
+ * IPv6 address is bracketed, as a URL writes it. The banner of `svc serve` and the CLI's default
+ * server address both come from it, so the CLI finds the server from the settings it was started with.
+ */
+export function connectHost(host: string): string {
+  if (host === "0.0.0.0" || (isIPv6(host) && /^[0:]+$/.test(host))) return "127.0.0.1";
+  return isIPv6(host) ? `[${host}]` : host;
+}
+
+/**
+ * The core's gRPC URL for a client on this machine, from the settings `svc serve` listens on
+ * (SVC_HOST, SVC_GRPC_PORT, with their defaults): where the CLI finds the server. Throws
+ * ConfigError naming a bad setting, or SVC_GRPC_PORT=0 (a free port picked at start, which only
+ * the server's banner tells).
+ */
+export function localCoreUrl(env: NodeJS.ProcessEnv): string {
+  const host = connectHost(hostSetting(env.SVC_HOST));
+  const grpcPort = portSetting(env, "SVC_GRPC_PORT", 8090);
+  if (grpcPort === 0) {
+    throw new ConfigError("SVC_GRPC_PORT is 0, so `svc serve` listens on a free port it picks at start: set --server or SVC_SERVER_URL to the core gRPC address its banner printed");
+  }
+  return `http://${host}:${grpcPort}`;
 }
 
 /** SVC_REDIS_URL: a `redis://` or `rediss://` URL, or unset. */
@@ -388,9 +415,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (env.SVC_LOG_LEVEL && !isLogLevel(env.SVC_LOG_LEVEL)) throw new ConfigError(`SVC_LOG_LEVEL must be debug, info, warn or error, got ${JSON.stringify(env.SVC_LOG_LEVEL)}`);
   return {
     host: hostSetting(env.SVC_HOST),
-    gatewayPort: port(env, "SVC_GATEWAY_PORT", 8080),
-    managementPort: port(env, "SVC_MANAGEMENT_PORT", 8081),
-    grpcPort: port(env, "SVC_GRPC_PORT", 8090),
+    gatewayPort: portSetting(env, "SVC_GATEWAY_PORT", 8080),
+    managementPort: portSetting(env, "SVC_MANAGEMENT_PORT", 8081),
+    grpcPort: portSetting(env, "SVC_GRPC_PORT", 8090),
     dataDir,
     redisUrl: redisUrl(env.SVC_REDIS_URL),
     adminToken: env.SVC_ADMIN_TOKEN ? checkAdminToken(env.SVC_ADMIN_TOKEN, "SVC_ADMIN_TOKEN") : undefined,

@@ -5,7 +5,7 @@ import { type AddressInfo, createServer as createNetServer } from "node:net";
 import { join, resolve } from "node:path";
 import type { Duplex } from "node:stream";
 import type { Client, ConnectRouter } from "@connectrpc/connect";
-import { checkAdminToken, type Config, ConfigError } from "./config.js";
+import { checkAdminToken, type Config, ConfigError, connectHost } from "./config.js";
 import { adminAuthInterceptor } from "./core/admin-auth.js";
 import { createAuthService } from "./core/auth/auth-service.js";
 import { createCacheBackend } from "./core/cache/cache-backend.js";
@@ -152,7 +152,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     const management = await serveHttp(createManagementApp({ auth, telemetry }).callback(), config.managementPort, config.host, "SVC_MANAGEMENT_PORT");
     cleanups.push(management.close);
 
-    const host = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
+    const host = connectHost(config.host);
     return {
       gatewayUrl: `http://${host}:${gateway.port}`,
       managementUrl: `http://${host}:${management.port}`,

@@ -3,6 +3,7 @@ import { join, resolve } from "node:path";
 import { type Client, Code, type ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { bearerAuth } from "../client/svc-client.js";
+import { connectHost, DEFAULT_HOST, localCoreUrl } from "../config.js";
 import { carriesErrorInfo } from "../core/errors.js";
 import { AuthService } from "../gen/svc/auth/v1/auth_service_pb.js";
 import { LimitsService } from "../gen/svc/limits/v1/limits_service_pb.js";
@@ -13,19 +14,30 @@ export interface AdminTarget {
   token: string;
 }
 
-/** Where the CLI looks for the core when neither --server nor SVC_SERVER_URL is set. */
-export const defaultServerUrl = (env = process.env): string => `http://127.0.0.1:${env.SVC_GRPC_PORT || 8090}`;
+/**
+ * Where the CLI looks for the core when neither --server nor SVC_SERVER_URL is set: where `svc
+ * serve` listens with the same SVC_HOST and SVC_GRPC_PORT (a wildcard host is reached on loopback).
+ * For messages: a bad setting is shown as written here, and refused by resolveAdminTarget.
+ */
+export function defaultServerUrl(env = process.env): string {
+  try {
+    return localCoreUrl(env);
+  } catch {
+    return `http://${connectHost(env.SVC_HOST || DEFAULT_HOST)}:${env.SVC_GRPC_PORT || 8090}`;
+  }
+}
 
 /** The server the admin commands talk to: `--server`, else SVC_SERVER_URL, else the local gRPC port. */
 export const serverOf = (flags: { server?: string }, env = process.env): string => flags.server || env.SVC_SERVER_URL || defaultServerUrl(env);
 
 /**
  * Finds the running server from the same settings `svc serve` reads: `--server`, else
- * SVC_SERVER_URL, else the local gRPC port (SVC_GRPC_PORT, 8090). The admin token comes from
- * `--admin-token`, SVC_ADMIN_TOKEN, or the file `svc serve` generated under the data dir.
+ * SVC_SERVER_URL, else the local gRPC address (SVC_HOST, 127.0.0.1; SVC_GRPC_PORT, 8090); a bad
+ * one of those is a ConfigError naming it. The admin token comes from `--admin-token`,
+ * SVC_ADMIN_TOKEN, or the file `svc serve` generated under the data dir.
  */
 export function resolveAdminTarget(flags: { server?: string; adminToken?: string }, env = process.env): AdminTarget {
-  const server = serverOf(flags, env);
+  const server = flags.server || env.SVC_SERVER_URL || localCoreUrl(env);
   let url: URL | undefined;
   try {
     url = new URL(server);
@@ -57,7 +69,7 @@ const TLS_MISMATCH = /EPROTO|wrong version number|packet length too long|SSL rou
  * with OpenSSL's words: both are told as "this is not the core's address", with the default.
  */
 export function adminCallMessage(e: ConnectError, server: string, env = process.env): string {
-  const where = `the default is ${defaultServerUrl(env)} (the core's gRPC port, SVC_GRPC_PORT); set --server or SVC_SERVER_URL`;
+  const where = `the default is ${defaultServerUrl(env)} (the core's gRPC port: SVC_HOST and SVC_GRPC_PORT, as \`svc serve\` reads them); set --server or SVC_SERVER_URL`;
   let url: URL | undefined;
   try {
     url = new URL(server);

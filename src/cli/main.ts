@@ -26,8 +26,8 @@ Usage:
   svc prompts show NAME --project ID [--version N]
 
 Admin commands (projects, keys, prompts) talk to a running server: --server URL (default
-SVC_SERVER_URL or http://127.0.0.1:$SVC_GRPC_PORT, 8090), --admin-token T (default SVC_ADMIN_TOKEN or
-$SVC_DATA_DIR/admin-token). Add --json for machine-readable output. Each command takes only the
+SVC_SERVER_URL, else http://$SVC_HOST:$SVC_GRPC_PORT as svc serve reads them, 127.0.0.1:8090),
+--admin-token T (default SVC_ADMIN_TOKEN or $SVC_DATA_DIR/admin-token). Add --json for machine-readable output. Each command takes only the
 options shown for it (and --help); any other is refused.
 `;
 

@@ -30,9 +30,20 @@ export interface SvcServe {
   managementUrl: string;
   /** Runs the `svc` command against this server (SVC_SERVER_URL names it; a --server given overrides it). */
   svc(...args: string[]): Promise<Run>;
+  /** Runs the `svc` command with the server's own settings only (no SVC_SERVER_URL): the CLI finds the server from them. */
+  svcWithServeEnv(...args: string[]): Promise<Run>;
   /** Stops it with SIGTERM (a clean shutdown), then starts it again on the same data dir and settings. */
   restart(): Promise<SvcServe>;
   stop(): Promise<void>;
+}
+
+/** Runs the `svc` command with exactly `env`, in `cwd`. */
+function run(args: string[], env: NodeJS.ProcessEnv, cwd?: string): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [bin, ...args], { env, cwd }, (err, stdout, stderr) => {
+      resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, stdout, stderr });
+    });
+  });
 }
 
 /** Starts `svc serve --demo` in a child process with a private data dir and free ports; `extraEnv` adds settings. */
@@ -64,12 +75,8 @@ export async function startSvcServe(extraEnv: Record<string, string> = {}, dataD
     grpcUrl,
     gatewayUrl,
     managementUrl,
-    svc: (...args) =>
-      new Promise((resolve) => {
-        execFile(process.execPath, [bin, ...args], { env: { ...env, SVC_SERVER_URL: grpcUrl }, cwd: dataDir }, (err, stdout, stderr) => {
-          resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, stdout, stderr });
-        });
-      }),
+    svc: (...args) => run(args, { ...env, SVC_SERVER_URL: grpcUrl }, dataDir),
+    svcWithServeEnv: (...args) => run(args, env, dataDir),
     async restart() {
       await kill("SIGTERM");
       if (server.exitCode !== 0) throw new Error(`svc serve exited ${server.exitCode ?? server.signalCode} on SIGTERM: ${out}`);

@@ -1,0 +1,74 @@
+import assert from "node:assert/strict";
+import { createServer } from "node:net";
+import { defaultServerUrl, resolveAdminTarget } from "../../src/cli/admin-client.js";
+import { ConfigError } from "../../src/config.js";
+import { freePort } from "../support/redis.js";
+import { startSvcServe } from "../support/svc-cli.js";
+
+/** The CLI finds the server from the same settings `svc serve` listens on: SVC_HOST and SVC_GRPC_PORT. */
+describe("the svc command's default server address", function () {
+  this.timeout(60_000);
+  const target = (env: NodeJS.ProcessEnv, server?: string) => resolveAdminTarget({ server, adminToken: "a-token-given-on-the-line" }, env).server;
+
+  it("is where `svc serve` listens with the same SVC_HOST and SVC_GRPC_PORT; a wildcard host is reached on loopback", () => {
+    for (const [env, url] of [
+      [{}, "http://127.0.0.1:8090"],
+      [{ SVC_GRPC_PORT: "18142" }, "http://127.0.0.1:18142"],
+      [{ SVC_HOST: "127.0.0.2", SVC_GRPC_PORT: "18142" }, "http://127.0.0.2:18142"],
+      [{ SVC_HOST: "0.0.0.0" }, "http://127.0.0.1:8090"],
+      [{ SVC_HOST: "::" }, "http://127.0.0.1:8090"],
+      [{ SVC_HOST: "0:0:0:0:0:0:0:0" }, "http://127.0.0.1:8090"],
+      [{ SVC_HOST: "::1" }, "http://[::1]:8090"],
+      [{ SVC_HOST: "gw-1.internal", SVC_GRPC_PORT: "9000" }, "http://gw-1.internal:9000"],
+    ] as const) {
+      assert.equal(target(env), url, JSON.stringify(env));
+      assert.equal(defaultServerUrl(env), url, JSON.stringify(env));
+    }
+  });
+
+  it("gives way to --server and SVC_SERVER_URL", () => {
+    const env = { SVC_HOST: "127.0.0.2", SVC_GRPC_PORT: "0", SVC_SERVER_URL: "http://core.internal:8090" };
+    assert.equal(target(env), "http://core.internal:8090");
+    assert.equal(target(env, "http://other:1"), "http://other:1");
+  });
+
+  it("refuses a bad SVC_HOST or SVC_GRPC_PORT, or SVC_GRPC_PORT=0 (a port only the banner tells), naming the setting", () => {
+    for (const [env, message] of [
+      [{ SVC_HOST: "999.1.1.1" }, /^SVC_HOST must be an IP address/],
+      [{ SVC_GRPC_PORT: "abc" }, /^SVC_GRPC_PORT must be a port number/],
+      [{ SVC_GRPC_PORT: "0" }, /^SVC_GRPC_PORT is 0, .* set --server or SVC_SERVER_URL/],
+    ] as const) {
+      assert.throws(() => target(env), (e: Error) => e instanceof ConfigError && message.test(e.message), JSON.stringify(env));
+    }
+  });
+
+  it("finds a running `svc serve` from its own settings, on another loopback address than 127.0.0.1", async () => {
+    const srv = await startSvcServe({ SVC_HOST: "127.0.0.2", SVC_GRPC_PORT: String(await freePort()) });
+    try {
+      assert.match(srv.grpcUrl, /^http:\/\/127\.0\.0\.2:\d+$/);
+      const res = await srv.svcWithServeEnv("projects", "create", "--name", "found", "--plan", "free", "--json");
+      assert.equal(res.code, 0, res.stderr);
+      assert.equal(JSON.parse(res.stdout).name, "found");
+    } finally {
+      await srv.stop();
+    }
+  });
+
+  it("finds a `svc serve` on an IPv6 address, which its banner writes in brackets", async function () {
+    const ipv6 = await new Promise<boolean>((resolve) => {
+      const probe = createServer().once("error", () => resolve(false));
+      probe.listen(0, "::1", () => probe.close(() => resolve(true)));
+    });
+    if (!ipv6) this.skip();
+    const srv = await startSvcServe({ SVC_HOST: "::1", SVC_GRPC_PORT: String(await freePort()) });
+    try {
+      assert.match(srv.grpcUrl, /^http:\/\/\[::1\]:\d+$/);
+      assert.match(srv.gatewayUrl, /^http:\/\/\[::1\]:\d+$/);
+      const res = await srv.svcWithServeEnv("projects", "list", "--json");
+      assert.equal(res.code, 0, res.stderr);
+      assert.deepEqual(JSON.parse(res.stdout), []);
+    } finally {
+      await srv.stop();
+    }
+  });
+});
