@@ -27,8 +27,9 @@ Usage:
 
 Admin commands (projects, keys, prompts) talk to a running server: --server URL (default
 SVC_SERVER_URL, else http://$SVC_HOST:$SVC_GRPC_PORT as svc serve reads them, 127.0.0.1:8090),
---admin-token T (default SVC_ADMIN_TOKEN or $SVC_DATA_DIR/admin-token). Add --json for machine-readable output. Each command takes only the
-options shown for it (and --help); any other is refused.
+--admin-token T (default SVC_ADMIN_TOKEN or $SVC_DATA_DIR/admin-token). Add --json for
+machine-readable output. Each command takes only the options shown for it (and --help); any other
+is refused. svc COMMAND --help shows a command's own usage and options.
 `;
 
 /** Every option of any command, with its type. */
@@ -64,23 +65,87 @@ interface CommandSpec {
   operands: number;
   /** The options it takes besides --help; any other is a usage error, never ignored. */
   options: Option[];
+  /** What follows the command on its usage line (`svc <command> <usage>`). */
+  usage: string;
+  /** What it does, in a line. */
+  about: string;
+  /** Where an option means something of its own here: its help on this command. */
+  optionHelp?: Partial<Record<Option, string>>;
 }
 
+const LIMIT_USAGE = "[--rpm N] [--rpd N] [--user-rpm N] [--spend-cap-usd X] [--log-bodies on|off]";
+
 const COMMANDS: Record<string, CommandSpec> = {
-  serve: { operands: 0, options: ["demo"] },
-  demo: { operands: 0, options: [] },
-  version: { operands: 0, options: ["json"] },
-  "projects create": { operands: 0, options: [...ADMIN, "name", ...LIMITS] },
-  "projects list": { operands: 0, options: ADMIN },
-  "projects show": { operands: 1, options: ADMIN },
-  "projects update": { operands: 1, options: [...ADMIN, ...LIMITS] },
-  "keys create": { operands: 0, options: [...ADMIN, "project", "mode", "description"] },
-  "keys list": { operands: 0, options: [...ADMIN, "project", "mode"] },
-  "keys delete": { operands: 1, options: ADMIN },
-  "prompts put": { operands: 1, options: [...ADMIN, "project", "file", "description"] },
-  "prompts list": { operands: 0, options: [...ADMIN, "project"] },
-  "prompts show": { operands: 1, options: [...ADMIN, "project", "version"] },
+  serve: { operands: 0, options: ["demo"], usage: "[--demo]", about: "start the gateway (settings from the environment and svc.config.json; data in ./data by default)" },
+  demo: { operands: 0, options: [], usage: "", about: "same as: svc serve --demo (built-in offline provider)" },
+  version: { operands: 0, options: ["json"], usage: "[--json]", about: "print the package's name and version (also: svc --version)" },
+  "projects create": { operands: 0, options: [...ADMIN, "name", ...LIMITS], usage: `--name N --plan free|pro|enterprise ${LIMIT_USAGE} [--json]`, about: "create a project, with its limits set in the same step", optionHelp: { plan: "free, pro or enterprise (required): keys per project and default limits" } },
+  "projects list": { operands: 0, options: ADMIN, usage: "[--json]", about: "list the projects" },
+  "projects show": { operands: 1, options: ADMIN, usage: "PROJECT_ID [--json]", about: "a project's plan, limits, keys and this month's spend" },
+  "projects update": { operands: 1, options: [...ADMIN, ...LIMITS], usage: `PROJECT_ID [--plan P] ${LIMIT_USAGE} [--json]`, about: "change a project's plan, limits or body logging" },
+  "keys create": { operands: 0, options: [...ADMIN, "project", "mode", "description"], usage: "--project ID --mode live|test [--description D] [--json]", about: "create a key (its value is shown this once)" },
+  "keys list": { operands: 0, options: [...ADMIN, "project", "mode"], usage: "--project ID [--mode live|test] [--json]", about: "list a project's keys (never their values)", optionHelp: { mode: "only live, or only test, keys" } },
+  "keys delete": { operands: 1, options: ADMIN, usage: "KEY_ID [--json]", about: "delete a key: its very next request fails" },
+  "prompts put": { operands: 1, options: [...ADMIN, "project", "file", "description"], usage: "NAME --project ID --file F [--description D] [--json]", about: "store a new version of a prompt" },
+  "prompts list": { operands: 0, options: [...ADMIN, "project"], usage: "--project ID [--json]", about: "every prompt of a project, at its latest version (it pages through them all)" },
+  "prompts show": { operands: 1, options: [...ADMIN, "project", "version"], usage: "NAME --project ID [--version N] [--json]", about: "a prompt's content, at its latest version or --version N" },
 };
+
+/** Each option's value, as its help shows it, and what it does. */
+const OPTION_HELP: Record<Option, [value: string, about: string]> = {
+  demo: ["", "answer every model from the built-in offline provider"],
+  json: ["", "machine-readable output"],
+  help: ["", "show this help"],
+  server: ["URL", "the core's gRPC address (default SVC_SERVER_URL, else http://$SVC_HOST:$SVC_GRPC_PORT, 127.0.0.1:8090)"],
+  "admin-token": ["T", "the admin token (default SVC_ADMIN_TOKEN, else the file $SVC_DATA_DIR/admin-token)"],
+  name: ["N", "the project's name (required)"],
+  plan: ["P", "free, pro or enterprise: keys per project and default limits"],
+  project: ["ID", "the project (required)"],
+  mode: ["live|test", "the key's mode (required)"],
+  description: ["D", "a description to keep with it"],
+  rpm: ["N", "requests per minute (live keys), or default for the plan's"],
+  rpd: ["N", "requests per day (live keys), or default for the plan's"],
+  "user-rpm": ["N", "requests per minute per X-Svc-User-Id, or default"],
+  "spend-cap-usd": ["X", "monthly spend cap in USD, or default"],
+  "log-bodies": ["on|off", "keep request and response bodies in the logs"],
+  file: ["F", "the file holding the prompt (- reads stdin)"],
+  version: ["N", "the prompt version (default: the latest)"],
+};
+
+/** The help of one command: its usage line and every option it takes. */
+function commandHelp(command: string): string {
+  const spec = COMMANDS[command]!;
+  // Its own options first, then those every admin command takes.
+  const options = [...spec.options.filter((o) => !ADMIN.includes(o)), ...spec.options.filter((o) => ADMIN.includes(o)), "help" as const];
+  const rows = options.map((o) => {
+    const [value, about] = OPTION_HELP[o];
+    return [`--${o}${value ? ` ${value}` : ""}`, spec.optionHelp?.[o] ?? about];
+  });
+  const width = Math.max(...rows.map(([flag]) => flag!.length));
+  return [
+    `svc ${command}: ${spec.about}`,
+    "",
+    `Usage: svc ${command}${spec.usage ? ` ${spec.usage}` : ""}`,
+    "",
+    "Options:",
+    ...rows.map(([flag, about]) => `  ${flag!.padEnd(width)}  ${about}`),
+    "",
+  ].join("\n");
+}
+
+/** The help of a group (projects, keys, prompts): its commands. */
+function groupHelp(group: string): string {
+  const commands = Object.keys(COMMANDS).filter((c) => c.startsWith(`${group} `));
+  return [
+    `svc ${group}: ${commands.map((c) => c.slice(group.length + 1)).join(", ")}`,
+    "",
+    "Usage:",
+    ...commands.map((c) => `  svc ${c} ${COMMANDS[c]!.usage}`),
+    "",
+    `svc ${group} COMMAND --help shows a command's options.`,
+    "",
+  ].join("\n");
+}
 
 /** Commands without subcommands: what follows them is all operands. */
 const SINGLE = new Set(["serve", "demo", "version"]);
@@ -96,15 +161,30 @@ interface Parsed {
 }
 
 /**
+ * The help asked for with --help (or `svc help ...`): a command's own, a group's, or the usage of
+ * them all. A command that does not exist is a usage error, as it is without --help.
+ */
+function helpFor(words: string[]): string {
+  const [cmd, sub] = words;
+  if (cmd === undefined) return USAGE;
+  if (SINGLE.has(cmd)) return commandHelp(cmd);
+  if (!GROUPS.has(cmd)) throw new UsageError(`unknown command '${cmd}'`);
+  if (sub === undefined) return groupHelp(cmd);
+  if (!COMMANDS[`${cmd} ${sub}`]) throw new UsageError(`unknown command '${cmd} ${sub}'`);
+  return commandHelp(`${cmd} ${sub}`);
+}
+
+/**
  * Reads the command line in two passes: the first finds the command (options typed as any command
  * takes them; unknown ones tolerated), the second reads it strictly with that command's types and
  * refuses any option the command does not take, naming it and the command, rather than ignoring it.
- * Returns undefined when only the usage is wanted.
+ * Returns the help text when help is wanted (--help, -h, `svc help ...`, or no command at all).
  */
-function parseCommandLine(argv: string[]): Parsed | undefined {
+function parseCommandLine(argv: string[]): Parsed | { help: string } {
   const first = parseArgs({ args: argv, allowPositionals: true, strict: false, tokens: true, options: OPTIONS });
   const [cmd, sub] = first.positionals;
-  if (first.values.help === true || cmd === "help") return undefined;
+  if (cmd === "help") return { help: helpFor(first.positionals.slice(1)) };
+  if (first.values.help === true) return { help: helpFor(first.positionals) };
   let command: string;
   if (cmd === undefined) {
     if (first.values.version !== true) {
@@ -112,7 +192,7 @@ function parseCommandLine(argv: string[]): Parsed | undefined {
       if (option) {
         throw new UsageError(option.name in OPTIONS ? `${option.rawName} needs a command (svc --help lists them)` : `unknown option '${option.rawName}'`);
       }
-      return undefined;
+      return { help: USAGE };
     }
     command = "version";
   } else if (SINGLE.has(cmd)) command = cmd;
@@ -183,8 +263,8 @@ let server = "";
 
 async function main(argv: string[]): Promise<void> {
   const parsed = parseCommandLine(argv);
-  if (!parsed) {
-    process.stdout.write(USAGE);
+  if ("help" in parsed) {
+    process.stdout.write(parsed.help);
     return;
   }
   const { command, values, operands } = parsed;
