@@ -135,7 +135,7 @@ export function projectDetailText(j: ReturnType<typeof projectDetailJson>): stri
   );
   const u = j.usage;
   if (u) {
-    lines.push("", `${u.month}: spent ${u.spent_usd} USD (${u.reserved_usd} reserved by running requests); ${u.requests_last_minute} requests in the last minute, ${u.requests_last_day} in the last day`);
+    lines.push("", `${u.month}: spent ${u.spent_usd} USD (${u.reserved_usd} reserved by running requests); ${u.requests_last_minute} request${u.requests_last_minute === 1 ? "" : "s"} in the last minute, ${u.requests_last_day} in the last day`);
   }
   return lines.join("\n");
 }

@@ -18,7 +18,10 @@ import { checkId } from "./log-row.js";
 const STEP: Record<Granularity, number> = { minute: 60, hour: 3600, day: 86_400 };
 /** The longest range per granularity, in buckets (7 days of minutes, 400 of hours, 3660 days). */
 const MAX_BUCKETS: Record<Granularity, number> = { minute: 7 * 1440, hour: 400 * 24, day: 3660 };
-const MAX_SPAN_TEXT: Record<Granularity, string> = { minute: "7 days", hour: "400 days", day: "3660 days" };
+/** The longest range in words, where buckets of the granularity do not already say it in days. */
+const MAX_SPAN_TEXT: Record<Granularity, string | undefined> = { minute: "7 days", hour: "400 days", day: undefined };
+/** "a minute", "an hour", "a day". */
+const ARTICLE: Record<Granularity, string> = { minute: "a", hour: "an", day: "a" };
 /**
  * The range without a `start_time`, in buckets: the last hour of minutes, the last 24 hours, the
  * last 30 days. They end with the bucket that holds the end (`end_time`, else now), so the series
@@ -81,7 +84,8 @@ export function analyticsQueryOf(req: GetAnalyticsRequest, nowMs: number): Analy
   // rounded out to whole buckets, so a range of the maximum that is not aligned spans one bucket
   // more; a range longer than the maximum is refused, however it is aligned.
   if (endSec - startSec > MAX_BUCKETS[granularity] * step) {
-    throw invalidRequest("invalid_value", `a ${granularity} series covers at most ${MAX_BUCKETS[granularity]} ${granularity}s (${MAX_SPAN_TEXT[granularity]}) from \`start_time\` to \`end_time\`; narrow the range or use a coarser granularity.`);
+    const span = MAX_SPAN_TEXT[granularity] ? ` (${MAX_SPAN_TEXT[granularity]})` : "";
+    throw invalidRequest("invalid_value", `${ARTICLE[granularity]} ${granularity} series covers at most ${MAX_BUCKETS[granularity]} ${granularity}s${span} from \`start_time\` to \`end_time\`; narrow the range or use a coarser granularity.`);
   }
   if (needsLogScan(granularity, groupBy) && endSec - startSec > LOG_SCAN_MAX_SECONDS) {
     throw invalidRequest("invalid_value", "a grouped minute series covers at most 24 hours from `start_time` to `end_time`; use hour granularity for longer ranges.");

@@ -44,18 +44,21 @@ function duration(s: number): string {
 }
 
 const windowWords: Partial<Record<LimitWindow, string>> = {
-  [LimitWindow.MINUTE]: "requests per minute",
-  [LimitWindow.DAY]: "requests per day",
+  [LimitWindow.MINUTE]: " per minute",
+  [LimitWindow.DAY]: " per day",
 };
+
+/** "1 request", "60 requests". */
+const requests = (n: number) => `${n} request${n === 1 ? "" : "s"}`;
 
 /** The error of a refused admission: 429 rate_limit_error with a code per kind of limit. */
 export function admissionError(a: AdmitResponse): Error {
   const retry = `Retry after ${a.retryAfterSeconds} s.`;
   switch (a.decision) {
     case Decision.PLAN_LIMITED:
-      return apiError(429, "rate_limit_error", "rate_limit_exceeded", `The project's limit of ${a.limit} ${windowWords[a.window] ?? "requests"} is reached. ${retry}`);
+      return apiError(429, "rate_limit_error", "rate_limit_exceeded", `The project's limit of ${requests(a.limit)}${windowWords[a.window] ?? ""} is reached. ${retry}`);
     case Decision.USER_LIMITED:
-      return apiError(429, "rate_limit_error", "user_rate_limit_exceeded", `This user's limit of ${a.limit} requests per minute (X-Svc-User-Id) is reached. ${retry}`);
+      return apiError(429, "rate_limit_error", "user_rate_limit_exceeded", `This user's limit of ${requests(a.limit)} per minute (X-Svc-User-Id) is reached. ${retry}`);
     case Decision.SPEND_CAPPED:
       return apiError(429, "rate_limit_error", "spend_cap_exceeded", `The project's monthly spend cap of $${a.spendCapUsd} would be exceeded by this request ($${a.spendRemainingUsd} left this month). ${retry}`);
     default:

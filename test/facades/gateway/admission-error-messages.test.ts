@@ -1,0 +1,22 @@
+import assert from "node:assert/strict";
+import { create } from "@bufbuild/protobuf";
+import { toErrorInfo } from "../../../src/core/errors.js";
+import { admissionError } from "../../../src/facades/gateway/rate-limit-headers.js";
+import { AdmitResponseSchema, Decision, LimitWindow } from "../../../src/gen/svc/limits/v1/limits_service_pb.js";
+
+/** A refused admission says which limit, in the right number ("1 request", "60 requests"), codes unchanged. */
+describe("rate-limit refusals: their wording", () => {
+  for (const [decision, window, limit, code, words] of [
+    [Decision.PLAN_LIMITED, LimitWindow.DAY, 1, "rate_limit_exceeded", "The project's limit of 1 request per day is reached. Retry after 5 s."],
+    [Decision.PLAN_LIMITED, LimitWindow.MINUTE, 1, "rate_limit_exceeded", "The project's limit of 1 request per minute is reached. Retry after 5 s."],
+    [Decision.PLAN_LIMITED, LimitWindow.MINUTE, 60, "rate_limit_exceeded", "The project's limit of 60 requests per minute is reached. Retry after 5 s."],
+    [Decision.PLAN_LIMITED, LimitWindow.DAY, 1000, "rate_limit_exceeded", "The project's limit of 1000 requests per day is reached. Retry after 5 s."],
+    [Decision.USER_LIMITED, LimitWindow.MINUTE, 1, "user_rate_limit_exceeded", "This user's limit of 1 request per minute (X-Svc-User-Id) is reached. Retry after 5 s."],
+    [Decision.USER_LIMITED, LimitWindow.MINUTE, 2, "user_rate_limit_exceeded", "This user's limit of 2 requests per minute (X-Svc-User-Id) is reached. Retry after 5 s."],
+  ] as const) {
+    it(words, () => {
+      const info = toErrorInfo(admissionError(create(AdmitResponseSchema, { decision, window, limit, retryAfterSeconds: 5 })));
+      assert.deepEqual([info.status, info.type, info.code, info.message], [429, "rate_limit_error", code, words]);
+    });
+  }
+});
