@@ -369,11 +369,16 @@ function cache(env: NodeJS.ProcessEnv): CacheConfig {
   };
 }
 
+/** The words a switch takes, in any case (spaces around them ignored); unset or empty is off. */
+const ON = ["1", "true", "yes"];
+const OFF = ["0", "false", "no"];
+
+/** A switch: on or off, and the error lists exactly the words it takes. */
 function flag(env: NodeJS.ProcessEnv, name: string): boolean {
   const raw = (env[name] ?? "").trim().toLowerCase();
-  if (raw === "" || raw === "0" || raw === "false" || raw === "no") return false;
-  if (raw === "1" || raw === "true" || raw === "yes") return true;
-  throw new ConfigError(`${name} must be 1 or 0 (true or false), got ${JSON.stringify(env[name])}`);
+  if (raw === "" || OFF.includes(raw)) return false;
+  if (ON.includes(raw)) return true;
+  throw new ConfigError(`${name} must be ${ON.join(", ")} (on) or ${OFF.join(", ")} (off), got ${JSON.stringify(env[name])}`);
 }
 
 function limits(env: NodeJS.ProcessEnv): LimitsConfig {

@@ -16,6 +16,23 @@ describe("cache configuration", () => {
     assert.throws(() => loadConfig({ SVC_CACHE_DISABLED: "maybe" }), (e) => e instanceof ConfigError && e.message.includes("SVC_CACHE_DISABLED"));
   });
 
+  it("takes exactly the words its refusal lists, for every switch", () => {
+    const on = ["1", "true", "yes"];
+    const off = ["0", "false", "no"];
+    for (const [name, read] of [
+      ["SVC_CACHE_DISABLED", (env: NodeJS.ProcessEnv) => !loadConfig(env).cache.enabled],
+      ["SVC_LIMITS_FAIL_CLOSED", (env: NodeJS.ProcessEnv) => loadConfig(env).limits.failClosed],
+      ["SVC_LIMITS_ADMIT_AHEAD", (env: NodeJS.ProcessEnv) => loadConfig(env).limits.admitAhead],
+    ] as const) {
+      let message = "";
+      assert.throws(() => loadConfig({ [name]: "maybe" }), (e: Error) => e instanceof ConfigError && Boolean((message = e.message)));
+      assert.equal(message, `${name} must be 1, true, yes (on) or 0, false, no (off), got "maybe"`);
+      for (const word of on) for (const v of [word, word.toUpperCase()]) assert.equal(read({ [name]: v }), true, `${name}=${v}`);
+      for (const word of off) for (const v of [word, word.toUpperCase()]) assert.equal(read({ [name]: v }), false, `${name}=${v}`);
+      for (const v of ["on", "off", "y", "n", "2"]) assert.throws(() => loadConfig({ [name]: v }), ConfigError, `${name}=${v}`);
+    }
+  });
+
   for (const [name, value] of [
     ["SVC_CACHE_TTL_SECONDS", "0"],
     ["SVC_CACHE_TTL_SECONDS", "2592001"],
