@@ -179,7 +179,7 @@ export function createRedisRegistryStore(url: string): RegistryStore {
     } catch (e) {
       if (isWriteRefusal(e)) {
         if (!closed) writes.refused(e);
-        throw new RegistryUnavailableError(`redis refused a write: ${(e as Error)?.message ?? e}`, { cause: e });
+        throw new RegistryUnavailableError(`redis refused a write: ${(e as Error)?.message ?? e}`, { cause: e, writesRefused: true });
       }
       if (!isOutage(e)) throw e;
       if (!closed) {

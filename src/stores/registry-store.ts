@@ -81,8 +81,15 @@ export interface RegistryStore {
  * reason (loading, read-only, out of memory). The store logs the outage once; the caller may retry.
  */
 export class RegistryUnavailableError extends Error {
-  constructor(message: string, options?: ErrorOptions) {
+  /**
+   * True when the store answered but refused to write (Redis full or read-only): reads still work,
+   * and the change was not applied. False when it could not be reached.
+   */
+  readonly writesRefused: boolean;
+
+  constructor(message: string, options?: ErrorOptions & { writesRefused?: boolean }) {
     super(message, options);
     this.name = "RegistryUnavailableError";
+    this.writesRefused = options?.writesRefused ?? false;
   }
 }

@@ -139,7 +139,7 @@ describe("Redis registry store", () => {
           assert.equal((await b.findKeyByHash("hash-key_full_cold"))?.project?.name, "full");
           assert.equal((await b.findKeyByHash("hash-key_full_known"))?.project?.name, "full");
           assert.deepEqual((await b.listKeys("proj_full")).map((k) => k.id), ["key_full_known", "key_full_cold"]);
-          await assert.rejects(b.createKey(key("key_full_new", "proj_full", 15), 10), RegistryUnavailableError);
+          await assert.rejects(b.createKey(key("key_full_new", "proj_full", 15), 10), (e) => e instanceof RegistryUnavailableError && e.writesRefused);
           await assert.rejects(b.updateProject("proj_full", (p) => ({ ...p, name: "changed" })), RegistryUnavailableError);
           await assert.rejects(b.createProject({ id: "proj_full2", name: "x", plan: "pro", createdAt: 16 }), RegistryUnavailableError);
           await new Promise((r) => setTimeout(r, 100));

@@ -74,13 +74,15 @@ function registryUnavailable(message: string) {
 }
 const cannotVerify = "The API key cannot be verified right now. Retry shortly.";
 const cannotReach = "The registry of projects and keys cannot be reached right now. Retry shortly.";
+const cannotChange = "The registry of projects and keys cannot take changes right now (its store refuses writes); nothing was changed. Retry later.";
 
 /** The store's answer, with an outage turned into the spec's 503 (any other error left as it is). */
 async function registry<T>(read: Promise<T>): Promise<T> {
   try {
     return await read;
   } catch (e) {
-    throw e instanceof RegistryUnavailableError ? registryUnavailable(cannotReach) : e;
+    if (!(e instanceof RegistryUnavailableError)) throw e;
+    throw registryUnavailable(e.writesRefused ? cannotChange : cannotReach);
   }
 }
 

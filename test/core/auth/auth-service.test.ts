@@ -173,6 +173,13 @@ describe("AuthService", () => {
     await rejects(outage.verifyKey({ secret: "sk-not-ours" }), 401, "invalid_api_key");
     await rejects(outage.createKey({ projectId: "", mode: KeyMode.LIVE }), 400, "missing_required_field");
 
+    // The store answered but refused the write (Redis full): the same 503, saying so rather than "cannot be reached".
+    assert.match(((await outage.createKey({ projectId: project!.id, mode: KeyMode.LIVE }).catch((e: unknown) => e)) as ConnectError).rawMessage, /cannot be reached/);
+    const full = createDirectClient(AuthService, createAuthService({ store: failing(new RegistryUnavailableError("redis refused a write: OOM", { writesRefused: true })) }));
+    const refused = await full.createKey({ projectId: project!.id, mode: KeyMode.LIVE }).catch((e: unknown) => e);
+    assert.ok(unavailable(refused));
+    assert.match((refused as ConnectError).rawMessage, /refuses writes.*nothing was changed/);
+
     const broken = createDirectClient(AuthService, createAuthService({ store: failing(new Error("WRONGTYPE")) }));
     const internal = (e: unknown) => toErrorInfo(e).status === 500 && toErrorInfo(e).code === "internal_error";
     await assert.rejects(broken.verifyKey({ secret }), internal);
