@@ -41,6 +41,8 @@ export const methodNotAllowed = (method: string, path: string, allow: string) =>
 const ANSWERED = Symbol("svc.clientErrorAnswer");
 /** The request id of the request a response answers, for an answer written on its socket instead. */
 const REQUEST_ID = Symbol("svc.requestId");
+/** Set on a socket whose bad request waits for the answer of the whole request before it. */
+const BEHIND = Symbol("svc.badRequestBehind");
 
 /**
  * Files a response's request id, so that an answer `answerClientError` writes on its socket for
@@ -50,9 +52,17 @@ export function fileRequestId(res: object, requestId: string): void {
   (res as { [REQUEST_ID]?: string })[REQUEST_ID] = requestId;
 }
 
-/** The request id filed for the response in progress on a socket, if any. */
+/** The request in progress on a socket: its response, and the request (whether it came in whole). */
+type InFlight = { [REQUEST_ID]?: string; headersSent?: boolean; writableFinished?: boolean; req?: { complete?: boolean }; once(event: "finish" | "close", fn: () => void): unknown };
+const inFlight = (socket: Duplex): InFlight | null | undefined => (socket as Duplex & { _httpMessage?: InFlight | null })._httpMessage;
+
+/**
+ * The request id filed for the request being read on a socket, if any: a request whose body is
+ * still coming in. A request that came in whole is not the one a parse error is about.
+ */
 export function requestIdOnSocket(socket: Duplex): string | undefined {
-  return (socket as Duplex & { _httpMessage?: { [REQUEST_ID]?: string } | null })._httpMessage?.[REQUEST_ID];
+  const res = inFlight(socket);
+  return res?.req?.complete ? undefined : res?.[REQUEST_ID];
 }
 
 /**
@@ -71,16 +81,45 @@ export function bodyBrokenOff(socket: Duplex | null): ConnectError {
  * limit (`--max-http-header-size`, 16 KiB by default), 408 when the request took longer than the
  * server's request timeout, 400 for anything else malformed; `headers` added. The connection is
  * then destroyed, as Node does (what follows on it cannot be trusted, and a half-open socket would
- * otherwise stay). A socket already reset, one whose response has begun, or one where a whole
- * earlier request is still being answered (a bad request pipelined behind it) is only destroyed:
- * an answer written there would be read as that request's.
+ * otherwise stay). A socket already reset, or one whose failing request's response has begun, is
+ * only destroyed: an answer written there would be read as part of that response. A bad request
+ * pipelined behind a whole one that is still being answered waits for that answer, then gets its
+ * own, then the connection closes.
  */
 export function answerClientError(err: Error & { code?: string }, socket: Duplex, headers: Record<string, string> = {}): void {
-  const stash = socket as Duplex & { [ANSWERED]?: ErrorInfo };
+  const stash = socket as Duplex & { [ANSWERED]?: ErrorInfo; [BEHIND]?: boolean };
+  // Already waiting to answer a bad request pipelined behind a whole one (Node raises an error per
+  // chunk that follows).
+  if (stash[BEHIND]) return;
   // The response on the socket, if any: the failing request's own (a body that timed out or broke
   // off), or, when that request came in whole, the one before a pipelined bad request.
-  const res = (socket as Duplex & { _httpMessage?: { headersSent?: boolean; req?: { complete?: boolean } } | null })._httpMessage;
-  if (err.code === "ECONNRESET" || !socket.writable || res?.headersSent || res?.req?.complete) {
+  const res = inFlight(socket);
+  if (err.code === "ECONNRESET" || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  if (res?.req?.complete) {
+    // A whole request is still being answered, and a bad one came in behind it: the whole one gets
+    // its answer, then the bad one its error, then the connection closes. (Cutting the connection
+    // here would lose an answer its client is owed, and that the log says was given.)
+    stash[BEHIND] = true;
+    res.once("finish", () => answerClientErrorNow(err, socket, headers));
+    res.once("close", () => {
+      if (!res.writableFinished) socket.destroy();
+    });
+    return;
+  }
+  if (res?.headersSent) {
+    socket.destroy();
+    return;
+  }
+  answerClientErrorNow(err, socket, headers);
+}
+
+function answerClientErrorNow(err: Error & { code?: string }, socket: Duplex, headers: Record<string, string>): void {
+  const stash = socket as Duplex & { [ANSWERED]?: ErrorInfo };
+  // The answer before it may have closed the connection (`Connection: close`).
+  if (!socket.writable) {
     socket.destroy();
     return;
   }

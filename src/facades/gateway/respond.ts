@@ -33,6 +33,7 @@ export const svcHeaders = (requestId: string, codec: ClientCodec): SvcHeaders =>
 });
 
 const hitCost = { "X-Svc-Cost": "0" } as const;
+const closeConnection = { Connection: "close" } as const;
 
 /** Writes a whole answer as JSON, with its cost in `X-Svc-Cost`; returns the body written. */
 export function writeCompletion(res: ServerResponse, svc: SvcHeaders, extra: Record<string, string> | undefined, codec: ClientCodec, ev: StreamChatResponse): string {
@@ -62,8 +63,11 @@ export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, e
   const body = JSON.stringify(toErrorBody(info));
   if (res.headersSent || res.destroyed) return { info, body: "" };
   svc["X-Svc-Cost"] = "0";
+  // Refused before its body was all read (too large, a bad key): the connection is closed after the
+  // answer rather than kept with the rest of the body unread, which could frame a second answer.
+  const close = res.req && !res.req.complete ? closeConnection : undefined;
   // 499 (the client went away) has no reader; should one still be there, it gets a plain 400.
-  writeJson(res, info.status === 499 ? 400 : info.status, { ...svc, ...extraHeaders, ...retryGuidanceOf(err) }, body);
+  writeJson(res, info.status === 499 ? 400 : info.status, { ...svc, ...extraHeaders, ...retryGuidanceOf(err), ...close }, body);
   return { info, body };
 }
 

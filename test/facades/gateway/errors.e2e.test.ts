@@ -225,6 +225,55 @@ describe("gateway errors: the spec's status and error object for every kind of b
     }
   });
 
+  /** Sends raw bytes on a new connection (then, with `halfClose`, ends this side) and reads all that comes back until the gateway ends the connection. */
+  const exchange = (text: string, halfClose = false) =>
+    new Promise<string>((resolve, reject) => {
+      const { hostname, port } = new URL(gw.gatewayUrl);
+      const socket = connect({ port: Number(port), host: hostname, allowHalfOpen: true }, () => {
+        socket.write(text);
+        if (halfClose) setTimeout(() => socket.end(), 300);
+      });
+      const timer = setTimeout(() => reject(new Error(`the gateway left the connection open; got ${got}`)), 8_000);
+      let got = "";
+      socket.setEncoding("utf8").on("data", (d: string) => (got += d));
+      socket.on("error", () => {});
+      socket.on("end", () => {
+        clearTimeout(timer);
+        socket.destroy();
+        resolve(got);
+      });
+    });
+  const statusLines = (raw: string) => raw.match(/HTTP\/1\.1 \d{3}/g) ?? [];
+  const post = (body: string, headers = "") =>
+    `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\n${headers}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+
+  it("answers a whole request before the bad one pipelined behind it, then the bad one, then closes", async () => {
+    const good = post(JSON.stringify(chat("pipelined first [[fake:delay=200]]")));
+    const raw = await exchange(`${good}GARBAGE \x01\r\n\r\n`);
+    assert.deepEqual(statusLines(raw), ["HTTP/1.1 200", "HTTP/1.1 400"], raw);
+    assert.match(raw, /"object":"chat.completion"/);
+    assert.match(raw, /"code":"malformed_request"/);
+    // The bad request has an id of its own.
+    const ids = [...raw.matchAll(/\r\nX-Svc-Request-Id: (req_\w+)\r\n/g)].map((m) => m[1]);
+    assert.equal(new Set(ids).size, 2, raw);
+    // Refused requests before the garbage are answered too.
+    const bad = await exchange(`${post('{"model": ')}GARBAGE \x01\r\n\r\n`);
+    assert.deepEqual(statusLines(bad), ["HTTP/1.1 400", "HTTP/1.1 400"], bad);
+    assert.match(bad, /"code":"invalid_json"[\s\S]*"code":"malformed_request"/);
+  });
+
+  it("closes the connection after refusing a request whose body it has not read, so a body cut short gets no second answer", async () => {
+    const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\nContent-Length: 104857600\r\n\r\n{"model":`;
+    const raw = await exchange(head, true);
+    assert.deepEqual(statusLines(raw), ["HTTP/1.1 400"], raw);
+    assert.match(raw, /"code":"request_too_large"/);
+    assert.match(raw, /\r\nConnection: close\r\n/i);
+    // A whole body, refused, keeps the connection (it was read).
+    const whole = await rawRequest(`${gw.gatewayUrl}/v1/chat/completions`, { headers: { "content-type": "application/json", "x-svc-api-key": key }, body: "{" });
+    assert.equal(whole.status, 400);
+    assert.notEqual(String(whole.headers.connection).toLowerCase(), "close");
+  });
+
   it("the health check carries the svc headers too", async () => {
     const res = await rawRequest(`${gw.gatewayUrl}/healthz`, { method: "GET" });
     assert.equal(res.status, 200);
