@@ -1,8 +1,8 @@
 /**
- * UTF-16 text that must become UTF-8 (a log row's JSON, a cached answer's protobuf bytes). A JS
- * string can hold a lone surrogate (JSON allows "\ud800"; a cut can fall inside a pair), which
- * UTF-8 cannot carry: encoders write U+FFFD for it, and ClickHouse refuses the `\ud800` escape that
- * JSON.stringify writes for it.
+ * UTF-16 text that must become UTF-8 (a log row's JSON, a cached answer's protobuf bytes, a cache
+ * key's hashed material). A JS string can hold a lone surrogate (JSON allows "\ud800"; a cut can
+ * fall inside a pair), which UTF-8 cannot carry: encoders write U+FFFD for it, and ClickHouse
+ * refuses the `\ud800` escape that JSON.stringify writes for it.
  *
  * `isWellFormed`/`toWellFormed` are Node 20+ (ES2024); the project's TypeScript lib predates them.
  * V8 answers isWellFormed at once for a one-byte string (every Latin-1 text) and scans a two-byte one.

@@ -6,6 +6,7 @@ import {
   type ToolDefinition,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ChatRequestBody } from "../proxy/canonical.js";
+import { isWellFormed } from "../text.js";
 import { canonicalText, frame, parseForKey, writeCanonical } from "./canonical-form.js";
 
 /**
@@ -56,16 +57,12 @@ export function cacheKeyOf(req: ChatRequestBody & { betas?: readonly string[] })
     `[${req.messages.map(messageText).join(",")}],[${req.tools.map(toolText).join(",")}],` +
     `${extraText(req.extraJson, rules, req.tools.length > 0)}]`;
   // One-shot hashing (Node 20.12+) skips the Hash object createHash would build for one update.
-  return hash("sha256", wellFormed(material) ? material : Buffer.from(material, "utf16le"), "base64url");
+  // UTF-8 encoding (what hashing a string does) turns each lone surrogate into U+FFFD, which would
+  // merge texts that differ only there (JSON allows "\ud800"); those rare texts are hashed as UTF-16
+  // instead, whose bytes cannot equal a UTF-8 material's (its second byte is 0, never a UTF-8
+  // material's `"`).
+  return hash("sha256", isWellFormed(material) ? material : Buffer.from(material, "utf16le"), "base64url");
 }
-
-/**
- * Whether a text has no lone surrogates. UTF-8 encoding (what hashing a string does) turns each of
- * them into U+FFFD, which would merge texts that differ only there (JSON allows "\ud800"); those
- * rare texts are hashed as UTF-16 instead, whose bytes cannot equal a UTF-8 material's (its second
- * byte is 0, never a UTF-8 material's `"`).
- */
-const wellFormed = (s: string): boolean => (s as unknown as { isWellFormed(): boolean }).isWellFormed();
 
 /** Bumped whenever the canonical form changes, so older entries stop matching instead of answering wrongly. */
 const KEY_VERSION = "svc-cache-key/1";
