@@ -20,14 +20,15 @@ export interface JsonFileWriter {
 
 /**
  * Each write goes to a temporary file (mode 0600) that is synced and renamed over the old one, so a
- * crash leaves either the old or the new file, never half of one. Writes are serialised.
+ * crash leaves either the old or the new file, never half of one. Writes are serialised; one that
+ * failed (its caller was told) does not fail the writes after it.
  */
 export function createJsonFileWriter(path: string, indent?: number): JsonFileWriter {
   let chain: Promise<void> = Promise.resolve();
   return {
     write(value) {
       const text = JSON.stringify(value, null, indent);
-      chain = chain.then(async () => {
+      chain = chain.catch(() => {}).then(async () => {
         const tmp = `${path}.${process.pid}.tmp`;
         const fh = await open(tmp, "w", 0o600);
         try {
