@@ -105,7 +105,8 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     const proxyImpl = createProxyService({ models: config.models, providers: config.providers, adapters, http });
     const cacheBackend = createCacheBackend(config.redisUrl, config.cache);
     cleanups.push(() => cacheBackend.close());
-    const limitsBackend = await createLimitsBackend(config.redisUrl, config.limits, store);
+    // Embedded, the month's spend and the day windows are kept in the data dir; closing writes them.
+    const limitsBackend = await createLimitsBackend(config.redisUrl, config.limits, store, config.dataDir);
     cleanups.push(() => limitsBackend.close());
     const auth = createDirectClient(AuthService, authImpl);
     /** Resolves when the project exists; rejects with 404 project_not_found otherwise. */

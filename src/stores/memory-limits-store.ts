@@ -1,4 +1,8 @@
-import { bucketOf, DAY, freeAtMs, MINUTE, type WindowName, type WindowShape } from "../core/limits/windows.js";
+import { rename } from "node:fs/promises";
+import { join } from "node:path";
+import { bucketOf, DAY, freeAtMs, MINUTE, monthOf, type WindowName, type WindowShape } from "../core/limits/windows.js";
+import { log } from "../logger.js";
+import { createJsonFileWriter, readJsonFile } from "./json-file.js";
 import { type AdmitInput, type AdmitOutcome, EXPIRE_BATCH, type LimitsStore, type RescindInput, type SettleInput, type Usage } from "./limits-store.js";
 
 /** One sliding window's counters (see src/core/limits/windows.ts). */
@@ -68,12 +72,105 @@ function add(c: Check): void {
   s.total++;
 }
 
+/** The embedded limits' snapshot, in the data dir. */
+export const LIMITS_SNAPSHOT_FILE = "limits.json";
+
+/** How soon after a change the snapshot is written: the most a crash can lose. */
+export const DEFAULT_PERSIST_DELAY_MS = 1_000;
+
+/**
+ * What of a project survives a restart: its spend in the current month and its day window. Minute
+ * windows (the project's and each user's) start empty again, and reservations are never kept: a
+ * request cut off by the restart must not hold part of the cap.
+ */
+interface ProjectSnapshot {
+  /** Nano-dollars spent, by month `YYYY-MM`. */
+  spent?: Record<string, number>;
+  /** The day window: its oldest bucket counted and its non-empty buckets, ascending. */
+  day?: { oldest: number; counts: Array<[bucket: number, count: number]> };
+}
+
+export interface LimitsSnapshot {
+  version: 1;
+  /** The newest clock reading the store had seen when the snapshot was taken. */
+  savedAtMs: number;
+  projects: Record<string, ProjectSnapshot>;
+}
+
+export interface MemoryLimitsPersistence {
+  /** The snapshot file, written whole (a temporary file renamed over it). */
+  path: string;
+  /** How soon after a change it is written (default DEFAULT_PERSIST_DELAY_MS). */
+  delayMs?: number;
+  /** The state to start from. */
+  initial?: LimitsSnapshot;
+}
+
+const isCount = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** `v` as a snapshot; throws, saying what is wrong, when it is not one. */
+export function checkLimitsSnapshot(v: unknown): LimitsSnapshot {
+  const fail = (why: string): never => {
+    throw new Error(why);
+  };
+  if (!isObject(v) || v.version !== 1) fail("it is not a version 1 limits snapshot");
+  const snap = v as unknown as LimitsSnapshot;
+  if (!isCount(snap.savedAtMs)) fail("`savedAtMs` is not a time");
+  if (!isObject(snap.projects)) fail("`projects` is not an object");
+  for (const [id, p] of Object.entries(snap.projects as Record<string, unknown>)) {
+    if (!isObject(p)) fail(`project ${id} is not an object`);
+    const { spent, day } = p as ProjectSnapshot;
+    if (spent !== undefined) {
+      if (!isObject(spent)) fail(`project ${id}'s \`spent\` is not an object`);
+      for (const [m, n] of Object.entries(spent)) if (!/^\d{4}-\d{2}$/.test(m) || !isCount(n)) fail(`project ${id}'s spend in ${JSON.stringify(m)} is not a month's nano-dollars`);
+    }
+    if (day !== undefined) {
+      if (!isObject(day) || !isCount(day.oldest) || !Array.isArray(day.counts)) fail(`project ${id}'s day window is not one`);
+      let prev = -1;
+      for (const e of day.counts) {
+        if (!Array.isArray(e) || e.length !== 2 || !isCount(e[0]) || !isCount(e[1]) || e[0] <= prev) fail(`project ${id}'s day window does not hold buckets in ascending order`);
+        prev = e[0];
+      }
+    }
+  }
+  return snap;
+}
+
+/**
+ * The embedded store persisted to `<dataDir>/limits.json` (see createMemoryLimitsStore). A file that
+ * cannot be read or is not a snapshot does not stop the start: it is logged, moved aside to
+ * `limits.json.unreadable` for inspection, and the store starts empty.
+ */
+export async function openMemoryLimitsStore(dataDir: string, opts: { delayMs?: number } = {}): Promise<LimitsStore> {
+  const path = join(dataDir, LIMITS_SNAPSHOT_FILE);
+  let initial: LimitsSnapshot | undefined;
+  try {
+    const data = await readJsonFile<unknown>(path);
+    if (data !== undefined) initial = checkLimitsSnapshot(data);
+  } catch (e) {
+    const aside = `${path}.unreadable`;
+    const moved = await rename(path, aside).then(() => true, () => false);
+    log.warn("the limits snapshot cannot be read; starting with no spend this month and no day counts", {
+      path,
+      err: (e as Error).message,
+      ...(moved ? { movedTo: aside } : {}),
+    });
+  }
+  return createMemoryLimitsStore({ path, delayMs: opts.delayMs, initial });
+}
+
 /**
  * The embedded store: the same decisions as the Redis script, in process memory. JavaScript runs
  * one decision at a time, so each is atomic without locks. Idle windows are swept now and then so
  * per-user windows do not pile up.
+ *
+ * With `persist`, what must outlive a restart (each project's spend in the current month and its
+ * day window) is written to `persist.path` at most `delayMs` after a change, off the request path
+ * (one write at a time, whole, the newest state each time), and on `close`. A crash loses at most
+ * the changes of the last `delayMs`.
  */
-export function createMemoryLimitsStore(): LimitsStore {
+export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): LimitsStore {
   const projects = new Map<string, ProjectState>();
   let calls = 0;
 
@@ -81,6 +178,73 @@ export function createMemoryLimitsStore(): LimitsStore {
     let p = projects.get(id);
     if (!p) projects.set(id, (p = { minute: undefined, day: undefined, users: new Map(), reservations: new Map(), reserved: 0, spent: new Map() }));
     return p;
+  };
+
+  /** The newest clock reading seen: which month is current when a snapshot is taken. */
+  let latestMs = 0;
+  const seen = (nowMs: number) => {
+    if (nowMs > latestMs) latestMs = nowMs;
+  };
+  if (persist?.initial) {
+    latestMs = persist.initial.savedAtMs;
+    for (const [id, s] of Object.entries(persist.initial.projects)) {
+      const p = stateOf(id);
+      for (const [m, n] of Object.entries(s.spent ?? {})) p.spent.set(m, n);
+      if (s.day) {
+        const counts = new Map(s.day.counts);
+        let total = 0;
+        for (const n of counts.values()) total += n;
+        p.day = { oldest: s.day.oldest, total, counts };
+      }
+    }
+  }
+
+  const writer = persist && createJsonFileWriter(persist.path);
+  const delayMs = persist?.delayMs ?? DEFAULT_PERSIST_DELAY_MS;
+  let timer: NodeJS.Timeout | undefined;
+  let dirty = false;
+  let closed = false;
+  let failing = false;
+
+  const snapshot = (): LimitsSnapshot => {
+    // Months before the current one are never read again (usage and admissions ask for the current
+    // month), so they are not kept.
+    const month = monthOf(latestMs);
+    const out: Record<string, ProjectSnapshot> = {};
+    for (const [id, p] of projects) {
+      const s: ProjectSnapshot = {};
+      for (const [m, n] of p.spent) if (m >= month && n > 0) (s.spent ??= {})[m] = n;
+      if (p.day && p.day.total > 0) s.day = { oldest: p.day.oldest, counts: [...p.day.counts].filter(([, n]) => n > 0) };
+      if (s.spent || s.day) out[id] = s;
+    }
+    return { version: 1, savedAtMs: latestMs, projects: out };
+  };
+
+  const save = async (final: boolean): Promise<void> => {
+    timer = undefined;
+    if (!writer || !dirty) return;
+    dirty = false;
+    try {
+      await writer.write(snapshot());
+      if (failing) log.info("the limits snapshot is written again", { path: persist.path });
+      failing = false;
+    } catch (e) {
+      dirty = true;
+      if (final) log.warn("the limits snapshot could not be written at shutdown; the spend and day counts since it was last written are lost", { path: persist.path, err: String(e) });
+      else if (!failing) log.warn("the limits snapshot cannot be written; retrying", { path: persist.path, err: String(e) });
+      failing = true;
+      schedule();
+    }
+  };
+  const schedule = () => {
+    if (timer || !writer || closed) return;
+    timer = setTimeout(() => void save(false), delayMs);
+    timer.unref();
+  };
+  /** State that a restart must keep changed: it is written within `delayMs`. */
+  const changed = () => {
+    dirty = true;
+    schedule();
   };
 
   const expire = (p: ProjectState, nowMs: number) => {
@@ -104,6 +268,7 @@ export function createMemoryLimitsStore(): LimitsStore {
   return {
     async admit(input: AdmitInput): Promise<AdmitOutcome> {
       const now = input.nowMs;
+      seen(now);
       if (++calls % 10_000 === 0) sweep(now);
       const p = stateOf(input.projectId);
       const checks: Check[] = [];
@@ -160,6 +325,7 @@ export function createMemoryLimitsStore(): LimitsStore {
       const counted: Partial<Record<WindowName, number>> | undefined = input.rescindable ? {} : undefined;
       for (const c of checks) {
         add(c);
+        if (c.name === "day") changed();
         if (counted) counted[c.name] = c.cur;
         const remaining = c.limit - c.total - 1;
         if (tight.window === undefined || remaining < tight.remaining) {
@@ -174,6 +340,7 @@ export function createMemoryLimitsStore(): LimitsStore {
     },
 
     async rescind(input: RescindInput): Promise<boolean> {
+      seen(input.nowMs);
       const p = stateOf(input.projectId);
       expire(p, input.nowMs);
       const r = p.reservations.get(input.reservationId);
@@ -190,21 +357,27 @@ export function createMemoryLimitsStore(): LimitsStore {
       };
       uncount(p.minute, r.counted.minute);
       uncount(p.day, r.counted.day);
+      if (r.counted.day !== undefined) changed();
       uncount(p.users.get(input.userId), r.counted.user_minute);
       return true;
     },
 
     async settle(input: SettleInput): Promise<void> {
+      seen(input.nowMs);
       const p = stateOf(input.projectId);
       const r = p.reservations.get(input.reservationId);
       if (r) {
         p.reserved -= r.nano;
         p.reservations.delete(input.reservationId);
       }
-      if (input.costNano > 0) p.spent.set(input.month, (p.spent.get(input.month) ?? 0) + input.costNano);
+      if (input.costNano > 0) {
+        p.spent.set(input.month, (p.spent.get(input.month) ?? 0) + input.costNano);
+        changed();
+      }
     },
 
     async usage(projectId: string, month: string, nowMs: number): Promise<Usage> {
+      seen(nowMs);
       const p = stateOf(projectId);
       expire(p, nowMs);
       const count = (shape: WindowShape, get: () => WindowState | undefined, set: (s: WindowState | undefined) => void) => {
@@ -220,7 +393,15 @@ export function createMemoryLimitsStore(): LimitsStore {
       };
     },
 
+    /** Writes the snapshot (when persisted) and empties the store; later changes are not written. */
     async close() {
+      if (timer) clearTimeout(timer);
+      closed = true;
+      if (writer) {
+        // A write under way first: one that fails leaves the state dirty for this last one.
+        await writer.idle().catch(() => {});
+        await save(true);
+      }
       projects.clear();
     },
   };

@@ -1,7 +1,7 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { LimitsConfig } from "../../config.js";
 import type { LimitsService } from "../../gen/svc/limits/v1/limits_service_pb.js";
-import { createMemoryLimitsStore } from "../../stores/memory-limits-store.js";
+import { createMemoryLimitsStore, openMemoryLimitsStore } from "../../stores/memory-limits-store.js";
 import { createRedisConnection } from "../../stores/redis-connection.js";
 import { createRedisLimitsStore } from "../../stores/redis-limits-store.js";
 import type { RegistryStore } from "../../stores/registry-store.js";
@@ -19,10 +19,11 @@ const READY_WAIT_MS = 2_000;
 
 /**
  * Chooses the limits store by deployment mode: Redis, shared by every replica, when `redisUrl` is
- * set (cluster); process memory otherwise (embedded). An AdmitRequest without limits has them read
- * from the registry.
+ * set (cluster); process memory otherwise (embedded), with the month's spend and the day windows
+ * kept in `<dataDir>/limits.json` across restarts when a `dataDir` is given (written within a second
+ * of a change and by `close`). An AdmitRequest without limits has them read from the registry.
  */
-export async function createLimitsBackend(redisUrl: string | undefined, config: LimitsConfig, registry: RegistryStore): Promise<LimitsBackend> {
+export async function createLimitsBackend(redisUrl: string | undefined, config: LimitsConfig, registry: RegistryStore, dataDir?: string): Promise<LimitsBackend> {
   const deps = {
     failClosed: config.failClosed,
     reservationTtlMs: config.reservationTtlMs,
@@ -32,7 +33,7 @@ export async function createLimitsBackend(redisUrl: string | undefined, config: 
     },
   };
   if (!redisUrl) {
-    const store = createMemoryLimitsStore();
+    const store = dataDir === undefined ? createMemoryLimitsStore() : await openMemoryLimitsStore(dataDir);
     return { impl: createLimitsService({ ...deps, store }), close: () => store.close() };
   }
   const conn = createRedisConnection(redisUrl, {
