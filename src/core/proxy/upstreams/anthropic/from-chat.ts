@@ -105,11 +105,15 @@ function toolFromChat(t: ToolDefinition): JsonObject {
   };
 }
 
-/** stop → stop_sequences, top_p → top_p, user → metadata.user_id. */
+/**
+ * stop → stop_sequences, top_p → top_p, user → metadata.user_id. The API refuses a stop sequence
+ * that is empty or only whitespace (400 "each stop sequence must contain non-whitespace"), so those
+ * are left out, as a string `stop` or as items of an array.
+ */
 function samplingFromChat(extra: JsonObject): JsonObject {
   const out: JsonObject = {};
   const stop = typeof extra.stop === "string" ? [extra.stop] : Array.isArray(extra.stop) ? extra.stop : [];
-  const sequences = stop.filter((s): s is string => typeof s === "string" && s.length > 0);
+  const sequences = stop.filter((s): s is string => typeof s === "string" && s.trim() !== "");
   if (sequences.length) out.stop_sequences = sequences;
   if (typeof extra.top_p === "number") out.top_p = Math.min(1, Math.max(0, extra.top_p));
   if (typeof extra.user === "string" && extra.user) out.metadata = { user_id: extra.user };

@@ -266,6 +266,14 @@ describe("anthropic request: from the chat-completions style", () => {
     assert.deepEqual(chat({ messages: [user("hi", C)], extraJson: '{"stop":["a","b"]}' }).stop_sequences, ["a", "b"]);
   });
 
+  it("leaves empty and whitespace-only stop values out of stop_sequences (the API refuses them)", () => {
+    const stop = (v: unknown) => chat({ messages: [user("hi", C)], extraJson: JSON.stringify({ stop: v }) }).stop_sequences;
+    assert.deepEqual(stop(["\n", "\n\n", " ", "", "\t\r\n", "\u00a0\u3000", "END", " x\n"]), ["END", " x\n"]);
+    assert.equal(stop("\n"), undefined, "a string stop");
+    assert.equal(stop(["\n", " "]), undefined, "an array of only whitespace");
+    assert.deepEqual(stop("\nUser:"), ["\nUser:"], "whitespace around text is kept");
+  });
+
   it("maps function tools' parameters to input_schema, defaulting to an object schema", () => {
     const b = chat({
       messages: [user("hi", C)],

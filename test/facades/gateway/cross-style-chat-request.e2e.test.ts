@@ -1,0 +1,91 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+
+/**
+ * What a chat-completions client's request becomes on an Anthropic-style upstream, with the official
+ * openai SDK against a real gateway and a scripted upstream that keeps every body it was sent and
+ * refuses what Anthropic's Messages API refuses (https://docs.anthropic.com/en/api/messages): a
+ * whitespace-only stop sequence, an empty `messages`.
+ */
+
+interface Sent {
+  stop_sequences?: string[];
+  messages: Array<{ role: string; content: unknown }>;
+}
+
+function answerAnthropic(body: Sent & { model: string; stream?: boolean }, res: http.ServerResponse): void {
+  const refuse = (message: string) => {
+    res.writeHead(400, { "content-type": "application/json" });
+    res.end(JSON.stringify({ type: "error", error: { type: "invalid_request_error", message } }));
+  };
+  if (body.stop_sequences?.some((s) => s.trim() === "")) return refuse("stop_sequences: each stop sequence must contain non-whitespace");
+  if (!body.messages.length) return refuse("messages: at least one message is required");
+  assert.ok(!body.stream, "these tests do not stream");
+  res.writeHead(200, { "content-type": "application/json" });
+  res.end(JSON.stringify({
+    id: "msg_X", type: "message", role: "assistant", model: body.model, content: [{ type: "text", text: "ok" }],
+    stop_reason: "end_turn", stop_sequence: null, usage: { input_tokens: 10, output_tokens: 1 },
+  }));
+}
+
+describe("chat-completions requests on an Anthropic-style upstream (official openai SDK, scripted upstream)", () => {
+  let upstream: http.Server;
+  let gw: TestGateway;
+  let dir: string;
+  let openai: OpenAI;
+  const sent: Sent[] = [];
+  let n = 0;
+  const nonce = () => `#${++n}`;
+  /** The bodies the upstream was sent for the request that carried `tag`. */
+  const sentFor = (tag: string) => sent.filter((b) => JSON.stringify(b.messages).includes(`${tag}"`));
+
+  before(async () => {
+    upstream = http.createServer((req, res) => {
+      let text = "";
+      req.on("data", (d: Buffer) => (text += d));
+      req.on("end", () => {
+        const body = JSON.parse(text) as Sent & { model: string };
+        sent.push(body);
+        answerAnthropic(body, res);
+      });
+    });
+    await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
+    const base = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+    dir = mkdtempSync(join(tmpdir(), "svc-cross-chat-"));
+    const config = join(dir, "svc.config.json");
+    writeFileSync(config, JSON.stringify({
+      models: { "chat-x": { surface: "chat-completions", provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15", maxOutputTokens: 8192 } },
+    }));
+    gw = await startTestGateway({ SVC_CONFIG: config, SVC_ANTHROPIC_BASE_URL: base, SVC_ANTHROPIC_API_KEY: "sk-ant-test" }, false);
+    openai = new OpenAI({ apiKey: (await gw.project()).live, baseURL: `${gw.gatewayUrl}/v1`, maxRetries: 0 });
+  });
+  after(async () => {
+    await gw?.close();
+    upstream?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  describe("stop", () => {
+    it("leaves whitespace-only values of an array stop out of stop_sequences, so the request is answered", async () => {
+      const tag = nonce();
+      const c = await openai.chat.completions.create({ model: "chat-x", stop: ["\n", "\n\n", " ", "END"], messages: [{ role: "user", content: `q ${tag}` }] });
+      assert.equal(c.choices[0]!.message.content, "ok");
+      assert.deepEqual(sentFor(tag).map((b) => b.stop_sequences), [["END"]]);
+    });
+
+    it("sends no stop_sequences for a string stop that is only whitespace", async () => {
+      const tag = nonce();
+      const c = await openai.chat.completions.create({ model: "chat-x", stop: "\n", messages: [{ role: "user", content: `q ${tag}` }] });
+      assert.equal(c.choices[0]!.message.content, "ok");
+      const bodies = sentFor(tag);
+      assert.equal(bodies.length, 1);
+      assert.equal("stop_sequences" in bodies[0]!, false);
+    });
+  });
+});
