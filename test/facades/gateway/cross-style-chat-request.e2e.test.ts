@@ -71,6 +71,17 @@ describe("chat-completions requests on an Anthropic-style upstream (official ope
     rmSync(dir, { recursive: true, force: true });
   });
 
+  /** The SDK's error for a request the gateway refused: [status, type, code, message]. */
+  async function refused(body: OpenAI.ChatCompletionCreateParamsNonStreaming): Promise<unknown[]> {
+    try {
+      await openai.chat.completions.create(body);
+    } catch (e) {
+      assert.ok(e instanceof OpenAI.APIError, String(e));
+      return [e.status, e.type, e.code, (e.error as { message?: string } | undefined)?.message];
+    }
+    return assert.fail("the request was answered, not refused");
+  }
+
   describe("stop", () => {
     it("leaves whitespace-only values of an array stop out of stop_sequences, so the request is answered", async () => {
       const tag = nonce();
@@ -86,6 +97,43 @@ describe("chat-completions requests on an Anthropic-style upstream (official ope
       const bodies = sentFor(tag);
       assert.equal(bodies.length, 1);
       assert.equal("stop_sequences" in bodies[0]!, false);
+    });
+  });
+
+  describe("tool call arguments in the history", () => {
+    const tools: OpenAI.ChatCompletionTool[] = [{ type: "function", function: { name: "f", parameters: { type: "object" } } }];
+    const history = (args: string, tag: string): OpenAI.ChatCompletionMessageParam[] => [
+      { role: "user", content: `call f ${tag}` },
+      { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "f", arguments: args } }] },
+      { role: "tool", tool_call_id: "call_1", content: "done" },
+    ];
+
+    for (const args of ["not json", "[1,2]", '"s"']) {
+      it(`refuses arguments ${JSON.stringify(args)} with a 400 naming the message, and sends nothing upstream`, async () => {
+        const tag = nonce();
+        const [status, type, code, message] = await refused({ model: "chat-x", tools, messages: history(args, tag) });
+        assert.deepEqual([status, type, code], [400, "invalid_request_error", "invalid_value"]);
+        assert.match(String(message), /^`messages\[1\]\.tool_calls\[0\]\.function\.arguments` must be the text of a JSON object/);
+        assert.deepEqual(sentFor(tag), []);
+      });
+    }
+
+    it("refuses them on a streamed request too, before the stream starts", async () => {
+      const tag = nonce();
+      await assert.rejects(
+        openai.chat.completions.create({ model: "chat-x", stream: true, tools, messages: history("[1,2]", tag) }),
+        (e) => e instanceof OpenAI.APIError && e.status === 400 && e.code === "invalid_value",
+      );
+      assert.deepEqual(sentFor(tag), []);
+    });
+
+    it("sends empty arguments as input {}, and a JSON object as itself", async () => {
+      for (const [args, input] of [["", {}], ['{"a":1}', { a: 1 }]] as const) {
+        const tag = nonce();
+        await openai.chat.completions.create({ model: "chat-x", tools, messages: history(args, tag) });
+        const [body] = sentFor(tag);
+        assert.deepEqual(body?.messages[1], { role: "assistant", content: [{ type: "tool_use", id: "call_1", name: "f", input }] }, JSON.stringify(args));
+      }
     });
   });
 });

@@ -1,4 +1,5 @@
-import { BlockType, type ContentBlock, type StreamChatRequest, type ToolDefinition } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { BlockType, type ChatMessage, type ContentBlock, type StreamChatRequest, type ToolDefinition } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { invalidRequest } from "../../../errors.js";
 import { isObject, parseExtra, type JsonObject } from "../../../json.js";
 import { blockToWire, toolInput } from "./blocks.js";
 
@@ -7,7 +8,9 @@ import { blockToWire, toolInput } from "./blocks.js";
  * (https://docs.anthropic.com/en/api/openai-sdk lists the same correspondences). The two styles
  * differ in shape, not meaning: system turns become `system`, tool turns become user turns of
  * tool_result blocks, and turns must alternate. Chat-style unknown fields are not messages-style
- * fields, so only the ones with a known counterpart are translated; the rest stay behind.
+ * fields, so only the ones with a known counterpart are translated; the rest stay behind. What
+ * cannot be translated without changing the conversation (a tool call's arguments that are not an
+ * object) is refused with a 400 naming the message, rather than rewritten.
  */
 
 /** The API requires max_tokens; a client style where it is optional gets this. */
@@ -23,13 +26,13 @@ export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
   const extra = parseExtra(req.extraJson);
   const system: string[] = req.system ? [req.system] : [];
   const turns: Turn[] = [];
-  for (const m of req.messages) {
+  for (const [i, m] of req.messages.entries()) {
     if (m.role === "system" || m.role === "developer") {
       const text = m.blocks.filter((b) => b.type === BlockType.TEXT).map((b) => b.text).join("\n\n");
       if (text) system.push(text);
       continue;
     }
-    const content = m.blocks.map(blockFromChat).filter((b) => b !== undefined);
+    const content = blocksFromChat(m, `messages[${i}]`, req.model);
     if (!content.length) continue; // e.g. a turn whose only part was audio
     const role: Role = m.role === "assistant" ? "assistant" : "user";
     const last = turns.at(-1);
@@ -51,12 +54,29 @@ export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
   return body;
 }
 
+/**
+ * A chat-style turn's blocks as messages-style ones, in order. `path` names the turn as the client
+ * wrote it (`messages[i]`): a chat message's content parts come first, one block each, and then its
+ * tool calls, so a part is `content[k]` and a call `tool_calls[j]`.
+ */
+function blocksFromChat(m: ChatMessage, path: string, model: string): JsonObject[] {
+  const out: JsonObject[] = [];
+  let call = 0;
+  for (const b of m.blocks) {
+    const block =
+      b.type === BlockType.TOOL_USE
+        ? toolUseFromChat(b, `${path}.tool_calls[${call++}].function.arguments`, model)
+        : blockFromChat(b);
+    if (block) out.push(block);
+  }
+  return out;
+}
+
 /** A chat-style block as a messages-style one; undefined for what this style cannot carry. */
 function blockFromChat(b: ContentBlock): JsonObject | undefined {
   switch (b.type) {
     case BlockType.TEXT:
       return b.text ? blockToWire(b) : undefined; // the API rejects empty text blocks
-    case BlockType.TOOL_USE:
     case BlockType.TOOL_RESULT:
       return blockToWire(b);
     case BlockType.IMAGE:
@@ -64,6 +84,31 @@ function blockFromChat(b: ContentBlock): JsonObject | undefined {
     default:
       return undefined;
   }
+}
+
+/** Where a refusal says the request went: the reason a chat-completions request cannot carry it. */
+const routed = (model: string) => `the model '${model}' is served by a messages-style (Anthropic) upstream`;
+
+/**
+ * A chat-style tool call. Its `arguments` are a JSON text, a messages-style `input` an object: the
+ * text of a JSON object becomes that object, and "" (a call without arguments) {}. Anything else
+ * (not JSON, an array, a string) has no faithful `input`; {} would rewrite the earlier call, so the
+ * request is refused.
+ */
+function toolUseFromChat(b: ContentBlock, path: string, model: string): JsonObject {
+  let input: unknown = {};
+  if (b.toolInputJson !== "") {
+    try {
+      input = JSON.parse(b.toolInputJson);
+    } catch {
+      input = undefined;
+    }
+  }
+  if (!isObject(input)) {
+    const shown = JSON.stringify(b.toolInputJson.length > 80 ? `${b.toolInputJson.slice(0, 80)}…` : b.toolInputJson);
+    throw invalidRequest("invalid_value", `\`${path}\` must be the text of a JSON object: ${routed(model)}, whose tool calls take an object as their input; got ${shown}.`);
+  }
+  return { type: "tool_use", id: b.toolCallId, name: b.toolName, input };
 }
 
 /**

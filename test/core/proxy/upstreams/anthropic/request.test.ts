@@ -8,6 +8,7 @@ import {
 } from "../../../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
 import type { UpstreamTarget } from "../../../../../src/core/proxy/upstreams/adapter.js";
 import { createAnthropicAdapter } from "../../../../../src/core/proxy/upstreams/anthropic/adapter.js";
+import { toErrorInfo } from "../../../../../src/core/errors.js";
 import { deepFreeze } from "../../../../support/freeze.js";
 
 const adapter = createAnthropicAdapter();
@@ -180,7 +181,7 @@ describe("anthropic request: from the chat-completions style", () => {
           role: "assistant",
           blocks: [
             { type: BlockType.TOOL_USE, toolCallId: "call_1", toolName: "get_weather", toolInputJson: '{"city":"Paris"}', style: C },
-            { type: BlockType.TOOL_USE, toolCallId: "call_2", toolName: "get_weather", toolInputJson: '{"city":', style: C },
+            { type: BlockType.TOOL_USE, toolCallId: "call_2", toolName: "get_weather", toolInputJson: '{"city":"Rome"}', style: C },
           ],
         },
         { role: "tool", blocks: [{ type: BlockType.TOOL_RESULT, toolCallId: "call_1", text: "20C", style: C }] },
@@ -194,7 +195,7 @@ describe("anthropic request: from the chat-completions style", () => {
         role: "assistant",
         content: [
           { type: "tool_use", id: "call_1", name: "get_weather", input: { city: "Paris" } },
-          { type: "tool_use", id: "call_2", name: "get_weather", input: {} }, // unparsable arguments
+          { type: "tool_use", id: "call_2", name: "get_weather", input: { city: "Rome" } },
         ],
       },
       {
@@ -241,6 +242,39 @@ describe("anthropic request: from the chat-completions style", () => {
     });
     assert.deepEqual(b.messages, [{ role: "user", content: "hi" }, { role: "assistant", content: "ok" }]);
   });
+
+  /** The 400 a translation refuses with: [status, type, code, message]. */
+  const refusal = (init: Omit<Init, "style">) => {
+    try {
+      chat(init);
+    } catch (e) {
+      const info = toErrorInfo(e);
+      return [info.status, info.type, info.code, info.message];
+    }
+    return assert.fail("the request was translated, not refused");
+  };
+  const callWith = (args: string) => ({ type: BlockType.TOOL_USE, toolCallId: "call_1", toolName: "f", toolInputJson: args, style: C });
+
+  it("takes a tool call's empty arguments as an empty input", () => {
+    const b = chat({ messages: [user("hi", C), { role: "assistant", blocks: [callWith("")] }] });
+    assert.deepEqual(b.messages, [{ role: "user", content: "hi" }, { role: "assistant", content: [{ type: "tool_use", id: "call_1", name: "f", input: {} }] }]);
+  });
+
+  for (const args of ["not json", "[1,2]", '"s"', "null", "7", '{"city":']) {
+    it(`refuses a tool call whose arguments are ${JSON.stringify(args)}, naming the message, rather than sending input {}`, () => {
+      const [status, type, code, message] = refusal({
+        model: "chat-x",
+        messages: [
+          user("hi", C),
+          { role: "assistant", blocks: [text("calling"), callWith('{"ok":1}'), callWith(args)] },
+          { role: "tool", blocks: [{ type: BlockType.TOOL_RESULT, toolCallId: "call_1", text: "r", style: C }] },
+        ],
+      });
+      assert.deepEqual([status, type, code], [400, "invalid_request_error", "invalid_value"]);
+      assert.match(String(message), /^`messages\[1\]\.tool_calls\[1\]\.function\.arguments` must be the text of a JSON object: the model 'chat-x' is served by a messages-style \(Anthropic\) upstream/);
+      assert.ok(String(message).includes(JSON.stringify(args)), String(message));
+    });
+  }
 
   it("defaults max_tokens to 4096", () => {
     assert.equal(chat({ messages: [user("hi", C)] }).max_tokens, 4096);
