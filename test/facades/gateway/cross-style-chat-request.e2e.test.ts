@@ -136,4 +136,51 @@ describe("chat-completions requests on an Anthropic-style upstream (official ope
       }
     });
   });
+
+  describe("file and audio parts", () => {
+    it("sends a PDF file part as a base64 document block, in its place", async () => {
+      const tag = nonce();
+      const c = await openai.chat.completions.create({
+        model: "chat-x",
+        messages: [{
+          role: "user",
+          content: [
+            { type: "text", text: "Summarize" },
+            { type: "file", file: { file_data: "data:application/pdf;base64,JVBERi0xLjQ=", filename: "a.pdf" } },
+            { type: "text", text: `briefly ${tag}` },
+          ],
+        }],
+      });
+      assert.equal(c.choices[0]!.message.content, "ok");
+      assert.deepEqual(sentFor(tag).map((b) => b.messages), [[{
+        role: "user",
+        content: [
+          { type: "text", text: "Summarize" },
+          { type: "document", source: { type: "base64", media_type: "application/pdf", data: "JVBERi0xLjQ=" } },
+          { type: "text", text: `briefly ${tag}` },
+        ],
+      }]]);
+    });
+
+    const only = (part: OpenAI.ChatCompletionContentPart, tag: string): OpenAI.ChatCompletionCreateParamsNonStreaming => ({
+      model: "chat-x",
+      messages: [{ role: "system", content: `Be brief. ${tag}` }, { role: "user", content: [part] }],
+    });
+
+    it("refuses a file part known only by file_id with a 400 saying why", async () => {
+      const tag = nonce();
+      const [status, type, code, message] = await refused(only({ type: "file", file: { file_id: "file-abc123" } }, tag));
+      assert.deepEqual([status, type, code], [400, "invalid_request_error", "unsupported_parameter"]);
+      assert.match(String(message), /^`messages\[1\]\.content\[0\]` names a file by `file_id` \(OpenAI's Files API\): the model 'chat-x' is served by a messages-style \(Anthropic\) upstream/);
+      assert.equal(sent.filter((b) => JSON.stringify(b).includes(`${tag}"`)).length, 0);
+    });
+
+    it("refuses an input_audio part with a 400 saying why", async () => {
+      const tag = nonce();
+      const [status, type, code, message] = await refused(only({ type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }, tag));
+      assert.deepEqual([status, type, code], [400, "invalid_request_error", "unsupported_parameter"]);
+      assert.match(String(message), /^`messages\[1\]\.content\[0\]` is an `input_audio` part: the model 'chat-x' is served by a messages-style \(Anthropic\) upstream, which takes no audio input\.$/);
+      assert.equal(sent.filter((b) => JSON.stringify(b).includes(`${tag}"`)).length, 0);
+    });
+  });
 });

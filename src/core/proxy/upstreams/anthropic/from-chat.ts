@@ -10,7 +10,8 @@ import { blockToWire, toolInput } from "./blocks.js";
  * tool_result blocks, and turns must alternate. Chat-style unknown fields are not messages-style
  * fields, so only the ones with a known counterpart are translated; the rest stay behind. What
  * cannot be translated without changing the conversation (a tool call's arguments that are not an
- * object) is refused with a 400 naming the message, rather than rewritten.
+ * object, an audio part, a file known only by its OpenAI file id) is refused with a 400 naming
+ * the message, rather than left out.
  */
 
 /** The API requires max_tokens; a client style where it is optional gets this. */
@@ -33,7 +34,7 @@ export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
       continue;
     }
     const content = blocksFromChat(m, `messages[${i}]`, req.model);
-    if (!content.length) continue; // e.g. a turn whose only part was audio
+    if (!content.length) continue; // e.g. a turn whose only text was empty
     const role: Role = m.role === "assistant" ? "assistant" : "user";
     const last = turns.at(-1);
     if (last?.role === role) last.content.push(...content);
@@ -62,18 +63,18 @@ export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
 function blocksFromChat(m: ChatMessage, path: string, model: string): JsonObject[] {
   const out: JsonObject[] = [];
   let call = 0;
-  for (const b of m.blocks) {
+  for (const [k, b] of m.blocks.entries()) {
     const block =
       b.type === BlockType.TOOL_USE
         ? toolUseFromChat(b, `${path}.tool_calls[${call++}].function.arguments`, model)
-        : blockFromChat(b);
+        : blockFromChat(b, `${path}.content[${k}]`, model);
     if (block) out.push(block);
   }
   return out;
 }
 
-/** A chat-style block as a messages-style one; undefined for what this style cannot carry. */
-function blockFromChat(b: ContentBlock): JsonObject | undefined {
+/** A chat-style block as a messages-style one; undefined for what is left out (an empty text, an unknown part). */
+function blockFromChat(b: ContentBlock, path: string, model: string): JsonObject | undefined {
   switch (b.type) {
     case BlockType.TEXT:
       return b.text ? blockToWire(b) : undefined; // the API rejects empty text blocks
@@ -81,6 +82,8 @@ function blockFromChat(b: ContentBlock): JsonObject | undefined {
       return blockToWire(b);
     case BlockType.IMAGE:
       return imageFromChat(b.rawJson);
+    case BlockType.OTHER:
+      return otherFromChat(b.rawJson, path, model);
     default:
       return undefined;
   }
@@ -109,6 +112,46 @@ function toolUseFromChat(b: ContentBlock, path: string, model: string): JsonObje
     throw invalidRequest("invalid_value", `\`${path}\` must be the text of a JSON object: ${routed(model)}, whose tool calls take an object as their input; got ${shown}.`);
   }
   return { type: "tool_use", id: b.toolCallId, name: b.toolName, input };
+}
+
+/**
+ * A chat-style part of a type the canonical model does not name. A `file` part carrying a PDF as a
+ * `data:` URL becomes a document block (https://docs.anthropic.com/en/docs/build-with-claude/pdf-support);
+ * a file known only by its `file_id` (OpenAI's Files API) and an `input_audio` part have no
+ * counterpart, and leaving them out would answer a different question, so they are refused. Other
+ * parts are left out.
+ */
+function otherFromChat(rawJson: string, path: string, model: string): JsonObject | undefined {
+  let part: unknown;
+  try {
+    part = JSON.parse(rawJson);
+  } catch {
+    return undefined;
+  }
+  if (!isObject(part)) return undefined;
+  if (part.type === "input_audio") {
+    throw invalidRequest("unsupported_parameter", `\`${path}\` is an \`input_audio\` part: ${routed(model)}, which takes no audio input.`);
+  }
+  if (part.type !== "file") return undefined;
+  const file = isObject(part.file) ? part.file : {};
+  if (typeof file.file_data !== "string") {
+    const why = typeof file.file_id === "string" ? "names a file by `file_id` (OpenAI's Files API)" : "has no `file.file_data`";
+    throw invalidRequest("unsupported_parameter", `\`${path}\` ${why}: ${routed(model)}, which cannot read OpenAI files; send the file's content as \`file.file_data\` (a \`data:application/pdf;base64,...\` URL).`);
+  }
+  const pdf = pdfData(file.file_data);
+  if (pdf === undefined) {
+    throw invalidRequest("invalid_value", `\`${path}.file.file_data\` must be a PDF as a base64 data URL (\`data:application/pdf;base64,...\`): ${routed(model)}, which reads PDF documents.`);
+  }
+  return { type: "document", source: { type: "base64", media_type: "application/pdf", data: pdf } };
+}
+
+/** The base64 data of a `data:application/pdf[;param...];base64,DATA` URL; undefined for any other text. */
+function pdfData(url: string): string | undefined {
+  const comma = url.indexOf(",");
+  if (comma < 0 || !/^data:/i.test(url)) return undefined;
+  const [mime, ...params] = url.slice(5, comma).split(";");
+  const base64 = params.at(-1)?.toLowerCase() === "base64";
+  return mime?.trim().toLowerCase() === "application/pdf" && base64 ? url.slice(comma + 1) : undefined;
 }
 
 /**

@@ -236,7 +236,7 @@ describe("anthropic request: from the chat-completions style", () => {
     const b = chat({
       messages: [
         user("hi", C),
-        { role: "user", blocks: [{ type: BlockType.IMAGE, rawJson: ftp, style: C }, { type: BlockType.OTHER, rawJson: '{"type":"input_audio"}', style: C }] },
+        { role: "user", blocks: [{ type: BlockType.IMAGE, rawJson: ftp, style: C }, { type: BlockType.OTHER, rawJson: '{"type":"x_future_part"}', style: C }] },
         { role: "assistant", blocks: [text(""), text("ok")] },
       ],
     });
@@ -273,6 +273,53 @@ describe("anthropic request: from the chat-completions style", () => {
       assert.deepEqual([status, type, code], [400, "invalid_request_error", "invalid_value"]);
       assert.match(String(message), /^`messages\[1\]\.tool_calls\[1\]\.function\.arguments` must be the text of a JSON object: the model 'chat-x' is served by a messages-style \(Anthropic\) upstream/);
       assert.ok(String(message).includes(JSON.stringify(args)), String(message));
+    });
+  }
+
+  it("turns a file part holding a PDF data URL into a base64 document block, in place", () => {
+    const file = (url: string) => JSON.stringify({ type: "file", file: { file_data: url, filename: "a.pdf" } });
+    const b = chat({
+      messages: [
+        {
+          role: "user",
+          blocks: [
+            text("summarize"),
+            { type: BlockType.OTHER, rawJson: file("data:application/pdf;base64,JVBERi0xLjQ="), style: C },
+            text("and compare with"),
+            { type: BlockType.OTHER, rawJson: file("data:Application/PDF;name=b.pdf;base64,JVBERi0xLjc="), style: C },
+          ],
+        },
+      ],
+    });
+    assert.deepEqual(b.messages, [
+      {
+        role: "user",
+        content: [
+          { type: "text", text: "summarize" },
+          { type: "document", source: { type: "base64", media_type: "application/pdf", data: "JVBERi0xLjQ=" } },
+          { type: "text", text: "and compare with" },
+          { type: "document", source: { type: "base64", media_type: "application/pdf", data: "JVBERi0xLjc=" } },
+        ],
+      },
+    ]);
+  });
+
+  for (const [what, part, code, says] of [
+    ["a file by file_id", { type: "file", file: { file_id: "file-abc123" } }, "unsupported_parameter", "names a file by `file_id`"],
+    ["a file with neither data nor id", { type: "file", file: {} }, "unsupported_parameter", "has no `file.file_data`"],
+    ["an input_audio part", { type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }, "unsupported_parameter", "is an `input_audio` part"],
+    ["a file_data that is not a PDF data URL", { type: "file", file: { file_data: "data:text/plain;base64,aGk=" } }, "invalid_value", ".file.file_data` must be a PDF"],
+    ["a file_data that is bare base64", { type: "file", file: { file_data: "JVBERi0xLjQ=" } }, "invalid_value", ".file.file_data` must be a PDF"],
+  ] as const) {
+    it(`refuses ${what}, naming the part, rather than dropping it`, () => {
+      const [status, type, got, message] = refusal({
+        model: "chat-x",
+        messages: [user("hi", C), { role: "assistant", blocks: [text("ok")] }, { role: "user", blocks: [text("and this?"), { type: BlockType.OTHER, rawJson: JSON.stringify(part), style: C }] }],
+      });
+      assert.deepEqual([status, type, got], [400, "invalid_request_error", code]);
+      assert.ok(String(message).startsWith("`messages[2].content[1]"), String(message));
+      assert.ok(String(message).includes(says), String(message));
+      assert.ok(String(message).includes("'chat-x' is served by a messages-style (Anthropic) upstream"), String(message));
     });
   }
 
