@@ -1,5 +1,6 @@
+import type { Socket } from "node:net";
 import { StringDecoder } from "node:string_decoder";
-import { Agent, errors as undiciErrors, type Dispatcher } from "undici";
+import { Agent, buildConnector, errors as undiciErrors, type Dispatcher } from "undici";
 import { ConnectError, Code } from "@connectrpc/connect";
 import type { Timeouts } from "../../config.js";
 import type { CancelSignal } from "../cancel.js";
@@ -9,6 +10,8 @@ import type { UpstreamHttpRequest } from "./upstreams/adapter.js";
 /** An upstream response: status and a body to read as text chunks. */
 export interface UpstreamResponse {
   status: number;
+  /** The response's content-type ("" when it sent none). */
+  contentType: string;
   /** An error answer's headers (status 400 and up), for its retry guidance; empty otherwise. */
   errorHeaders: Record<string, string | string[] | undefined>;
   body: AsyncIterable<string>;
@@ -29,8 +32,11 @@ const MAX_ERROR_BODY = 64 * 1024;
 const HIGH_WATER_CHUNKS = 64;
 
 /**
- * One undici Agent (a keep-alive pool per origin) for all upstreams. `headersTimeout` is the
- * first-byte timeout, `bodyTimeout` the idle-stream timeout; the total timeout is a timer.
+ * One undici Agent (a keep-alive pool per origin) for all upstreams. The timeouts are plain Node
+ * timers of our own: undici's connect, headers and body timeouts run on its coarse "fast timers"
+ * (about 500 ms resolution above 1 s), which fired them up to half a second late. The connect
+ * timeout is armed by the connector (once per new connection); the first-byte, idle and total
+ * timeouts by each exchange (see Exchange).
  *
  * Requests go through undici's dispatch handler API rather than `request()`: no Readable body
  * stream, no async iterator over it and no AbortController of our own per request. On this hot
@@ -38,9 +44,10 @@ const HIGH_WATER_CHUNKS = 64;
  */
 export function createUpstreamHttp(timeouts: Timeouts): UpstreamHttp {
   const agent = new Agent({
-    connect: { timeout: timeouts.connectMs },
-    headersTimeout: timeouts.firstByteMs,
-    bodyTimeout: timeouts.idleMs,
+    connect: timedConnector(timeouts.connectMs),
+    // 0: off; Exchange keeps these two with its own timers.
+    headersTimeout: 0,
+    bodyTimeout: 0,
     keepAliveTimeout: 30_000,
     connections: 256,
     pipelining: 1,
@@ -50,7 +57,7 @@ export function createUpstreamHttp(timeouts: Timeouts): UpstreamHttp {
     send(req, cancel) {
       return new Promise<UpstreamResponse>((resolve, reject) => {
         const target = targetOf(req.url);
-        const exchange = new Exchange(resolve, reject, cancel, timeouts.totalMs);
+        const exchange = new Exchange(resolve, reject, cancel, timeouts);
         try {
           agent.dispatch({ origin: target.origin, path: target.path, method: "POST", headers: req.headers, body: req.body }, exchange);
         } catch (e) {
@@ -59,6 +66,40 @@ export function createUpstreamHttp(timeouts: Timeouts): UpstreamHttp {
       });
     },
     close: () => agent.close(),
+  };
+}
+
+/**
+ * undici's connector with its own connect timeout off (that one is a coarse fast timer) and a
+ * plain timer instead: a connection not made within `ms` is destroyed and fails with undici's
+ * ConnectTimeoutError, as undici's own would.
+ */
+function timedConnector(ms: number): buildConnector.connector {
+  const connect = buildConnector({ timeout: 0 });
+  return (opts, callback) => {
+    let settled = false;
+    let socket: Socket | undefined;
+    const timer = setTimeout(() => {
+      if (settled) return;
+      settled = true;
+      socket?.destroy(); // destroyed without an error: the connector's callback is not called again
+      callback(new undiciErrors.ConnectTimeoutError(`Connect Timeout Error (attempted address: ${opts.hostname}:${opts.port}, timeout: ${ms}ms)`), null);
+    }, ms);
+    try {
+      // undici's connector returns the socket it is connecting (its types say void).
+      socket = (connect as unknown as (o: buildConnector.Options, cb: buildConnector.Callback) => Socket | undefined)(opts, (...args) => {
+        clearTimeout(timer);
+        if (settled) {
+          args[1]?.destroy();
+          return;
+        }
+        settled = true;
+        callback(...args);
+      });
+    } catch (e) {
+      clearTimeout(timer);
+      throw e;
+    }
   };
 }
 
@@ -87,6 +128,15 @@ const NO_HEADERS: Record<string, never> = Object.freeze({});
 
 class TotalTimeout extends Error {}
 class ClientGone extends Error {}
+class PhaseTimeout extends Error {}
+
+/** Which of an exchange's timeouts ended it. */
+const enum TimedOut {
+  No,
+  Total,
+  FirstByte,
+  Idle,
+}
 
 /**
  * One upstream exchange: undici's handler and the response it resolves to. Body chunks are decoded
@@ -95,13 +145,21 @@ class ClientGone extends Error {}
  */
 class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   status = 0;
+  contentType = "";
   errorHeaders: Record<string, string | string[] | undefined> = NO_HEADERS;
   #resolve: ((r: UpstreamResponse) => void) | undefined;
   #reject: ((e: unknown) => void) | undefined;
   #cancel: CancelSignal;
   #controller: Dispatcher.DispatchController | undefined;
+  #timeouts: Timeouts;
+  /** The total timeout. */
   #timer: NodeJS.Timeout;
-  #timedOut = false;
+  /**
+   * The first-byte timeout from the request going out until the response's head, then the idle
+   * timeout, refreshed by each body chunk (refresh() re-arms the one timer: no timer per chunk).
+   */
+  #phase: NodeJS.Timeout | undefined;
+  #timedOut = TimedOut.No;
   /** Whether the request went out on a connection (a client that leaves after that is still billed). */
   #sent = false;
   #decoder: StringDecoder | undefined;
@@ -113,34 +171,63 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   /** While `text()` gathers the body: what it has so far and its limit. */
   #text: { out: string; limit: number; done: (s: string) => void; fail: (e: unknown) => void } | undefined;
 
-  constructor(resolve: (r: UpstreamResponse) => void, reject: (e: unknown) => void, cancel: CancelSignal, totalMs: number) {
+  constructor(resolve: (r: UpstreamResponse) => void, reject: (e: unknown) => void, cancel: CancelSignal, timeouts: Timeouts) {
     this.#resolve = resolve;
     this.#reject = reject;
     this.#cancel = cancel;
-    this.#timer = setTimeout(() => {
-      this.#timedOut = true;
-      this.#controller?.abort(new TotalTimeout("total timeout"));
-    }, totalMs);
+    this.#timeouts = timeouts;
+    this.#timer = setTimeout(Exchange.#totalTimedOut, timeouts.totalMs, this);
     // The listener is never removed: the cancellation belongs to this one call and is dropped with it.
     if (!cancel.aborted) cancel.onAbort(() => this.#controller?.abort(new ClientGone("client closed the request")));
+  }
+
+  static #totalTimedOut(ex: Exchange): void {
+    ex.#timedOut = TimedOut.Total;
+    ex.#controller?.abort(new TotalTimeout("total timeout"));
+  }
+
+  /** The first-byte timeout while no response has started, then the idle timeout. */
+  static #phaseTimedOut(ex: Exchange): void {
+    const c = ex.#controller;
+    if (!c || ex.#ended) return;
+    if (ex.status === 0) ex.#timedOut = TimedOut.FirstByte;
+    else if (c.paused) return; // our reader is behind, not the upstream: re-armed when reading resumes
+    else ex.#timedOut = TimedOut.Idle;
+    c.abort(new PhaseTimeout("upstream timeout"));
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.#controller = controller;
     if (this.#cancel.aborted) controller.abort(new ClientGone("client closed the request"));
-    else this.#sent = true;
+    else {
+      this.#sent = true;
+      this.#phase = setTimeout(Exchange.#phaseTimedOut, this.#timeouts.firstByteMs, this);
+    }
   }
 
   onResponseStart(_c: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
-    if (statusCode < 200) return; // 1xx informational: the real answer follows
+    if (statusCode < 200) {
+      this.#phase?.refresh(); // 1xx informational: the real answer follows
+      return;
+    }
     this.status = statusCode;
+    const ct = headers["content-type"];
+    if (ct !== undefined) this.contentType = typeof ct === "string" ? ct : ct.join(", ");
     if (statusCode >= 400) this.errorHeaders = headers;
+    // From here on the idle timeout: the same timer re-armed when the two are equal.
+    const { firstByteMs, idleMs } = this.#timeouts;
+    if (this.#phase && firstByteMs === idleMs) this.#phase.refresh();
+    else {
+      clearTimeout(this.#phase);
+      this.#phase = setTimeout(Exchange.#phaseTimedOut, idleMs, this);
+    }
     const resolve = this.#resolve!;
     this.#resolve = this.#reject = undefined;
     resolve(this);
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.#phase?.refresh();
     const s = (this.#decoder ??= new StringDecoder("utf8")).write(chunk);
     if (s === "") return;
     const t = this.#text;
@@ -162,6 +249,7 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
     const rest = this.#decoder?.end() ?? "";
     this.#ended = true;
     clearTimeout(this.#timer);
+    clearTimeout(this.#phase);
     const t = this.#text;
     if (t) {
       this.#text = undefined;
@@ -174,6 +262,7 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
 
   onResponseError(_c: Dispatcher.DispatchController | undefined, err: Error): void {
     clearTimeout(this.#timer);
+    clearTimeout(this.#phase);
     const e = this.#failure(err);
     if (this.#reject) {
       const reject = this.#reject;
@@ -209,7 +298,7 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
     for (;;) {
       if (this.#queue.length) {
         const value = this.#queue.shift()!;
-        if (this.#controller?.paused && this.#queue.length < HIGH_WATER_CHUNKS / 2) this.#controller.resume();
+        if (this.#controller?.paused && this.#queue.length < HIGH_WATER_CHUNKS / 2) this.#resume();
         return { done: false, value };
       }
       if (this.#error) throw this.#error;
@@ -235,14 +324,21 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
       return Promise.resolve(queued);
     }
     if (this.#ended) return Promise.resolve(queued);
-    if (this.#controller?.paused) this.#controller.resume();
+    if (this.#controller?.paused) this.#resume();
     return new Promise((done, fail) => {
       this.#text = { out: queued, limit, done, fail };
     });
   }
 
+  /** Resumes a paused upstream; the idle time starts again (it did not count while we were behind). */
+  #resume(): void {
+    this.#controller!.resume();
+    this.#phase?.refresh();
+  }
+
   dispose(): void {
     clearTimeout(this.#timer);
+    clearTimeout(this.#phase);
     if (this.#ended) return;
     this.#ended = true;
     if (this.#controller && !this.#controller.aborted) this.#controller.abort(new ClientGone("response disposed"));
@@ -256,10 +352,11 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   #failure(e: unknown): ConnectError {
     if (e instanceof ConnectError) return e;
     if (e instanceof ClientGone || this.#cancel.aborted) return new ConnectError("client closed the request", Code.Canceled, this.#sent ? { [SENT_UPSTREAM]: "1" } : undefined);
-    if (e instanceof TotalTimeout || this.#timedOut) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not finish within the total timeout.");
+    const timedOut = this.#timedOut;
+    if (e instanceof TotalTimeout || timedOut === TimedOut.Total) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not finish within the total timeout.");
     if (e instanceof undiciErrors.ConnectTimeoutError) return apiError(504, "api_error", "upstream_timeout", "Timed out connecting to the upstream provider.");
-    if (e instanceof undiciErrors.HeadersTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not start answering in time.");
-    if (e instanceof undiciErrors.BodyTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider stopped sending data (idle timeout).");
+    if (timedOut === TimedOut.FirstByte || e instanceof undiciErrors.HeadersTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not start answering in time.");
+    if (timedOut === TimedOut.Idle || e instanceof undiciErrors.BodyTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider stopped sending data (idle timeout).");
     if (this.status !== 0) return apiError(502, "api_error", "upstream_stream_incomplete", "The upstream provider closed the connection before the answer was complete.");
     return apiError(502, "api_error", "upstream_unreachable", "The upstream provider could not be reached or closed the connection before answering.");
   }

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import http from "node:http";
-import type { AddressInfo } from "node:net";
+import { type AddressInfo, connect, type Socket } from "node:net";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Cancellation, signalCancel } from "../../../src/core/cancel.js";
 import { createUpstreamHttp, sentUpstream } from "../../../src/core/proxy/upstream-http.js";
@@ -109,6 +110,114 @@ describe("upstream HTTP client", () => {
     const c = new Cancellation();
     c.abort();
     await assert.rejects(client.send({ url: `${url}/slow`, headers: {}, body: "{}" }, c), (e: unknown) => e instanceof ConnectError && e.code === Code.Canceled && !sentUpstream(e));
+    await client.close();
+  });
+});
+
+/**
+ * Each timeout fires within a few tens of ms of its setting. undici's own connect, headers and body
+ * timeouts run on its coarse "fast timers" (~500 ms resolution above 1 s) and fired up to half a
+ * second late; the bounds below (1 s setting: before 1.3 s) leave room for a busy machine and still
+ * tell the two apart.
+ */
+describe("upstream HTTP client: timeouts fire on time", () => {
+  const SETTING = 1000;
+  const LATEST = 1300;
+  let server: http.Server;
+  let url: string;
+
+  before(async () => {
+    server = http.createServer((req, res) => {
+      if (req.url === "/no-head") return; // never answers
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      if (req.url === "/trickle-then-stall") {
+        // Three chunks 300 ms apart (each under the idle timeout), then silence.
+        let n = 0;
+        const tick = () => {
+          res.write(`data: ${n}\n\n`);
+          if (++n < 3) setTimeout(tick, 300);
+        };
+        tick();
+      } else if (req.url === "/burst") {
+        // Far more chunks than the client holds unread: it pauses the upstream socket.
+        for (let i = 0; i < 400; i++) res.write(`data: ${i} ${"x".repeat(2000)}\n\n`);
+        res.end();
+      }
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  after(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+
+  const is504 = (message: RegExp) => (e: unknown) => {
+    const info = toErrorInfo(e);
+    assert.deepEqual([info.status, info.type, info.code], [504, "api_error", "upstream_timeout"]);
+    assert.match(info.message, message);
+    return true;
+  };
+  const assertOnTime = (ms: number, what: string) => {
+    assert.ok(ms >= SETTING - 20, `${what} fired early: ${ms} ms`);
+    assert.ok(ms < LATEST, `${what} (${SETTING} ms) fired late: ${ms} ms`);
+  };
+
+  it("the connect timeout", async function () {
+    // A listener whose process never accepts (its event loop is blocked), its backlog filled: a
+    // further connect hangs in SYN retransmits.
+    const child = spawn(process.execPath, ["-e", `const s = require("net").createServer().listen({ port: 0, host: "127.0.0.1", backlog: 1 }, () => { process.stdout.write(s.address().port + "\\n"); setTimeout(() => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0), 50); });`], { stdio: ["ignore", "pipe", "inherit"] });
+    const fill: Socket[] = [];
+    try {
+      const port = await new Promise<number>((r) => child.stdout!.once("data", (d) => r(Number(String(d)))));
+      await new Promise((r) => setTimeout(r, 200));
+      for (let i = 0; i < 4; i++) fill.push(connect(port, "127.0.0.1").on("error", () => {}));
+      await new Promise((r) => setTimeout(r, 200));
+      const client = createUpstreamHttp({ connectMs: SETTING, firstByteMs: 5000, idleMs: 5000, totalMs: 10_000 });
+      const t0 = performance.now();
+      await assert.rejects(client.send({ url: `http://127.0.0.1:${port}/x`, headers: {}, body: "{}" }, new Cancellation()), is504(/connecting/));
+      assertOnTime(performance.now() - t0, "connect timeout");
+      await client.close();
+    } finally {
+      for (const s of fill) s.destroy();
+      child.kill("SIGKILL");
+    }
+  });
+
+  it("the first-byte timeout", async () => {
+    const client = createUpstreamHttp({ connectMs: 5000, firstByteMs: SETTING, idleMs: 5000, totalMs: 10_000 });
+    const t0 = performance.now();
+    await assert.rejects(client.send({ url: `${url}/no-head`, headers: {}, body: "{}" }, new Cancellation()), is504(/did not start answering/));
+    assertOnTime(performance.now() - t0, "first-byte timeout");
+    await client.close();
+  });
+
+  it("the idle timeout, counted from the last chunk (each chunk re-arms it)", async () => {
+    const client = createUpstreamHttp({ connectMs: 5000, firstByteMs: 5000, idleMs: SETTING, totalMs: 10_000 });
+    const res = await client.send({ url: `${url}/trickle-then-stall`, headers: {}, body: "{}" }, new Cancellation());
+    let text = "";
+    let last = 0;
+    await assert.rejects(
+      (async () => {
+        for await (const chunk of res.body) {
+          text += chunk;
+          last = performance.now();
+        }
+      })(),
+      is504(/idle timeout/),
+    );
+    assert.equal(text, "data: 0\n\ndata: 1\n\ndata: 2\n\n");
+    assertOnTime(performance.now() - last, "idle timeout");
+    await client.close();
+  });
+
+  it("does not count as idle the time the upstream waits on a reader that is behind", async () => {
+    const client = createUpstreamHttp({ connectMs: 5000, firstByteMs: 5000, idleMs: 300, totalMs: 10_000 });
+    const res = await client.send({ url: `${url}/burst`, headers: {}, body: "{}" }, new Cancellation());
+    await new Promise((r) => setTimeout(r, 800)); // the upstream is paused meanwhile
+    let events = 0;
+    for await (const chunk of res.body) events += chunk.split("\n\n").length - 1;
+    assert.equal(events, 400);
     await client.close();
   });
 });
