@@ -28,6 +28,10 @@ export interface ProxyDeps {
 /** The public hosts whose calls cannot work without a configured key. */
 const PUBLIC_HOSTS = new Set(["api.openai.com", "api.anthropic.com"]);
 const MAX_RESPONSE_CHARS = 64 * 1024 * 1024;
+const EVENT_STREAM = /^\s*text\/event-stream\s*(;|$)/i;
+
+const invalidResponse = (what: string): ConnectError =>
+  apiError(502, "api_error", "upstream_invalid_response", `The upstream provider sent an invalid response: ${what}.`);
 
 interface Route {
   model: ModelRoute;
@@ -74,6 +78,11 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
         if (!req.stream) {
           yield completionEvent(await completion(route, req, res));
           return;
+        }
+        // An answer that is not an event stream (a JSON body, an HTML error page) is a bad answer, not
+        // a stream cut short. No content-type at all is let through: the body decides then.
+        if (res.contentType !== "" && !EVENT_STREAM.test(res.contentType)) {
+          throw invalidResponse(`a streamed answer came as ${JSON.stringify(res.contentType.slice(0, 100))}, not text/event-stream`);
         }
         // The events are yielded here rather than through a nested generator (`yield*`): each event
         // would pay a second generator step and its promises.
@@ -126,6 +135,8 @@ class UpstreamEvents {
   readonly #parser = new SseParser();
   readonly #converter: StreamConverter;
   #outChars = 0;
+  /** Whether the body held at least one SSE event. */
+  #sawEvent = false;
   #failure: unknown;
 
   constructor(
@@ -154,6 +165,8 @@ class UpstreamEvents {
     const out: StreamChatResponse[] = [];
     try {
       for (const sse of this.#parser.end()) this.#convert(sse, out);
+      // A body without a single event was never a stream: a bad answer, not one that broke off.
+      if (!this.#sawEvent) throw invalidResponse("a streamed answer held no server-sent events");
       if (!this.#converter.complete) {
         throw apiError(502, "api_error", "upstream_stream_incomplete", "The upstream provider ended the stream before the answer was complete.");
       }
@@ -170,6 +183,7 @@ class UpstreamEvents {
   }
 
   #convert(sse: SseEvent, out: StreamChatResponse[]): void {
+    this.#sawEvent = true;
     for (const ev of this.#converter.push(sse)) out.push(this.#finish(ev));
   }
 

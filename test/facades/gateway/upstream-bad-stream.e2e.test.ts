@@ -1,0 +1,107 @@
+import assert from "node:assert/strict";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { postJson, type RawResponse, sseEvents } from "../../support/http.js";
+
+/**
+ * A streamed request whose upstream answers 200 with something that is not an event stream (a JSON
+ * object, an HTML page, or a JSON body labelled text/event-stream) is 502 upstream_invalid_response,
+ * as the same body is for a non-stream request; a stream that started properly and then ended
+ * early stays upstream_stream_incomplete. Both upstream styles, each a scripted node:http server.
+ */
+const completionJson = JSON.stringify({ id: "x", object: "chat.completion", created: 1, model: "gpt-4o", choices: [{ index: 0, message: { role: "assistant", content: "hi" }, finish_reason: "stop" }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+const messageJson = JSON.stringify({ id: "msg_1", type: "message", role: "assistant", model: "claude", content: [{ type: "text", text: "hi" }], stop_reason: "end_turn", stop_sequence: null, usage: { input_tokens: 1, output_tokens: 1 } });
+
+function answer(chatStyle: boolean, prompt: string, res: http.ServerResponse): void {
+  const json = chatStyle ? completionJson : messageJson;
+  if (prompt.startsWith("json")) {
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(json);
+  } else if (prompt.startsWith("html")) {
+    res.writeHead(200, { "content-type": "text/html; charset=utf-8" });
+    res.end("<html><body>Gateway maintenance</body></html>");
+  } else if (prompt.startsWith("sse-json")) {
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.end(json);
+  } else if (prompt.startsWith("cut")) {
+    // A proper start, then the body ends cleanly without [DONE] / message_stop.
+    res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8" });
+    if (chatStyle) {
+      res.write(`data: ${JSON.stringify({ id: "c1", object: "chat.completion.chunk", created: 1, model: "gpt-4o", choices: [{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }] })}\n\n`);
+      res.end(`data: ${JSON.stringify({ id: "c1", object: "chat.completion.chunk", created: 1, model: "gpt-4o", choices: [{ index: 0, delta: { content: "Hel" }, finish_reason: null }] })}\n\n`);
+    } else {
+      res.write(`event: message_start\ndata: ${JSON.stringify({ type: "message_start", message: { id: "msg_1", type: "message", role: "assistant", model: "claude", content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 1, output_tokens: 1 } } })}\n\n`);
+      res.write(`event: content_block_start\ndata: ${JSON.stringify({ type: "content_block_start", index: 0, content_block: { type: "text", text: "" } })}\n\n`);
+      res.end(`event: content_block_delta\ndata: ${JSON.stringify({ type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "Hel" } })}\n\n`);
+    }
+  } else {
+    res.writeHead(500).end();
+  }
+}
+
+describe("gateway errors: an upstream that answers a streamed request with something other than an event stream", () => {
+  let upstream: http.Server;
+  let gw: TestGateway;
+  let key: string;
+  let n = 0;
+
+  before(async () => {
+    upstream = http.createServer((req, res) => {
+      let text = "";
+      req.on("data", (d: Buffer) => (text += d));
+      req.on("end", () => {
+        const body = JSON.parse(text);
+        const last = body.messages.at(-1).content;
+        answer(req.url!.includes("/chat/completions"), typeof last === "string" ? last : last[0].text, res);
+      });
+    });
+    await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
+    const { port } = upstream.address() as AddressInfo;
+    gw = await startTestGateway(
+      { SVC_OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`, SVC_OPENAI_API_KEY: "k", SVC_ANTHROPIC_BASE_URL: `http://127.0.0.1:${port}`, SVC_ANTHROPIC_API_KEY: "k" },
+      false,
+    );
+    key = (await gw.project()).live;
+  });
+  after(async () => {
+    await gw.close();
+    upstream.close();
+  });
+
+  const styles = [
+    ["chat-completions (OpenAI-style upstream)", "/v1/chat/completions", (content: string, stream: boolean) => ({ model: "chat-4o", stream, messages: [{ role: "user", content }] })],
+    ["messages (Anthropic-style upstream)", "/v1/messages", (content: string, stream: boolean) => ({ model: "assistant-3-5-haiku-20241022", max_tokens: 64, stream, messages: [{ role: "user", content }] })],
+  ] as const;
+
+  /** The error a response carries: its JSON error object, or the error event that ends its stream. */
+  const errorOf = (res: RawResponse): { type: string; code: string; message: string } => {
+    if (res.status !== 200) return res.json().error;
+    const last = sseEvents(res.text).at(-1)!;
+    return JSON.parse(last.data).error;
+  };
+
+  for (const [name, path, body] of styles) {
+    for (const kind of ["json", "html", "sse-json"]) {
+      it(`${name}: a stream answered with ${kind} is 502 upstream_invalid_response`, async () => {
+        const res = await postJson(`${gw.gatewayUrl}${path}`, key, body(`${kind} ${++n}`, true));
+        assert.equal(res.status, 502, res.text);
+        const err = res.json().error;
+        assert.deepEqual([err.type, err.code], ["api_error", "upstream_invalid_response"], res.text);
+        assert.match(err.message, /invalid response/);
+      });
+    }
+
+    it(`${name}: the same HTML for a non-stream request is upstream_invalid_response too`, async () => {
+      const res = await postJson(`${gw.gatewayUrl}${path}`, key, body(`html ${++n}`, false));
+      assert.equal(res.status, 502, res.text);
+      assert.equal(res.json().error.code, "upstream_invalid_response");
+    });
+
+    it(`${name}: a stream that started properly and then ended early stays upstream_stream_incomplete`, async () => {
+      const res = await postJson(`${gw.gatewayUrl}${path}`, key, body(`cut ${++n}`, true));
+      const err = errorOf(res);
+      assert.deepEqual([err.type, err.code], ["api_error", "upstream_stream_incomplete"], res.text);
+    });
+  }
+});
