@@ -288,11 +288,12 @@ const lockedDirs = new Set<string>();
  * restarted gateway is often pid 1 again, as its crashed predecessor was). Where start times cannot
  * be read (no /proc), a running pid other than this one holds the lock. The lock tells processes
  * of one machine and pid namespace apart: two containers sharing a data dir volume are not caught.
+ * A dir held by a live process is a ConfigError naming SVC_DATA_DIR (`svc serve` exits 2).
  */
 async function lockDataDir(dir: string): Promise<() => Promise<void>> {
   const path = join(dir, "svc.pid");
   const key = resolve(dir);
-  if (lockedDirs.has(key)) throw new Error(`the data dir ${dir} is in use by this process; set SVC_DATA_DIR to another directory`);
+  if (lockedDirs.has(key)) throw new ConfigError(`SVC_DATA_DIR ${dir} is in use by this process; set SVC_DATA_DIR to another directory`);
   const thisBoot = await bootId();
   const mine = `${process.pid} ${await startTimeOf(process.pid)} ${thisBoot}`.trim();
   const aside = `${path}.${process.pid}.${randomBytes(4).toString("hex")}`;
@@ -318,7 +319,7 @@ async function lockDataDir(dir: string): Promise<() => Promise<void>> {
       // The writer is still there when its pid (not this process's) runs, with the start time it
       // wrote in the same boot where those can be read.
       const writer = pid > 0 && pid !== process.pid && alive(pid) && (started && now ? sameBoot && now === started : true);
-      if (writer) throw new Error(`the data dir ${dir} is in use by process ${pid}; stop it or set SVC_DATA_DIR to another directory`);
+      if (writer) throw new ConfigError(`SVC_DATA_DIR ${dir} is in use by process ${pid}; stop it or set SVC_DATA_DIR to another directory`);
       // Moved out of the way under a name of its own, then checked: what was moved must be the
       // stale file read above, not the fresh lock of a process that took it over meanwhile (that
       // one is put back, and holds the dir).
@@ -328,7 +329,7 @@ async function lockDataDir(dir: string): Promise<() => Promise<void>> {
         if (was !== text) {
           await link(moved, path).catch(() => {});
           await rm(moved, { force: true });
-          throw new Error(`the data dir ${dir} is in use by another process starting now; set SVC_DATA_DIR to another directory`);
+          throw new ConfigError(`SVC_DATA_DIR ${dir} is in use by another process starting now; set SVC_DATA_DIR to another directory`);
         }
         await rm(moved, { force: true });
       }

@@ -101,6 +101,20 @@ describe("the data dir lock", function () {
     }
   });
 
+  it("stops `svc serve` with a configuration error naming SVC_DATA_DIR (exit code 2) when a live process holds the dir", async () => {
+    const other = spawn("sleep", ["30"]);
+    try {
+      writeFileSync(join(dir, "svc.pid"), `${other.pid} ${startTime(other.pid!)}`);
+      const res = await serveUntilExit({ SVC_DATA_DIR: dir, SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_ADMIN_TOKEN: "lock-test-admin-token" }, ["--demo"]);
+      assert.equal(res.code, 2, res.stdout + res.stderr);
+      assert.match(res.stderr, new RegExp(`^configuration error: SVC_DATA_DIR ${dir.replace(/[/.]/g, "\\$&")} is in use by process ${other.pid}; stop it or set SVC_DATA_DIR to another directory`, "m"));
+      assert.doesNotMatch(res.stdout, /svc gateway is running/);
+      assert.equal(readFileSync(join(dir, "svc.pid"), "utf8"), `${other.pid} ${startTime(other.pid!)}`, "the holder's lock is left as it was");
+    } finally {
+      other.kill();
+    }
+  });
+
   it("lets exactly one of several processes starting at the same moment take the dir", async () => {
     const script = `import { startServer } from ${JSON.stringify(new URL("../src/server.ts", import.meta.url).href)};
       import { loadConfig } from ${JSON.stringify(new URL("../src/config.ts", import.meta.url).href)};
