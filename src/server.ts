@@ -1,11 +1,12 @@
 import { randomBytes } from "node:crypto";
 import { link, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
-import { createServer, type RequestListener } from "node:http";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { type AddressInfo, createServer as createNetServer } from "node:net";
 import { join, resolve } from "node:path";
 import type { Duplex } from "node:stream";
 import type { Client, ConnectRouter } from "@connectrpc/connect";
 import { checkAdminToken, type Config, ConfigError, connectHost } from "./config.js";
+import { toErrorBody, toErrorInfo } from "./core/errors.js";
 import { adminAuthInterceptor } from "./core/admin-auth.js";
 import { createAuthService } from "./core/auth/auth-service.js";
 import { createCacheBackend } from "./core/cache/cache-backend.js";
@@ -22,8 +23,9 @@ import { createAnthropicAdapter } from "./core/proxy/upstreams/anthropic/adapter
 import { createOpenAiAdapter } from "./core/proxy/upstreams/openai/adapter.js";
 import { startFakeProvider, type FakeProvider } from "./demo/fake-provider.js";
 import { createGatewayHandler } from "./facades/gateway/gateway-app.js";
-import { answerClientError, requestIdOnSocket } from "./facades/http-errors.js";
+import { answerClientError, requestIdOnSocket, shuttingDown } from "./facades/http-errors.js";
 import { createManagementApp } from "./facades/management/management-app.js";
+import { ShutdownCut } from "./facades/gateway/serve-chat.js";
 import { AuthService } from "./gen/svc/auth/v1/auth_service_pb.js";
 import { CacheService } from "./gen/svc/cache/v1/cache_service_pb.js";
 import { LimitsService } from "./gen/svc/limits/v1/limits_service_pb.js";
@@ -118,6 +120,13 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
       await projectExists(projectId);
     });
     cleanups.push(() => telemetryBackend.close());
+    // The ports, stopped together at shutdown (none takes new work while another drains), before
+    // anything above closes: each resolves once every request it took is done and its log record
+    // handed to the telemetry writer (README, "Shutdown").
+    const listeners: Array<() => Promise<void>> = [];
+    cleanups.push(async () => {
+      await Promise.all(listeners.map((stop) => stop().catch((e) => log.warn("shutdown step failed", { err: String(e) }))));
+    });
 
     // The core port serves the same implementations, with what only calls from the network need
     // (src/core/served.ts): checks of the requests the facades build from validated input, and a
@@ -130,13 +139,14 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
       router.service(TelemetryService, servedTelemetryService(telemetryBackend.impl, projectExists));
     }, [internalErrorInterceptor(), adminAuthInterceptor(adminToken)]);
     const grpcPort = await listen(core.server, config.grpcPort, config.host, "SVC_GRPC_PORT");
-    cleanups.push(() => core.close());
+    listeners.push(() => core.close());
 
     const proxy = createDirectClient(ProxyService, proxyImpl);
     const cache = createDirectClient(CacheService, cacheBackend.impl);
     const limits = createDirectClient(LimitsService, limitsBackend.impl);
     const telemetry = createDirectClient(TelemetryService, telemetryBackend.impl);
     const pricing = createPricing(config.models);
+    const shutdown = new ShutdownCut();
     const gateway = await serveHttp(createGatewayHandler({
         auth,
         proxy,
@@ -148,10 +158,11 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         maxRequestBytes: config.maxRequestBytes,
         // The writer queues in memory and never waits on the store: a request never waits for its log.
         record: (entry) => void telemetry.recordRequest({ $typeName: "svc.telemetry.v1.RecordRequestRequest", log: entry }).catch((e) => log.warn("request log dropped", { err: String(e) })),
-      }), config.gatewayPort, config.host, "SVC_GATEWAY_PORT", gatewayErrorHeaders);
-    cleanups.push(gateway.close);
+        shutdown,
+      }), config.gatewayPort, config.host, "SVC_GATEWAY_PORT", { errorHeaders: gatewayErrorHeaders, onCut: () => shutdown.cut() });
+    listeners.push(gateway.close);
     const management = await serveHttp(createManagementApp({ auth, telemetry }).callback(), config.managementPort, config.host, "SVC_MANAGEMENT_PORT");
-    cleanups.push(management.close);
+    listeners.push(management.close);
 
     const host = connectHost(config.host);
     return {
@@ -236,25 +247,101 @@ function gatewayErrorHeaders(socket: Duplex): Record<string, string> {
   return { "X-Svc-Request-Id": id, "x-request-id": id, "request-id": id, "X-Svc-Cache": "MISS", "X-Svc-Cost": "0" };
 }
 
+/** How long the requests in flight at shutdown get to finish before they are cut (README, "Shutdown"). */
+const SHUTDOWN_GRACE_MS = 5_000;
+/** After the cut, how long the cut requests get to write their last event, and then to file their logs. */
+const CUT_SETTLE_MS = 1_000;
+
+interface HttpOptions {
+  /**
+   * The headers of an answer to a request node:http could not parse (the gateway's carry a request
+   * id, like all its responses), and of the 503 of a request that arrives during shutdown.
+   */
+  errorHeaders?: (socket: Duplex) => Record<string, string>;
+  /** Cuts the requests still running when the shutdown's grace period ends (ShutdownCut). */
+  onCut?: () => void;
+}
+
 /**
- * Serves an HTTP facade. `errorHeaders` gives the headers of an answer to a request node:http could
- * not parse (the gateway's carry a request id, like all its responses).
+ * Serves an HTTP facade. `handler`'s promise (if it returns one) settles when the request is done:
+ * shutdown waits for it, not only for the connection to close, since the gateway files a request's
+ * log after its answer ends.
+ *
+ * Shutdown (`close`): the port stops accepting and idle keep-alive connections are closed at once;
+ * a response in flight whose headers are not sent yet goes out with `Connection: close`; a request
+ * arriving meanwhile on a connection still open (a stream's, whose headers said keep-alive) is not
+ * served: 503 `shutting_down`, `Connection: close`. The requests in flight get SHUTDOWN_GRACE_MS to
+ * finish; then `onCut` cuts those still running, and they get CUT_SETTLE_MS to send their last
+ * words before every connection is closed, and as long again to file their logs.
  */
-async function serveHttp(handler: RequestListener, port: number, host: string, portSetting: string, errorHeaders?: (socket: Duplex) => Record<string, string>): Promise<{ port: number; close: () => Promise<void> }> {
-  const server = createServer(handler);
-  server.on("clientError", (err: Error, socket) => answerClientError(err, socket, errorHeaders?.(socket)));
+async function serveHttp(
+  handler: (req: IncomingMessage, res: ServerResponse) => unknown,
+  port: number,
+  host: string,
+  portSetting: string,
+  opts: HttpOptions = {},
+): Promise<{ port: number; close: () => Promise<void> }> {
+  let closing = false;
+  /** Requests taken: until both the handler is done and the response closed. */
+  const open = new Set<ServerResponse>();
+  let drained: (() => void) | undefined;
+  const server = createServer((req, res) => {
+    if (closing) return refuseWhileClosing(res, opts.errorHeaders?.(req.socket));
+    open.add(res);
+    let left = 2;
+    const done = () => {
+      if (--left > 0) return;
+      open.delete(res);
+      if (closing && open.size === 0) drained?.();
+    };
+    res.once("close", done);
+    const p = handler(req, res);
+    if (p instanceof Promise) p.then(done, done);
+    else done();
+  });
+  server.on("clientError", (err: Error, socket) => answerClientError(err, socket, opts.errorHeaders?.(socket)));
   server.keepAliveTimeout = 65_000; // longer than common load balancers' idle timeout
   const actual = await listen(server, port, host, portSetting);
+  /** Whether every request taken is done within `ms`. */
+  const drainedWithin = (ms: number) =>
+    new Promise<boolean>((resolve) => {
+      if (open.size === 0) return resolve(true);
+      const timer = setTimeout(() => resolve(false), ms);
+      drained = () => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+    });
   return {
     port: actual,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeIdleConnections();
-        // In-flight requests get a grace period to finish, then are cut.
-        setTimeout(() => server.closeAllConnections(), 5_000).unref();
-      }),
+    close: async () => {
+      closing = true;
+      const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      for (const res of open) if (!res.headersSent) res.shouldKeepAlive = false;
+      if (!(await drainedWithin(SHUTDOWN_GRACE_MS))) {
+        if (opts.onCut) {
+          opts.onCut();
+          await drainedWithin(CUT_SETTLE_MS);
+        }
+        // What is left loses its connection: a client that does not read, a handler still waiting.
+        server.closeAllConnections();
+        if (!(await drainedWithin(CUT_SETTLE_MS))) log.warn("requests still running at shutdown are abandoned (a gateway request's log is lost)", { setting: portSetting, requests: open.size });
+      }
+      // Connections left idle by the answers given meanwhile.
+      server.closeAllConnections();
+      await stopped;
+    },
   };
+}
+
+/** The answer to a request that arrives on an open connection during shutdown: 503 `shutting_down`, unread, and the connection closed. */
+function refuseWhileClosing(res: ServerResponse, headers: Record<string, string> | undefined): void {
+  const err = shuttingDown();
+  const body = JSON.stringify(toErrorBody(toErrorInfo(err)));
+  res.shouldKeepAlive = false;
+  res.writeHead(503, { ...headers, "Retry-After": "1", "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(body), Connection: "close" });
+  res.end(body);
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { Duplex } from "node:stream";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Middleware } from "koa";
-import { apiError, retryGuidanceOf, toErrorBody, toErrorInfo, type ErrorInfo } from "../core/errors.js";
+import { apiError, retryGuidanceOf, toErrorBody, toErrorInfo, withRetryGuidance, type ErrorInfo } from "../core/errors.js";
 import { log } from "../logger.js";
 
 /**
@@ -32,6 +32,15 @@ export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<stri
     }
   };
 }
+
+/**
+ * 503 `shutting_down` (with `Retry-After: 1`, which the official SDKs wait on before a retry): the
+ * gateway is stopping. A request that arrives on an open connection after shutdown began gets it
+ * unread; one still running when the shutdown's grace period ends is cut with it (README,
+ * "Shutdown").
+ */
+export const shuttingDown = () =>
+  withRetryGuidance(apiError(503, "api_error", "shutting_down", "The gateway is shutting down; retry the request."), { "retry-after": "1" });
 
 /** 405 for a known path with the wrong method. */
 export const methodNotAllowed = (method: string, path: string, allow: string) =>

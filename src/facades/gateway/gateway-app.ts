@@ -1,4 +1,4 @@
-import type { RequestListener } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import Router from "@koa/router";
 import Koa from "koa";
 import { ApiStyle } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
@@ -24,8 +24,10 @@ const byPath = new Map(surfaces.map((s) => [s.path, s]));
  * node:http: they are the hot path, and a Koa context, router and middleware chain cost more per
  * request than the rest of the facade (README, "Why two HTTP layers"). Everything else (health,
  * unknown paths, wrong methods, path spellings the router also accepts) goes to the Koa app.
+ * The promise it returns settles once the request is done, its log record handed over (the server
+ * waits for those at shutdown); it never rejects.
  */
-export function createGatewayHandler(deps: GatewayDeps): RequestListener {
+export function createGatewayHandler(deps: GatewayDeps): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
   const state = newGatewayState();
   const koa = createGatewayApp(deps, state).callback();
   return (req, res) => {
@@ -33,9 +35,9 @@ export function createGatewayHandler(deps: GatewayDeps): RequestListener {
     if (s) {
       const requestId = newRequestId();
       fileRequestId(res, requestId);
-      void serveChat(req, res, s, deps, state, requestId);
+      return serveChat(req, res, s, deps, state, requestId);
     }
-    else void koa(req, res);
+    return koa(req, res);
   };
 }
 

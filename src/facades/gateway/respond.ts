@@ -77,6 +77,8 @@ export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, e
  * caller. An error after the stream has begun is written as the style's SSE error event, and
  * returned. `onEvent` sees every event written; `partialCost` prices an answer that ended without
  * its final event (the upstream broke off, the client left), which the upstream still bills.
+ * `cutShort` tells a cancellation with the client still there (the shutdown's cut) from one of a
+ * client that left: the error event it gives is sent.
  */
 export async function writeStream(
   res: ServerResponse,
@@ -88,6 +90,7 @@ export async function writeStream(
   rest: AsyncIterator<StreamChatResponse>,
   onEvent?: (ev: StreamChatResponse) => void,
   partialCost?: () => string,
+  cutShort?: (err: unknown) => ErrorInfo | undefined,
 ): Promise<ErrorInfo | undefined> {
   res.writeHead(200, {
     ...extra,
@@ -133,8 +136,9 @@ export async function writeStream(
     }
   } catch (err) {
     // A client that left has no reader for an error event; its answer is still priced below.
-    if (!res.destroyed && !isCanceled(err)) {
-      failure = toErrorInfo(err);
+    const cut = isCanceled(err) ? cutShort?.(err) : undefined;
+    if (!res.destroyed && (cut || !isCanceled(err))) {
+      failure = cut ?? toErrorInfo(err);
       if (failure.code === "internal_error") log.error("stream failed", { requestId: svc["X-Svc-Request-Id"], err: String((err as Error)?.stack ?? err) });
       pending += renderer.error(failure);
     }

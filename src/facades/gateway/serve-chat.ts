@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { equals } from "@bufbuild/protobuf";
-import { type Client, createContextValues } from "@connectrpc/connect";
+import { type Client, type ConnectError, createContextValues } from "@connectrpc/connect";
 import type { AuthService } from "../../gen/svc/auth/v1/auth_service_pb.js";
 import type { CacheService, GetEntryRequest, GetEntryResponse } from "../../gen/svc/cache/v1/cache_service_pb.js";
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
@@ -19,10 +19,12 @@ import { encodeCompletion } from "../../core/proxy/completion-binary.js";
 import { Cancellation, cancellationKey } from "../../core/cancel.js";
 import { chatRequest, completionEvent } from "../../core/proxy/canonical.js";
 import { isCanceled } from "../../core/proxy/proxy-service.js";
-import { sentUpstream } from "../../core/proxy/upstream-http.js";
+import { SENT_UPSTREAM, sentUpstream } from "../../core/proxy/upstream-http.js";
 import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
 import type { Pricing } from "../../core/proxy/pricing.js";
+import { toErrorInfo } from "../../core/errors.js";
 import { log } from "../../logger.js";
+import { shuttingDown } from "../http-errors.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
@@ -51,6 +53,38 @@ export interface GatewayDeps {
   record?: (log: RequestLog) => void;
   /** Whether request and response bodies go into the log records. */
   logBodies?: boolean;
+  /** The server's shutdown: what cuts the requests still running when its grace period ends. */
+  shutdown?: ShutdownCut;
+}
+
+/**
+ * The cut that ends a shutdown's grace period (server.ts, README "Shutdown"), as the requests see
+ * it. `cut()` aborts every upstream call still running: a stream already answering ends with the
+ * style's SSE error event (503 `shutting_down`: logged as a 200 with that error code, billed for
+ * what was streamed, as any stream cut short), and a request still waiting for its answer is
+ * answered 503 `shutting_down` (billed for its prompt when it had reached the upstream, as when a
+ * client leaves). A request that would call the upstream after the cut is refused so, unbilled.
+ */
+export class ShutdownCut {
+  #cut = false;
+  readonly #calls = new Set<Cancellation>();
+
+  get isCut(): boolean {
+    return this.#cut;
+  }
+
+  /** Aborts `call` at the cut; returns what stops watching it (the call's answer is written). */
+  watch(call: Cancellation): () => void {
+    this.#calls.add(call);
+    return () => this.#calls.delete(call);
+  }
+
+  cut(): void {
+    this.#cut = true;
+    const calls = [...this.#calls];
+    this.#calls.clear();
+    for (const c of calls) c.abort();
+  }
 }
 
 const cacheOff: CachePolicy = { lookup: false, store: false, ttlSeconds: 0 };
@@ -213,9 +247,10 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
         trace.costUsd = cost;
       } catch (e) {
         // The client left before the answer's first event (any non-stream answer, a stream's
-        // start), after the request went out: the upstream has the prompt and bills it, so the
-        // month is charged for it. One that never left the gateway costs nothing.
-        if (isCanceled(e) && sentUpstream(e)) {
+        // start), or the shutdown cut the request there, after the request went out: the upstream
+        // has the prompt and bills it, so the month is charged for it. One that never left the
+        // gateway costs nothing.
+        if ((isCanceled(e) || isShutdownCut(e)) && sentUpstream(e)) {
           const part = deps.pricing.partialAnswer(chat, undefined, 0);
           cost = part.costUsd;
           trace.costUsd = cost;
@@ -448,9 +483,16 @@ async function callUpstream(
   trace: RequestTrace,
   bodies: boolean,
 ): Promise<Completion | undefined> {
-  // A client that goes away aborts the upstream call (a Cancellation, not an AbortSignal: core/cancel.ts).
+  const shutdown = deps.shutdown;
+  // After the shutdown's cut, no upstream call starts (a request that waited on an identical one
+  // the cut ended, or on its key or admission meanwhile).
+  if (shutdown?.isCut) throw shuttingDown();
+  // A client that goes away aborts the upstream call (a Cancellation, not an AbortSignal:
+  // core/cancel.ts), and so does the shutdown's cut, until the answer is written.
   const cancel = new Cancellation();
+  const unwatch = shutdown?.watch(cancel);
   res.once("close", () => {
+    unwatch?.();
     if (!res.writableFinished) cancel.abort();
   });
   trace.upstreamStarted();
@@ -461,7 +503,7 @@ async function callUpstream(
     first = await events.next();
   } catch (e) {
     trace.upstreamEnded();
-    throw e;
+    throw cutByShutdown(e, res, shutdown) ?? e;
   }
   if (first.done) throw new Error("the proxy ended without an answer");
   trace.firstByte();
@@ -485,7 +527,11 @@ async function callUpstream(
       usage = part.usage;
       return part.costUsd;
     };
-    const failure = await writeStream(res, svc, extra, s.codec, parsed, first.value, events, onEvent, partialCost);
+    const cutShort = shutdown && ((e: unknown) => {
+      const cut = cutByShutdown(e, res, shutdown);
+      return cut && toErrorInfo(cut);
+    });
+    const failure = await writeStream(res, svc, extra, s.codec, parsed, first.value, events, onEvent, partialCost, cutShort);
     trace.upstreamEnded();
     trace.used(usage);
     const clientGone = res.destroyed && !res.writableFinished;
@@ -508,6 +554,21 @@ async function callUpstream(
   trace.answered(answer);
   return answer;
 }
+
+/**
+ * What a call the shutdown's cut aborted tells its client, who is still there: 503 `shutting_down`,
+ * marked as sent upstream when the aborted call was (so it is billed as a client that left would
+ * be). Undefined for any other error, a client that left included.
+ */
+function cutByShutdown(e: unknown, res: ServerResponse, shutdown: ShutdownCut | undefined): ConnectError | undefined {
+  if (!shutdown?.isCut || !isCanceled(e) || res.destroyed) return undefined;
+  const err = shuttingDown();
+  if (sentUpstream(e)) err.metadata.set(SENT_UPSTREAM, "1");
+  return err;
+}
+
+/** Whether an error is the 503 `shutting_down` the shutdown's cut answered (cutByShutdown). */
+const isShutdownCut = (e: unknown): boolean => toErrorInfo(e).code === "shutting_down";
 
 /**
  * The answer a stream carried before it was cut short, as the JSON of a whole answer of the
