@@ -59,7 +59,7 @@ local function load(key, cur, n)
   return total, cur
 end
 
--- Ends a reservation: its amount leaves the total, and a rescindable one's buckets (id..':c') go.
+-- Ends a reservation: its amount leaves the total, and the buckets it was counted in (id..':c') go.
 local function release(zkey, hkey, id)
   local amt = redis.call('HGET', hkey, id)
   if amt then
@@ -82,7 +82,9 @@ end
  * KEYS: minute, day, user-minute windows, the month's spend, reservations (zset by expiry, hash of
  * amounts with the running `total`). ARGV: now ms (-1: Redis's clock), the three limits (-1: none),
  * cap nano (-1: none), worst-case nano, reservation id, reservation ttl ms, month end ms,
- * rescindable ('1': record the reservation, and the buckets counted as `<id>:c` = "m,d,u").
+ * recorded ('1': rescindable: record the reservation, and the buckets counted as `<id>:c` =
+ * "m,d,u"; '2': the same, as "m,d,u,k", which only a take-back (rescind's ARGV[3] '1') may take
+ * back; '0': only a reservation of a worst case above 0, without its buckets).
  * Returns {allowed, window (1 minute, 2 day, 3 user, 4 month), limit, remaining, reset ms,
  * retry ms, cap left in nano or false}; a spend-cap refusal's limit, remaining and reset are the
  * tightest request window's (0 when none applies).
@@ -179,12 +181,13 @@ for _, c in ipairs(checks) do
   local remaining = limit - total - 1
   if tight[1] == 0 or remaining < tight[3] then tight = { w, limit, remaining, (cur + n + 1) * ms - now } end
 end
-local rescindable = ARGV[10] == '1'
-if worst > 0 or rescindable then
+local recorded = ARGV[10]
+if worst > 0 or recorded ~= '0' then
   local ttl = tonumber(ARGV[8])
   redis.call('ZADD', KEYS[5], s(now + ttl), ARGV[7])
   redis.call('HSET', KEYS[6], ARGV[7], ARGV[6])
-  if rescindable then redis.call('HSET', KEYS[6], ARGV[7] .. ':c', table.concat(counted, ',')) end
+  if recorded == '1' then redis.call('HSET', KEYS[6], ARGV[7] .. ':c', table.concat(counted, ',')) end
+  if recorded == '2' then redis.call('HSET', KEYS[6], ARGV[7] .. ':c', table.concat(counted, ',') .. ',k') end
   redis.call('HINCRBY', KEYS[6], 'total', ARGV[6])
   redis.call('PEXPIRE', KEYS[5], ttl + 60000)
   redis.call('PEXPIRE', KEYS[6], ttl + 60000)
@@ -211,16 +214,20 @@ return 1
 
 /**
  * KEYS: minute, day, user-minute windows, reservations zset, reservations hash. ARGV: reservation
- * id, now ms (-1: Redis's clock). Takes back a rescindable admission still outstanding: one count
+ * id, now ms (-1: Redis's clock), take-back ('1': any admission recorded with its buckets, also one
+ * recorded only for a take-back). Takes back a rescindable admission still outstanding: one count
  * off each bucket it was counted in that is still counted, and its reservation released.
- * Returns 1, or 0 when there was none.
+ * Returns 1, or 0 when there was none (so a second call, or one for an admission that never ran,
+ * changes nothing).
  */
 export const rescindLua = `${common}
 expire(KEYS[4], KEYS[5], now_ms(ARGV[2]))
 local counted = redis.call('HGET', KEYS[5], ARGV[1] .. ':c')
 if not counted then return 0 end
+local m, d, u, kept = string.match(counted, '^(%d*),(%d*),(%d*)(,?k?)$')
+if kept == ',k' and ARGV[3] ~= '1' then return 0 end
 release(KEYS[4], KEYS[5], ARGV[1])
-local buckets = { string.match(counted, '^(%d*),(%d*),(%d*)$') }
+local buckets = { m, d, u }
 for i = 1, 3 do
   local b = buckets[i]
   if b and b ~= '' then

@@ -1,8 +1,9 @@
 import type { Redis } from "ioredis";
 import type { WindowName } from "../core/limits/windows.js";
+import { log } from "../logger.js";
 import { type AdmitInput, type AdmitOutcome, type LimitsStore, type RescindInput, type SettleInput, StoreUnavailableError, type Usage } from "./limits-store.js";
 import { admitLua, rescindLua, settleLua, usageLua } from "./redis-limits-lua.js";
-import type { RedisConnection } from "./redis-connection.js";
+import { isWriteRefusal, type RedisConnection } from "./redis-connection.js";
 
 /**
  * The cluster limits store. Every key of a project shares the hash tag `{svc:lim:<project>}`, so
@@ -12,11 +13,20 @@ import type { RedisConnection } from "./redis-connection.js";
  *   {svc:lim:<p>}:d            day window (hash of one-minute buckets)
  *   {svc:lim:<p>}:u:<user>     a user's minute window
  *   {svc:lim:<p>}:spend:<YYYY-MM>  nano-dollars spent in the month (string, INCRBY)
- *   {svc:lim:<p>}:rz / :rh     outstanding reservations: ids by expiry (zset), amounts (hash; a
- *                              rescindable admission's buckets as field `<id>:c`)
+ *   {svc:lim:<p>}:rz / :rh     outstanding admissions: ids by expiry (zset), amounts (hash; the
+ *                              buckets each was counted in as field `<id>:c`)
  *
  * Every key expires on its own once idle. Scripts go through defineCommand, which sends EVALSHA
  * and falls back to EVAL on NOSCRIPT (a restarted or flushed Redis).
+ *
+ * An admission whose call fails after it may have been sent (it timed out on a stalled Redis, the
+ * connection dropped) was answered as if Redis were down, yet Redis may still run it when it
+ * resumes: counted, and its worst case reserved for the reservation's TTL with nobody to settle
+ * it. So every admission is recorded with the buckets it was counted in (only a `rescindable` one
+ * may be taken back by Rescind), and such a failed one is queued to be taken back (the rescind
+ * script, allowed any admission) once Redis answers again. One connection runs its commands in
+ * order, so the take-back runs after the late admission; one that never ran is taken back as a
+ * no-op, and a take-back sent twice does nothing the second time.
  */
 export interface RedisLimitsOptions {
   /**
@@ -26,6 +36,25 @@ export interface RedisLimitsOptions {
   serverClock?: boolean;
   /** How long a month's spend is kept, in seconds (for `svc projects show`). */
   spendTtlSeconds?: number;
+  /** Most failed admissions waiting to be taken back (default TAKE_BACK_MAX); later ones are not. */
+  takeBackMax?: number;
+}
+
+/** Failed admissions kept to be taken back; past this (a long stall under heavy load) they are dropped, and count until their reservations expire. */
+export const TAKE_BACK_MAX = 10_000;
+
+/** How often queued take-backs are tried while Redis has not answered again. */
+const TAKE_BACK_INTERVAL_MS = 1_000;
+
+/** Take-backs sent together (pipelined on the connection). */
+const TAKE_BACK_BATCH = 100;
+
+interface TakeBack {
+  projectId: string;
+  userId: string;
+  reservationId: string;
+  /** The admission's clock (Redis's own clock unless `serverClock` is off). */
+  nowMs: number;
 }
 
 type Reply = [number, number, number, number, number, number, string | null];
@@ -52,21 +81,83 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
   const clock = (nowMs: number) => (serverClock ? -1 : nowMs);
   const opt = (n: number | undefined) => (n === undefined ? -1 : n);
 
+  const takeBackMax = opts.takeBackMax ?? TAKE_BACK_MAX;
+  /** Failed admissions to take back once Redis answers again, oldest first. */
+  let pending: TakeBack[] = [];
+  /** The take-backs of one spell (from the first queued until the queue is empty), for one log line. */
+  let spell = { queued: 0, undone: 0, dropped: 0 };
+  let flushing: Promise<void> | undefined;
+  let timer: NodeJS.Timeout | undefined;
+
   /**
    * Fails fast during an outage: the connection logs it once and probes for its end. Every script
    * may write (even a usage read drops buckets that left their window), so while Redis refuses
    * writes (a full Redis) the store is unavailable too, as during an outage, until the
-   * connection's write probe is accepted.
+   * connection's write probe is accepted. `sentFailed` learns of a failure after the command was
+   * handed to the connection (it may still run), except a write Redis refused (nothing ran).
    */
-  async function call<T>(fn: () => Promise<T>): Promise<T> {
+  async function call<T>(fn: () => Promise<T>, sentFailed?: () => void): Promise<T> {
     if (!conn.up) throw new StoreUnavailableError("redis is unreachable");
     if (conn.writesRefused) throw new StoreUnavailableError("redis refuses writes");
+    let r: T;
     try {
-      return await fn();
+      r = await fn();
     } catch (err) {
       conn.failed(err);
+      if (sentFailed && !isWriteRefusal(err)) sentFailed();
       throw new StoreUnavailableError(`redis failed: ${(err as Error)?.message ?? err}`);
     }
+    // Redis answers again: what waits to be taken back goes now, behind what was sent before.
+    if (pending.length > 0) void flush();
+    return r;
+  }
+
+  /** Queues a failed admission to be taken back; bounded, and logged once a spell, not per request. */
+  function takeBack(input: AdmitInput): void {
+    if (pending.length >= takeBackMax) {
+      if (spell.dropped++ === 0) {
+        log.warn(`redis limits: more than ${takeBackMax} admissions failed while Redis did not answer; later ones are not taken back if Redis ran them late (they count until their reservations expire)`);
+      }
+      return;
+    }
+    pending.push({ projectId: input.projectId, userId: input.userId, reservationId: input.reservationId, nowMs: input.nowMs });
+    spell.queued++;
+    timer ??= setInterval(() => void flush(), TAKE_BACK_INTERVAL_MS).unref();
+  }
+
+  const rescindScript = (tb: TakeBack, any: boolean) => {
+    const t = tag(tb.projectId);
+    return redis.svcLimRescind(`${t}:m`, `${t}:d`, `${t}:u:${tb.userId}`, `${t}:rz`, `${t}:rh`, tb.reservationId, clock(tb.nowMs), any ? 1 : 0);
+  };
+
+  /**
+   * Sends the queued take-backs while Redis answers, a batch at a time; one that fails stays queued
+   * (it may have run: a second run does nothing). Logs the spell once the queue is empty.
+   */
+  function flush(): Promise<void> {
+    flushing ??= (async () => {
+      while (pending.length > 0 && conn.up && !conn.writesRefused) {
+        const batch = pending.slice(0, TAKE_BACK_BATCH);
+        const done = await Promise.allSettled(batch.map((tb) => call(() => rescindScript(tb, true))));
+        const sent = new Set<TakeBack>();
+        done.forEach((d, i) => {
+          if (d.status === "rejected") return;
+          sent.add(batch[i]!);
+          if (d.value === 1) spell.undone++;
+        });
+        pending = pending.filter((tb) => !sent.has(tb));
+        if (sent.size < batch.length) break;
+      }
+      if (pending.length === 0) {
+        if (timer) clearInterval(timer);
+        timer = undefined;
+        if (spell.queued > 0) {
+          log.info(`redis limits: ${spell.queued} admissions failed while Redis did not answer; taken back now (${spell.undone} had run late)`, spell.dropped ? { notTakenBack: spell.dropped } : {});
+        }
+        spell = { queued: 0, undone: 0, dropped: 0 };
+      }
+    })().finally(() => (flushing = undefined));
+    return flushing;
   }
 
   return {
@@ -84,8 +175,10 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
           input.reservationId,
           input.reservationTtlMs,
           input.monthEndMs,
-          input.rescindable ? 1 : 0,
+          // Every admission is recorded with its buckets, so one that fails here can be taken back.
+          input.rescindable ? 1 : 2,
         ),
+        () => takeBack(input),
       );
       return {
         allowed: r[0] === 1,
@@ -104,8 +197,7 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
     },
 
     async rescind(input: RescindInput): Promise<boolean> {
-      const t = tag(input.projectId);
-      const r = await call(() => redis.svcLimRescind(`${t}:m`, `${t}:d`, `${t}:u:${input.userId}`, `${t}:rz`, `${t}:rh`, input.reservationId, clock(input.nowMs)));
+      const r = await call(() => rescindScript(input, false));
       return r === 1;
     },
 
@@ -118,7 +210,13 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
     },
 
     async close() {
-      // The connection is the caller's (it may be shared); closing it is theirs too.
+      // Take-backs still queued go now if Redis answers. The connection is the caller's (it may be
+      // shared); closing it is theirs too.
+      if (timer) clearInterval(timer);
+      timer = undefined;
+      if (pending.length > 0) await flush();
+      if (timer) clearInterval(timer);
+      timer = undefined;
     },
   };
 }

@@ -52,7 +52,18 @@ describe("Redis limits store", function () {
     await redis.stop();
   });
 
-  const service = (failClosed = false) => createDirectClient(LimitsService, createLimitsService({ store: createRedisLimitsStore(conn), failClosed }));
+  const service = (failClosed = false, takeBackMax?: number) =>
+    createDirectClient(LimitsService, createLimitsService({ store: createRedisLimitsStore(conn, { takeBackMax }), failClosed }));
+
+  /** Runs `fn` with Redis stopped (SIGSTOP: the connection stays open, nothing answers), then resumes it. */
+  async function stalled<T>(fn: () => Promise<T>): Promise<T> {
+    process.kill(redis.pid, "SIGSTOP");
+    try {
+      return await fn();
+    } finally {
+      process.kill(redis.pid, "SIGCONT");
+    }
+  }
 
   it("admits exactly 60 of 200 concurrent requests from two processes at 60/minute", async () => {
     const projectId = `proj_${randomBase62(12)}`;
@@ -136,6 +147,74 @@ describe("Redis limits store", function () {
       assert.equal((await limits.admit(req)).decision, Decision.ALLOWED);
       assert.equal((await limits.admit(req)).decision, Decision.PLAN_LIMITED, "nothing admitted while full was counted");
     }
+  });
+
+  it("takes back admissions that timed out on a stalled Redis and ran when it resumed: no counts, no reservation (fail open and closed)", async () => {
+    for (const failClosed of [false, true]) {
+      const limits = service(failClosed);
+      const projectId = `proj_stall_${failClosed}`;
+      const lim = { requestsPerMinute: 3, requestsPerDay: 10, userRequestsPerMinute: 1, monthlySpendCapUsd: "2" };
+      const first = await limits.admit({ projectId, maxCostUsd: "0.6", limits: lim });
+      assert.equal(first.decision, Decision.ALLOWED);
+      await limits.settle({ projectId, reservationId: first.reservationId, costUsd: "0.1" });
+      const lines = await captureLog(async (sofar) => {
+        // Longer than the command timeout (1 s): both calls give up, and Redis runs them on SIGCONT.
+        const rs = await stalled(() =>
+          Promise.all([
+            limits.admit({ projectId, userId: "v", maxCostUsd: "0.6", limits: lim }),
+            limits.admit({ projectId, maxCostUsd: "0.6", rescindable: true, limits: lim }),
+          ]),
+        );
+        for (const r of rs) {
+          assert.equal(r.degraded, true);
+          assert.equal(r.decision, failClosed ? Decision.UNAVAILABLE : Decision.ALLOWED);
+          assert.equal(r.reservationId, "");
+        }
+        // Only the first request counted, nothing reserved: what Redis ran late is taken back.
+        const usage = async () => {
+          const u = await limits.getUsage({ projectId }).catch(() => undefined);
+          return u && [u.requestsLastMinute, u.requestsLastDay, u.spentUsd, u.reservedUsd];
+        };
+        const want = [1, 1, "0.1", "0"];
+        let seen: unknown;
+        await eventually(async () => JSON.stringify((seen = await usage())) === JSON.stringify(want), 10_000).catch(() => {});
+        assert.deepEqual(seen, want, "minute, day, spent, reserved");
+      });
+      const count = (text: string) => lines.filter((l) => l.includes(text)).length;
+      assert.equal(count("redis unreachable"), 1, lines.join(""));
+      assert.equal(count("2 admissions failed while Redis did not answer; taken back now (2 had run late)"), 1, lines.join(""));
+      // The window and the cap are as if the stalled requests never came: user v's one, two more in the minute.
+      assert.equal((await limits.admit({ projectId, userId: "v", maxCostUsd: "0.6", limits: lim })).decision, Decision.ALLOWED);
+      assert.equal((await limits.admit({ projectId, maxCostUsd: "0.6", limits: lim })).decision, Decision.ALLOWED);
+      assert.equal((await limits.admit({ projectId, maxCostUsd: "0.6", limits: lim })).decision, Decision.PLAN_LIMITED);
+    }
+  });
+
+  it("keeps at most takeBackMax admissions to take back, saying once that the rest are not", async () => {
+    const limits = service(true, 1);
+    const projectId = "proj_stall_cap";
+    const lim = { requestsPerMinute: 5 };
+    const lines = await captureLog(async (sofar) => {
+      await stalled(() => Promise.all([1, 2, 3].map(() => limits.admit({ projectId, limits: lim }))));
+      await eventually(async () => sofar.some((l) => l.includes("redis is back")), 10_000, "Redis to answer");
+      await eventually(async () => (await limits.getUsage({ projectId })).requestsLastMinute < 3, 3_000, "a take-back");
+    });
+    const count = (text: string) => lines.filter((l) => l.includes(text)).length;
+    assert.equal(count("more than 1 admissions failed"), 1, lines.join(""));
+    assert.equal(count("1 admissions failed while Redis did not answer; taken back now (1 had run late)"), 1, lines.join(""));
+    // Two were not taken back: they count, as before the fix, until they leave the window.
+    assert.equal((await limits.getUsage({ projectId })).requestsLastMinute, 2);
+  });
+
+  it("leaves an admission that was not made rescindable to Rescind, as the memory store does", async () => {
+    const limits = service();
+    const projectId = "proj_not_rescindable";
+    const r = await limits.admit({ projectId, maxCostUsd: "0.5", limits: { requestsPerMinute: 5 } });
+    assert.equal((await limits.rescind({ projectId, reservationId: r.reservationId })).rescinded, false);
+    const u = await limits.getUsage({ projectId });
+    assert.deepEqual([u.requestsLastMinute, u.reservedUsd], [1, "0.5"]);
+    await limits.settle({ projectId, reservationId: r.reservationId, costUsd: "0.2" });
+    assert.deepEqual(await conn.redis.hgetall(`{svc:lim:${projectId}}:rh`), { total: "0" });
   });
 
   it("fails closed when configured, with a decision of its own, and recovers without a restart", async () => {

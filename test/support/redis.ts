@@ -16,6 +16,8 @@ export async function freePort(): Promise<number> {
 export interface TestRedis {
   url: string;
   port: number;
+  /** The server's process id (SIGSTOP / SIGCONT stall it). */
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -43,6 +45,7 @@ export async function startRedis(port?: number): Promise<TestRedis> {
   return {
     url: `redis://127.0.0.1:${p}`,
     port: p,
+    pid: child.pid!,
     stop: () =>
       new Promise<void>((resolve) => {
         if (child.exitCode !== null || child.signalCode !== null) return resolve();

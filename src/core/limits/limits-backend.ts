@@ -49,5 +49,13 @@ export async function createLimitsBackend(redisUrl: string | undefined, config: 
       resolve();
     });
   });
-  return { impl: createLimitsService({ ...deps, store: createRedisLimitsStore(conn) }), close: () => conn.close() };
+  const store = createRedisLimitsStore(conn);
+  return {
+    impl: createLimitsService({ ...deps, store }),
+    // The store first: admissions still to be taken back (see createRedisLimitsStore) go if they can.
+    close: async () => {
+      await store.close();
+      await conn.close();
+    },
+  };
 }
