@@ -314,7 +314,9 @@ export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): Limi
           for (const c of checks) {
             const remaining = Math.max(c.limit - c.total, 0);
             if (worst.limit === 0 || remaining < worst.remaining) {
-              worst = { ...worst, limit: c.limit, remaining, resetMs: (c.cur + c.shape.buckets + 1) * c.shape.bucketMs - now };
+              // A window with nothing counted is fully replenished now.
+              const resetMs = c.total > 0 ? (c.cur + c.shape.buckets + 1) * c.shape.bucketMs - now : 0;
+              worst = { ...worst, limit: c.limit, remaining, resetMs };
             }
           }
         }

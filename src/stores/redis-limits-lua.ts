@@ -87,7 +87,7 @@ end
  * back; '0': only a reservation of a worst case above 0, without its buckets).
  * Returns {allowed, window (1 minute, 2 day, 3 user, 4 month), limit, remaining, reset ms,
  * retry ms, cap left in nano or false}; a spend-cap refusal's limit, remaining and reset are the
- * tightest request window's (0 when none applies).
+ * tightest request window's (0 when none applies; a reset of 0 when nothing is counted in it).
  */
 export const admitLua = `${common}
 local function free_at(key, total, limit, ms, n, cur)
@@ -161,7 +161,10 @@ if worst_case then
       local w, key, limit, ms, n, total, cur = unpack(c)
       local remaining = math.max(limit - total, 0)
       if worst_case[2] == 0 or remaining < worst_case[3] then
-        worst_case[2], worst_case[3], worst_case[4] = limit, remaining, (cur + n + 1) * ms - now
+        -- A window with nothing counted is fully replenished now.
+        local reset = 0
+        if total > 0 then reset = (cur + n + 1) * ms - now end
+        worst_case[2], worst_case[3], worst_case[4] = limit, remaining, reset
       end
     end
   end

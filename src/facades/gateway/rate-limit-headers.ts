@@ -15,7 +15,7 @@ export function rateLimitHeaders(a: AdmitResponse, style: ApiStyle, nowMs = Date
     if (style === ApiStyle.MESSAGES) {
       h["anthropic-ratelimit-requests-limit"] = String(a.limit);
       h["anthropic-ratelimit-requests-remaining"] = String(a.remaining);
-      h["anthropic-ratelimit-requests-reset"] = new Date(Math.ceil(nowMs / 1000) * 1000 + a.resetSeconds * 1000).toISOString().replace(".000Z", "Z");
+      h["anthropic-ratelimit-requests-reset"] = resetInstant(a.resetSeconds, nowMs);
     } else {
       h["x-ratelimit-limit-requests"] = String(a.limit);
       h["x-ratelimit-remaining-requests"] = String(a.remaining);
@@ -31,6 +31,18 @@ export function rateLimitHeaders(a: AdmitResponse, style: ApiStyle, nowMs = Date
     if (a.retryAfterSeconds > SDK_RETRY_MAX_SECONDS) h["x-should-retry"] = "false";
   }
   return h;
+}
+
+/**
+ * When a window resets, as an RFC 3339 time in whole seconds: the first second at or after the
+ * real reset. `resetSeconds` is the wait rounded up to a second, taken at the admission, a moment
+ * before `nowMs`. A window frees on a bucket boundary (a whole second), which lies within the
+ * second before now + `resetSeconds`: that second, rounded down, is it. A reset of 0 (nothing
+ * counted: fully replenished at the admission) is now, rounded up.
+ */
+export function resetInstant(resetSeconds: number, nowMs: number): string {
+  const s = resetSeconds > 0 ? Math.floor(nowMs / 1000) + resetSeconds : Math.ceil(nowMs / 1000);
+  return new Date(s * 1000).toISOString().replace(".000Z", "Z");
 }
 
 /** The longest Retry-After the SDKs are left to wait on: a minute's window, which can read 61 s. */

@@ -118,13 +118,16 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     // It still tells where the request limit stands (Pro: 600 a minute; the refusal is not counted).
     assert.equal(big.headers["x-ratelimit-limit-requests"], "600");
     assert.equal(big.headers["x-ratelimit-remaining-requests"], "600");
-    assert.match(String(big.headers["x-ratelimit-reset-requests"]), /^\d+(m\d+)?s$/);
+    assert.equal(big.headers["x-ratelimit-reset-requests"], "0s", "nothing counted: the window is full now");
+    const askedAt = Date.now();
     const bigMessage = await postJson(`${gw.gatewayUrl}/v1/messages`, keys.live, { model: "assistant-3-5-haiku-20241022", max_tokens: 100_000, messages: [{ role: "user", content: "capped" }] }, noCache);
     assert.equal(bigMessage.status, 429, bigMessage.text);
     assert.equal(bigMessage.json().error.code, "spend_cap_exceeded");
     assert.equal(bigMessage.headers["anthropic-ratelimit-requests-limit"], "600");
     assert.equal(bigMessage.headers["anthropic-ratelimit-requests-remaining"], "600");
-    assert.ok(!Number.isNaN(Date.parse(String(bigMessage.headers["anthropic-ratelimit-requests-reset"]))));
+    // Nothing counted: the reset is now (the second at or after it), not a minute on.
+    const reset = Date.parse(String(bigMessage.headers["anthropic-ratelimit-requests-reset"]));
+    assert.ok(reset >= Math.floor(askedAt / 1000) * 1000 && reset <= Date.now() + 1000, String(bigMessage.headers["anthropic-ratelimit-requests-reset"]));
     const started = Date.now();
     const openai = new OpenAI({ apiKey: keys.live, baseURL: `${gw.gatewayUrl}/v1`, timeout: 10_000 });
     await assert.rejects(openai.chat.completions.create(chat({ max_tokens: 100_000 }) as OpenAI.ChatCompletionCreateParamsNonStreaming), (e: unknown) => e instanceof OpenAI.RateLimitError);
