@@ -51,6 +51,8 @@ describe("svc projects update / show (limits) against a running `svc serve --dem
       [["--user-rpm", "0"], /--user-rpm must be a whole number/],
       [["--spend-cap-usd", "abc"], /--spend-cap-usd must be a USD amount/],
       [["--spend-cap-usd=-1"], /--spend-cap-usd must be a USD amount/],
+      [["--spend-cap-usd", " 5"], /--spend-cap-usd must be a USD amount/],
+      [["--rpm", " 5"], /--rpm must be a whole number/],
       [["--plan", "gold"], /--plan must be free, pro or enterprise/],
       [[], /nothing to update/],
     ];

@@ -16,9 +16,12 @@ export const MAX_REQUEST_USD = 1_000_000;
 
 const decimal = /^(\d{1,16})(?:\.(\d+))?$/;
 
-/** A USD amount as a plain decimal, in nano-dollars rounded up; undefined when it is not one. */
+/**
+ * A USD amount as a plain decimal, in nano-dollars rounded up; undefined when it is not one (as
+ * when it has whitespace around it: " 5" is refused, not read as 5).
+ */
 export function usdToNanoCeil(text: string): bigint | undefined {
-  const m = decimal.exec(text.trim());
+  const m = decimal.exec(text);
   if (!m) return undefined;
   const frac = m[2] ?? "";
   const head = BigInt(m[1]!) * NANO_PER_USD + BigInt(frac.slice(0, 9).padEnd(9, "0"));
@@ -30,7 +33,7 @@ export function usdToNanoCeil(text: string): bigint | undefined {
  * MAX_CAP_USD. Returns nano-dollars, or undefined when the text is not such an amount.
  */
 export function parseCapNano(text: string): bigint | undefined {
-  const m = decimal.exec(text.trim());
+  const m = decimal.exec(text);
   if (!m || (m[2] ?? "").length > 9) return undefined;
   const nano = usdToNanoCeil(text)!;
   return nano <= BigInt(MAX_CAP_USD) * NANO_PER_USD ? nano : undefined;

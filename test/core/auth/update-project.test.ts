@@ -97,7 +97,7 @@ describe("AuthService project limits", () => {
 
   it("refuses spend caps that are not non-negative USD amounts in range, naming the field", async () => {
     const p = await project(Plan.FREE);
-    for (const cap of ["abc", "-5", "1e6", "5000000.01", "0.0000000001", ""]) {
+    for (const cap of ["abc", "-5", "1e6", "5000000.01", "0.0000000001", "", " 5", "5 ", "\t5", "5\n"]) {
       await refused(auth.updateProject({ projectId: p.id, limitOverrides: { monthlySpendCapUsd: cap } }), "limit_overrides.monthly_spend_cap_usd");
     }
   });

@@ -10,7 +10,10 @@ describe("nano-dollar money", () => {
   });
 
   it("refuses what is not a plain non-negative decimal", () => {
-    for (const bad of ["", "-1", "1e3", "abc", "1.", ".5", "0x10", "1,5"]) assert.equal(usdToNanoCeil(bad), undefined, bad);
+    for (const bad of ["", "-1", "1e3", "abc", "1.", ".5", "0x10", "1,5", " 5", "5 ", "\t5", "5\n", " "]) {
+      assert.equal(usdToNanoCeil(bad), undefined, JSON.stringify(bad));
+      assert.equal(parseCapNano(bad), undefined, JSON.stringify(bad));
+    }
   });
 
   it("accepts caps from 0 to 5,000,000 USD with at most 9 decimal places", () => {
