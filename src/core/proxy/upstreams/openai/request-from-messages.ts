@@ -1,22 +1,27 @@
 import { BlockType, type ChatMessage, type ContentBlock, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { invalidRequest } from "../../../errors.js";
 import { isObject, type JsonObject } from "../../../json.js";
 import { toolCall } from "./tool-call.js";
 
 /**
  * Messages-style conversations as chat-completions messages. The two styles differ in where tool
  * results live (a user block there, a `tool` message here) and in the system prompt (a field there,
- * a leading message here). Blocks with no chat-completions equivalent (thinking, documents, server
- * tool results, images in an unknown source form) are left out rather than failing the request.
+ * a leading message here). Blocks with no chat-completions equivalent that the model can do without
+ * (thinking, server tool results, images in an unknown source form) are left out; what would change
+ * the question if it were left out (a document OpenAI cannot read, an image or a document inside a
+ * tool result) is refused with a 400 naming the block.
  */
 export function messagesFromMessagesStyle(req: StreamChatRequest): JsonObject[] {
   const out: JsonObject[] = [];
   if (req.system) out.push({ role: "system", content: req.system });
-  for (const m of req.messages) {
+  req.messages.forEach((m, i) => {
     if (m.role === "assistant") pushAssistant(m, out);
-    else pushUser(m, out);
-  }
+    else pushUser(m, `messages[${i}]`, req.model, out);
+  });
   return out;
 }
+
+const routed = (model: string) => `the model '${model}' is served by a chat-completions-style (OpenAI) upstream`;
 
 function pushAssistant(m: ChatMessage, out: JsonObject[]): void {
   const text = m.blocks.filter((b) => b.type === BlockType.TEXT).map((b) => b.text).join("");
@@ -27,37 +32,91 @@ function pushAssistant(m: ChatMessage, out: JsonObject[]): void {
   out.push(msg);
 }
 
-function pushUser(m: ChatMessage, out: JsonObject[]): void {
+/** A user turn; `path` names it as the client wrote it (`messages[i]`), its blocks being its `content[j]`. */
+function pushUser(m: ChatMessage, path: string, model: string, out: JsonObject[]): void {
   // OpenAI wants each tool result right after the assistant turn that called it: results first.
-  for (const b of m.blocks) {
-    if (b.type === BlockType.TOOL_RESULT) out.push({ role: "tool", tool_call_id: b.toolCallId, content: resultText(b) });
-  }
+  m.blocks.forEach((b, j) => {
+    if (b.type === BlockType.TOOL_RESULT) out.push({ role: "tool", tool_call_id: b.toolCallId, content: toolMessageText(b, `${path}.content[${j}]`, model) });
+  });
   const parts: JsonObject[] = [];
-  for (const b of m.blocks) {
+  m.blocks.forEach((b, j) => {
     if (b.type === BlockType.TEXT) parts.push({ type: "text", text: b.text });
     else if (b.type === BlockType.IMAGE) {
       const image = imagePart(b.rawJson);
       if (image) parts.push(image);
+    } else if (b.type === BlockType.OTHER) {
+      const doc = documentPart(b.rawJson, `${path}.content[${j}]`, model);
+      if (doc) parts.push(doc);
     }
-  }
+  });
   if (!parts.length) return;
   const onlyText = parts.every((p) => p.type === "text");
   const content = onlyText && (m.contentIsString || parts.length === 1) ? parts.map((p) => p.text).join("") : parts;
   out.push({ role: m.role || "user", content });
 }
 
-/** A tool result's text; when only the raw block came through, the text of its text items. */
-function resultText(b: ContentBlock): string {
-  if (b.text || !b.rawJson) return b.text;
-  try {
-    const raw: unknown = JSON.parse(b.rawJson);
-    const items = isObject(raw) ? raw.content : raw;
-    if (typeof items === "string") return items;
-    if (!Array.isArray(items)) return "";
-    return items.map((i) => (isObject(i) && i.type === "text" && typeof i.text === "string" ? i.text : "")).join("");
-  } catch {
-    return "";
+/**
+ * A tool result as a tool message's text. An OpenAI tool message carries text only, so a result
+ * whose content holds anything else (an image, a document) has no counterpart: the request is
+ * refused, naming the block, rather than sent with the result emptied.
+ */
+function toolMessageText(b: ContentBlock, path: string, model: string): string {
+  const raw = b.rawJson ? parseOr(b.rawJson) : undefined;
+  // The messages codec keeps an array content in extra_json; a block given whole holds it in raw_json.
+  const holder = raw ?? (b.extraJson ? parseOr(b.extraJson) : undefined);
+  const items = isObject(holder) ? holder.content : holder;
+  if (Array.isArray(items)) {
+    items.forEach((item, k) => {
+      if (isObject(item) && item.type === "text") return;
+      const what = isObject(item) && typeof item.type === "string" ? `a block of type \`${item.type}\`` : "not a text block";
+      throw invalidRequest(
+        "unsupported_parameter",
+        `\`${path}.content[${k}]\` is ${what} inside a tool_result: ${routed(model)}, whose tool messages carry text only; send it as a block of the user message instead.`,
+      );
+    });
   }
+  let text = b.text;
+  // When only the raw block came through: its text, or the text of its text items.
+  if (!text && raw !== undefined) {
+    if (typeof items === "string") text = items;
+    else if (Array.isArray(items)) text = items.map((i) => (isObject(i) && typeof i.text === "string" ? i.text : "")).join("");
+  }
+  return text;
+}
+
+const parseOr = (json: string): unknown => {
+  try {
+    return JSON.parse(json);
+  } catch {
+    return undefined;
+  }
+};
+
+/**
+ * A messages-style document block (https://docs.anthropic.com/en/docs/build-with-claude/pdf-support)
+ * as a content part: a base64 PDF becomes a `file` part holding it as a data URL in `file_data`
+ * (https://platform.openai.com/docs/guides/pdf-files), named by the document's `title` (else
+ * "document.pdf"); a plain-text source becomes a text part with its text. A document OpenAI cannot
+ * be given (a URL, a Files API id, custom content) is refused, naming the block, rather than left
+ * out. Blocks of other types are left out (undefined).
+ */
+function documentPart(rawJson: string, path: string, model: string): JsonObject | undefined {
+  const raw = parseOr(rawJson);
+  if (!isObject(raw) || raw.type !== "document") return undefined;
+  const src = isObject(raw.source) ? raw.source : {};
+  if (src.type === "base64") {
+    if (src.media_type !== "application/pdf" || typeof src.data !== "string") {
+      throw invalidRequest("invalid_value", `\`${path}.source\` must hold a PDF (\`media_type\` "application/pdf") as base64 \`data\`: ${routed(model)}, which reads PDF documents.`);
+    }
+    const filename = typeof raw.title === "string" && raw.title !== "" ? raw.title : "document.pdf";
+    return { type: "file", file: { filename, file_data: `data:application/pdf;base64,${src.data}` } };
+  }
+  if (src.type === "text" && typeof src.data === "string") return { type: "text", text: src.data };
+  const what = typeof src.type === "string" ? `a \`${src.type}\` source` : "no source";
+  throw invalidRequest(
+    "unsupported_parameter",
+    `\`${path}\` is a document with ${what}: ${routed(model)}, which reads a document only as a base64 PDF or plain text (\`source.type\` "base64" or "text").`,
+  );
 }
 
 /** A messages-style image block as an `image_url` part (base64 becomes a data URL). */

@@ -3,7 +3,9 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { ApiStyle, BlockType, StreamChatRequestSchema, type StreamChatRequest } from "../../../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
 import { createOpenAiAdapter } from "../../../../../src/core/proxy/upstreams/openai/adapter.js";
 import type { UpstreamTarget } from "../../../../../src/core/proxy/upstreams/adapter.js";
+import { toErrorInfo } from "../../../../../src/core/errors.js";
 import { chatCompletionsCodec } from "../../../../../src/facades/gateway/chat-completions-codec.js";
+import { messagesCodec } from "../../../../../src/facades/gateway/messages-codec.js";
 import { deepFreeze } from "../../../../support/freeze.js";
 
 const target: UpstreamTarget = { provider: "openai", style: ApiStyle.CHAT_COMPLETIONS, baseUrl: "https://api.openai.com/v1/", apiKey: "sk-test", upstreamModel: "gpt-4o" };
@@ -179,6 +181,68 @@ describe("openai request: from a messages client (cross style)", () => {
   it("sends no tool_choice when no tools are sent", () => {
     const noTools = canonical({ style: ApiStyle.MESSAGES, extraJson: '{"tool_choice":{"type":"auto"}}', messages: [] });
     assert.equal("tool_choice" in bodyOf(noTools), false);
+  });
+});
+
+describe("openai request: from a messages client, what has no plain counterpart", () => {
+  const msgs = (content: object[], extra: object = {}) =>
+    canonical(messagesCodec.parseRequest(deepFreeze({ model: "assistant-x", max_tokens: 10, messages: [{ role: "user", content }], ...extra })));
+  const history = (result: object) =>
+    canonical(messagesCodec.parseRequest(deepFreeze({
+      model: "assistant-x", max_tokens: 10,
+      messages: [
+        { role: "user", content: "What time is it?" },
+        { role: "assistant", content: [{ type: "tool_use", id: "toolu_T", name: "get_time", input: {} }] },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_T", ...result }] },
+      ],
+    })));
+  /** The refusal buildRequest throws: [status, code, message]. */
+  const refusal = (req: StreamChatRequest) => {
+    try {
+      adapter.buildRequest(req, target);
+    } catch (e) {
+      const info = toErrorInfo(e);
+      return [info.status, info.code, info.message];
+    }
+    return assert.fail("not refused");
+  };
+
+  it("turns a base64 PDF document into a file part, and a text document into a text part, in place", () => {
+    const req = msgs([
+      { type: "document", source: { type: "base64", media_type: "application/pdf", data: "JVBERi0=" }, title: "a.pdf", context: "ctx", citations: { enabled: true } },
+      { type: "text", text: "and" },
+      { type: "document", source: { type: "text", media_type: "text/plain", data: "Plain words." } },
+    ]);
+    assert.deepEqual(bodyOf(req).messages, [{
+      role: "user",
+      content: [
+        { type: "file", file: { filename: "a.pdf", file_data: "data:application/pdf;base64,JVBERi0=" } },
+        { type: "text", text: "and" },
+        { type: "text", text: "Plain words." },
+      ],
+    }]);
+  });
+
+  it("refuses a document by URL, by file id or of custom content, and a base64 one that is not a PDF, naming it", () => {
+    for (const [source, code] of [
+      [{ type: "url", url: "https://example.com/a.pdf" }, "unsupported_parameter"],
+      [{ type: "file", file_id: "file_1" }, "unsupported_parameter"],
+      [{ type: "content", content: [{ type: "text", text: "x" }] }, "unsupported_parameter"],
+      [{ type: "base64", media_type: "text/plain", data: "eA==" }, "invalid_value"],
+    ] as const) {
+      const [status, got, message] = refusal(msgs([{ type: "text", text: "read" }, { type: "document", source }]));
+      assert.deepEqual([status, got], [400, code], JSON.stringify(source));
+      assert.match(String(message), /^`messages\[0\]\.content\[1\]/);
+    }
+  });
+
+  it("refuses a tool result holding an image or a document, which a tool message cannot carry, naming it", () => {
+    const image = { type: "image", source: { type: "base64", media_type: "image/png", data: "iVBO" } };
+    const [status, code, message] = refusal(history({ content: [{ type: "text", text: "shot" }, image] }));
+    assert.deepEqual([status, code], [400, "unsupported_parameter"]);
+    assert.equal(message, "`messages[2].content[0].content[1]` is a block of type `image` inside a tool_result: the model 'assistant-x' is served by a chat-completions-style (OpenAI) upstream, whose tool messages carry text only; send it as a block of the user message instead.");
+    const doc = { type: "document", source: { type: "text", media_type: "text/plain", data: "x" } };
+    assert.match(String(refusal(history({ content: [doc] }))[2]), /^`messages\[2\]\.content\[0\]\.content\[0\]` is a block of type `document`/);
   });
 });
 

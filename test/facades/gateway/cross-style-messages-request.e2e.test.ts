@@ -1,0 +1,212 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Anthropic from "@anthropic-ai/sdk";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+
+/**
+ * A messages-style client (the official Anthropic SDK) on a model routed to an OpenAI-style
+ * upstream: what the upstream is sent, and what the client gets back, against a real gateway and a
+ * scripted upstream that answers as OpenAI documents
+ * (https://platform.openai.com/docs/api-reference/chat/create) and keeps every body it was sent.
+ * `assistant-x-gpt` (messages surface) goes to the OpenAI-style upstream; `chat-4o` (chat, OpenAI)
+ * and `assistant-3-5-haiku-20241022` (messages, Anthropic) are the same-style references.
+ */
+
+interface OaMessage {
+  role: string;
+  content?: unknown;
+  tool_calls?: unknown[];
+  tool_call_id?: string;
+}
+interface Sent {
+  path: string;
+  body: { messages: OaMessage[]; stream?: boolean; thread?: unknown; model: string };
+}
+
+interface Answer {
+  content?: string;
+  calls?: Array<{ id: string; name: string; arguments: string }>;
+  finish: string;
+}
+
+/**
+ * The script, by what the conversation says: "forced" (a call forced by tool_choice, which OpenAI
+ * ends with finish_reason "stop"), "cut" (a call cut off by max_tokens), "add" (a call, then an
+ * answer once the result is in); anything else a short text answer.
+ */
+function scripted(messages: OaMessage[]): Answer {
+  const said = JSON.stringify(messages);
+  const answered = messages.at(-1)?.role === "tool";
+  if (said.includes("forced")) {
+    return answered ? { content: "Done.", finish: "stop" } : { calls: [{ id: "call_F", name: "get_time", arguments: '{"tz":"UTC"}' }], finish: "stop" };
+  }
+  if (said.includes("cut")) return { calls: [{ id: "call_C", name: "get_weather", arguments: '{"city":"Par' }], finish: "length" };
+  if (said.includes("add")) {
+    return answered ? { content: "2 + 3 = 5.", finish: "stop" } : { calls: [{ id: "call_A", name: "add", arguments: '{"a":2,"b":3}' }], finish: "tool_calls" };
+  }
+  return { content: "ok", finish: "stop" };
+}
+
+const usage = { prompt_tokens: 20, completion_tokens: 5, total_tokens: 25 };
+
+function answerOpenAi(body: Sent["body"], res: http.ServerResponse): void {
+  const a = scripted(body.messages);
+  const toolCalls = a.calls?.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }));
+  const head = { id: "chatcmpl-X", created: 1750431388, model: "gpt-4o-2024-08-06" };
+  if (!body.stream) {
+    res.writeHead(200, { "content-type": "application/json" });
+    const message = { role: "assistant", content: a.content ?? null, refusal: null, ...(toolCalls ? { tool_calls: toolCalls } : {}) };
+    res.end(JSON.stringify({ ...head, object: "chat.completion", choices: [{ index: 0, message, logprobs: null, finish_reason: a.finish }], usage }));
+    return;
+  }
+  const chunk = (delta: object, finish: string | null = null) =>
+    `data: ${JSON.stringify({ ...head, object: "chat.completion.chunk", choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] })}\n\n`;
+  res.writeHead(200, { "content-type": "text/event-stream" });
+  res.write(chunk({ role: "assistant", content: a.content === undefined ? null : "", refusal: null }));
+  if (a.content) res.write(chunk({ content: a.content }));
+  a.calls?.forEach((c, index) => {
+    res.write(chunk({ tool_calls: [{ index, id: c.id, type: "function", function: { name: c.name, arguments: "" } }] }));
+    res.write(chunk({ tool_calls: [{ index, function: { arguments: c.arguments } }] }));
+  });
+  res.write(chunk({}, a.finish));
+  res.end(`data: ${JSON.stringify({ ...head, object: "chat.completion.chunk", choices: [], usage })}\n\ndata: [DONE]\n\n`);
+}
+
+function answerAnthropic(body: Sent["body"], res: http.ServerResponse): void {
+  res.writeHead(200, { "content-type": "application/json" });
+  res.end(JSON.stringify({
+    id: "msg_T", type: "message", role: "assistant", model: body.model, content: [{ type: "text", text: "ok" }],
+    stop_reason: "end_turn", stop_sequence: null, usage: { input_tokens: 10, output_tokens: 1 },
+  }));
+}
+
+describe("messages requests on an OpenAI-style upstream (official anthropic SDK, scripted upstream)", () => {
+  let upstream: http.Server;
+  let gw: TestGateway;
+  let dir: string;
+  let key: string;
+  let anthropic: Anthropic;
+  const sent: Sent[] = [];
+  let n = 0;
+  const nonce = () => `#${++n}`;
+  /** The bodies the upstream was sent for the conversation that carried `tag`. */
+  const sentFor = (tag: string) => sent.filter((s) => JSON.stringify(s.body.messages).includes(`${tag}"`)).map((s) => s.body);
+
+  before(async () => {
+    upstream = http.createServer((req, res) => {
+      let text = "";
+      req.on("data", (d: Buffer) => (text += d));
+      req.on("end", () => {
+        const s: Sent = { path: req.url!, body: JSON.parse(text) as Sent["body"] };
+        sent.push(s);
+        (s.path.includes("/chat/completions") ? answerOpenAi : answerAnthropic)(s.body, res);
+      });
+    });
+    await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
+    const base = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+    dir = mkdtempSync(join(tmpdir(), "svc-cross-msg-"));
+    const config = join(dir, "svc.config.json");
+    writeFileSync(config, JSON.stringify({
+      models: { "assistant-x-gpt": { surface: "messages", provider: "openai", upstreamModel: "gpt-4o", inputPer1M: "2.50", outputPer1M: "10", maxOutputTokens: 16384 } },
+    }));
+    gw = await startTestGateway({
+      SVC_CONFIG: config,
+      SVC_OPENAI_BASE_URL: `${base}/v1`,
+      SVC_OPENAI_API_KEY: "sk-test",
+      SVC_ANTHROPIC_BASE_URL: base,
+      SVC_ANTHROPIC_API_KEY: "sk-ant-test",
+    }, false);
+    key = (await gw.project()).live;
+    anthropic = new Anthropic({ apiKey: key, baseURL: gw.gatewayUrl, maxRetries: 0 });
+  });
+  after(async () => {
+    await gw?.close();
+    upstream?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const tools = [
+    { name: "get_time", input_schema: { type: "object" as const, properties: { tz: { type: "string" } } } },
+    { name: "get_weather", input_schema: { type: "object" as const, properties: { city: { type: "string" } } } },
+  ];
+
+  /** The SDK's error for a request the gateway refused: [status, type, code, message]. */
+  async function refused(body: Anthropic.MessageCreateParamsNonStreaming): Promise<unknown[]> {
+    try {
+      await anthropic.messages.create(body);
+    } catch (e) {
+      assert.ok(e instanceof Anthropic.APIError, String(e));
+      const err = (e.error as { error?: { type?: string; code?: string; message?: string } } | undefined)?.error;
+      return [e.status, err?.type, err?.code, err?.message];
+    }
+    assert.fail("the request was not refused");
+  }
+
+  describe("documents, tool results", () => {
+    const ask = (content: Anthropic.ContentBlockParam[]): Anthropic.MessageCreateParamsNonStreaming => ({ model: "assistant-x-gpt", max_tokens: 20, messages: [{ role: "user", content }] });
+    const history = (result: Anthropic.ToolResultBlockParam, tag: string): Anthropic.MessageCreateParamsNonStreaming => ({
+      model: "assistant-x-gpt", max_tokens: 20, tools,
+      messages: [
+        { role: "user", content: `What time is it? ${tag}` },
+        { role: "assistant", content: [{ type: "tool_use", id: "toolu_T", name: "get_time", input: {} }] },
+        { role: "user", content: [result, { type: "text", text: "Go on." }] },
+      ],
+    });
+
+    it("sends a base64 PDF document as a file part, in its place", async () => {
+      const tag = nonce();
+      await anthropic.messages.create(ask([
+        { type: "text", text: "Summarise" },
+        { type: "document", title: "report.pdf", source: { type: "base64", media_type: "application/pdf", data: "JVBERi0xLjQ=" } },
+        { type: "document", source: { type: "base64", media_type: "application/pdf", data: "JVBERi0xLjU=" } },
+        { type: "text", text: tag },
+      ]));
+      assert.deepEqual(sentFor(tag)[0]!.messages, [{
+        role: "user",
+        content: [
+          { type: "text", text: "Summarise" },
+          { type: "file", file: { filename: "report.pdf", file_data: "data:application/pdf;base64,JVBERi0xLjQ=" } },
+          { type: "file", file: { filename: "document.pdf", file_data: "data:application/pdf;base64,JVBERi0xLjU=" } },
+          { type: "text", text: tag },
+        ],
+      }]);
+    });
+
+    it("sends a plain-text document as a text part", async () => {
+      const tag = nonce();
+      await anthropic.messages.create(ask([{ type: "document", source: { type: "text", media_type: "text/plain", data: "The grass is green." } }, { type: "text", text: tag }]));
+      assert.deepEqual(sentFor(tag)[0]!.messages, [{ role: "user", content: [{ type: "text", text: "The grass is green." }, { type: "text", text: tag }] }]);
+    });
+
+    it("refuses a document OpenAI cannot be given, naming it", async () => {
+      const tag = nonce();
+      assert.deepEqual(await refused(ask([{ type: "text", text: tag }, { type: "document", source: { type: "url", url: "https://example.com/a.pdf" } }])), [
+        400, "invalid_request_error", "unsupported_parameter",
+        "`messages[0].content[1]` is a document with a `url` source: the model 'assistant-x-gpt' is served by a chat-completions-style (OpenAI) upstream, which reads a document only as a base64 PDF or plain text (`source.type` \"base64\" or \"text\").",
+      ]);
+      assert.deepEqual(sentFor(tag), []);
+    });
+
+    it("refuses an image in a tool result, which an OpenAI tool message cannot carry, naming it", async () => {
+      const tag = nonce();
+      const result: Anthropic.ToolResultBlockParam = {
+        type: "tool_result", tool_use_id: "toolu_T",
+        content: [{ type: "text", text: "screenshot:" }, { type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo=" } }],
+      };
+      const [status, type, code, message] = await refused(history(result, tag));
+      assert.deepEqual([status, type, code], [400, "invalid_request_error", "unsupported_parameter"]);
+      assert.match(String(message), /^`messages\[2\]\.content\[0\]\.content\[1\]` is a block of type `image` inside a tool_result/);
+      assert.deepEqual(sentFor(tag), []);
+    });
+
+    it("sends a tool result's text blocks as its tool message's text", async () => {
+      const tag = nonce();
+      await anthropic.messages.create(history({ type: "tool_result", tool_use_id: "toolu_T", content: [{ type: "text", text: "12:00" }, { type: "text", text: "UTC" }] }, tag));
+      assert.deepEqual(sentFor(tag)[0]!.messages[2], { role: "tool", tool_call_id: "toolu_T", content: "12:00\n\nUTC" });
+    });
+  });
+});
