@@ -191,6 +191,16 @@ describe("messages requests on an OpenAI-style upstream (official anthropic SDK,
       assert.deepEqual(sentFor(tag), []);
     });
 
+    it("marks an error result, so the upstream still reads it as a failure", async () => {
+      const tag = nonce();
+      await anthropic.messages.create(history({ type: "tool_result", tool_use_id: "toolu_T", content: "clock unreachable", is_error: true }, tag));
+      const tag2 = nonce();
+      await anthropic.messages.create(history({ type: "tool_result", tool_use_id: "toolu_T", content: "Error: clock unreachable", is_error: true }, tag2));
+      const tag3 = nonce();
+      await anthropic.messages.create(history({ type: "tool_result", tool_use_id: "toolu_T", content: "12:00" }, tag3));
+      assert.deepEqual([tag, tag2, tag3].map((t) => sentFor(t)[0]!.messages[2]!.content), ["Error: clock unreachable", "Error: clock unreachable", "12:00"]);
+    });
+
     it("refuses an image in a tool result, which an OpenAI tool message cannot carry, naming it", async () => {
       const tag = nonce();
       const result: Anthropic.ToolResultBlockParam = {

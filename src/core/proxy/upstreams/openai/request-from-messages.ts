@@ -58,7 +58,10 @@ function pushUser(m: ChatMessage, path: string, model: string, out: JsonObject[]
 /**
  * A tool result as a tool message's text. An OpenAI tool message carries text only, so a result
  * whose content holds anything else (an image, a document) has no counterpart: the request is
- * refused, naming the block, rather than sent with the result emptied.
+ * refused, naming the block, rather than sent with the result emptied. A result marked `is_error`
+ * has no flag there either: its text is prefixed "Error: " (or is "Error" when it has none) so the
+ * model still reads it as the tool's failure, unless it already begins with "Error" (the Anthropic
+ * SDK's tool runner writes a thrown error as "Error: <message>").
  */
 function toolMessageText(b: ContentBlock, path: string, model: string): string {
   const raw = b.rawJson ? parseOr(b.rawJson) : undefined;
@@ -81,7 +84,8 @@ function toolMessageText(b: ContentBlock, path: string, model: string): string {
     if (typeof items === "string") text = items;
     else if (Array.isArray(items)) text = items.map((i) => (isObject(i) && typeof i.text === "string" ? i.text : "")).join("");
   }
-  return text;
+  if (!b.isError || /^error\b/i.test(text)) return text;
+  return text ? `Error: ${text}` : "Error";
 }
 
 const parseOr = (json: string): unknown => {

@@ -236,6 +236,15 @@ describe("openai request: from a messages client, what has no plain counterpart"
     }
   });
 
+  it("prefixes an error result's text with \"Error: \" unless it says so already", () => {
+    const toolMsg = (result: object) => (bodyOf(history(result)).messages as unknown[])[2];
+    assert.deepEqual(toolMsg({ content: "no clock", is_error: true }), { role: "tool", tool_call_id: "toolu_T", content: "Error: no clock" });
+    assert.deepEqual(toolMsg({ content: [{ type: "text", text: "no clock" }], is_error: true }), { role: "tool", tool_call_id: "toolu_T", content: "Error: no clock" });
+    assert.deepEqual(toolMsg({ is_error: true }), { role: "tool", tool_call_id: "toolu_T", content: "Error" });
+    assert.deepEqual(toolMsg({ content: "Error: no clock", is_error: true }), { role: "tool", tool_call_id: "toolu_T", content: "Error: no clock" });
+    assert.deepEqual(toolMsg({ content: "12:00", is_error: false }), { role: "tool", tool_call_id: "toolu_T", content: "12:00" });
+  });
+
   it("refuses a tool result holding an image or a document, which a tool message cannot carry, naming it", () => {
     const image = { type: "image", source: { type: "base64", media_type: "image/png", data: "iVBO" } };
     const [status, code, message] = refusal(history({ content: [{ type: "text", text: "shot" }, image] }));
