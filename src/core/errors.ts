@@ -8,6 +8,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 const kStatus = "svc-error-status";
 const kType = "svc-error-type";
 const kCode = "svc-error-code";
+/** The error object's `details` (JSON text), for the few errors whose client SDK acts on them. */
+const kDetails = "svc-error-details";
 
 /** What a facade writes for an error: the HTTP status and the spec's error object. */
 export interface ErrorInfo {
@@ -15,6 +17,11 @@ export interface ErrorInfo {
   type: string;
   code: string;
   message: string;
+  /**
+   * Machine-readable detail the client's SDK acts on, written as the error object's `details`
+   * (Anthropic's shape: `details.error_code` names the cause); absent on almost every error.
+   */
+  details?: Record<string, unknown>;
 }
 
 const statusByCode: Partial<Record<Code, number>> = {
@@ -44,9 +51,13 @@ const codeByStatus = (status: number): Code => {
   return Code.Internal;
 };
 
-/** Creates an error carrying the spec's error object; the Connect code follows from the status. */
-export function apiError(status: number, type: string, code: string, message: string): ConnectError {
+/**
+ * Creates an error carrying the spec's error object; the Connect code follows from the status.
+ * `details` (optional) rides as JSON text, its non-ASCII escaped, so it survives gRPC metadata.
+ */
+export function apiError(status: number, type: string, code: string, message: string, details?: Record<string, unknown>): ConnectError {
   const metadata = new Headers({ [kStatus]: String(status), [kType]: type, [kCode]: code });
+  if (details) metadata.set(kDetails, JSON.stringify(details).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`));
   return new ConnectError(message, codeByStatus(status), metadata);
 }
 
@@ -54,8 +65,8 @@ export function apiError(status: number, type: string, code: string, message: st
 export const carriesErrorInfo = (err: ConnectError): boolean => err.metadata.has(kStatus);
 
 /** 400 invalid_request_error with the given code. */
-export const invalidRequest = (code: string, message: string) =>
-  apiError(400, "invalid_request_error", code, message);
+export const invalidRequest = (code: string, message: string, details?: Record<string, unknown>) =>
+  apiError(400, "invalid_request_error", code, message, details);
 
 /** 401 authentication_error / invalid_api_key (spec 5.10, 7.1). */
 export const invalidApiKey = (message = "Invalid API key.") =>
@@ -72,11 +83,13 @@ export function toErrorInfo(err: unknown): ErrorInfo {
   const ce = err instanceof ConnectError ? err : undefined;
   const status = Number(ce?.metadata.get(kStatus) ?? NaN);
   if (ce && Number.isInteger(status)) {
+    const details = detailsOf(ce.metadata.get(kDetails));
     return {
       status,
       type: ce.metadata.get(kType) ?? "api_error",
       code: ce.metadata.get(kCode) ?? "internal_error",
       message: ce.rawMessage,
+      ...(details ? { details } : {}),
     };
   }
   if (ce && ce.code !== Code.Internal && ce.code !== Code.Unknown && statusByCode[ce.code]) {
@@ -119,7 +132,19 @@ export function retryGuidanceOf(err: unknown): Record<string, string> | undefine
   return out;
 }
 
-/** The spec's error body (section 2.6). */
-export function toErrorBody(info: ErrorInfo): { error: { message: string; type: string; code: string } } {
-  return { error: { message: info.message, type: info.type, code: info.code } };
+/** An error's `details`, when its metadata holds a JSON object there. */
+function detailsOf(text: string | null): Record<string, unknown> | undefined {
+  if (text === null) return undefined;
+  try {
+    const v: unknown = JSON.parse(text);
+    return typeof v === "object" && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The spec's error body (section 2.6), with `details` after them for an error that has some. */
+export function toErrorBody(info: ErrorInfo): { error: { message: string; type: string; code: string; details?: Record<string, unknown> } } {
+  const error = { message: info.message, type: info.type, code: info.code };
+  return { error: info.details ? { ...error, details: info.details } : error };
 }

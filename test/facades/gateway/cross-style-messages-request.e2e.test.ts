@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Anthropic from "@anthropic-ai/sdk";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { postJson } from "../../support/http.js";
 
 /**
  * A messages-style client (the official Anthropic SDK) on a model routed to an OpenAI-style
@@ -146,6 +147,61 @@ describe("messages requests on an OpenAI-style upstream (official anthropic SDK,
     assert.fail("the request was not refused");
   }
 
+  describe("message threads (the `thread` field)", () => {
+    const continued = (tag: string) => ({
+      model: "assistant-x-gpt", max_tokens: 20,
+      thread: { type: "continue", previous_message_id: "msg_prev" },
+      messages: [{ role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: `5 ${tag}` }] }],
+    });
+
+    it("are refused, 400 unsupported_parameter with the details the SDK reads, before the upstream is asked", async () => {
+      const tag = nonce();
+      const res = await postJson(`${gw.gatewayUrl}/v1/messages`, key, continued(tag), { "anthropic-version": "2023-06-01", "anthropic-beta": "message-threads-2026-08-12" });
+      assert.equal(res.status, 400);
+      const { error } = res.json() as { error: { type: string; code: string; message: string; details: unknown } };
+      assert.deepEqual([error.type, error.code, error.details], ["invalid_request_error", "unsupported_parameter", { error_code: "thread_unsupported_request" }]);
+      assert.match(error.message, /`thread`.*assistant-x-gpt/);
+      assert.deepEqual(sentFor(tag), []);
+      const stream = await postJson(`${gw.gatewayUrl}/v1/messages`, key, { ...continued(tag), stream: true, thread: { type: "create" } });
+      assert.deepEqual([stream.status, (stream.json() as { error: { code: string } }).error.code], [400, "unsupported_parameter"]);
+      assert.deepEqual(sentFor(tag), []);
+    });
+
+    it("let the SDK's threaded tool runner go on with the whole history, which the upstream is sent", async () => {
+      const tag = nonce();
+      // What the SDK sends and is answered: its first turn creates a thread.
+      const turns: Array<[thread: unknown, status: number]> = [];
+      const client = new Anthropic({
+        apiKey: key, baseURL: gw.gatewayUrl, maxRetries: 0,
+        fetch: async (url: string | URL | Request, init?: RequestInit) => {
+          const res = await fetch(url, init);
+          turns.push([(JSON.parse(String(init?.body)) as { thread?: unknown }).thread, res.status]);
+          return res;
+        },
+      });
+      const runner = client.beta.messages.toolRunner({
+        model: "assistant-x-gpt", max_tokens: 50, messages: [{ role: "user", content: `add ${tag}` }],
+        tools: [{ name: "add", input_schema: { type: "object", properties: { a: { type: "number" }, b: { type: "number" } } }, run: ({ a, b }: { a: number; b: number }) => String(a + b), parse: (x: unknown) => x as { a: number; b: number } }],
+      });
+      const stops: Array<string | null> = [];
+      for await (const m of runner) stops.push(m.stop_reason);
+      assert.deepEqual(stops, ["tool_use", "end_turn"]);
+      assert.deepEqual(turns, [[{ type: "create" }, 400], [undefined, 200], [undefined, 200]]);
+      const bodies = sentFor(tag);
+      assert.equal(bodies.length, 2);
+      assert.deepEqual(bodies[1]!.messages.map((m) => m.role), ["user", "assistant", "tool"]);
+      assert.deepEqual(bodies[1]!.messages[2], { role: "tool", tool_call_id: "call_A", content: "5" });
+      assert.ok(bodies.every((b) => !("thread" in b)));
+    });
+
+    it("still reach a messages-style upstream", async () => {
+      const tag = nonce();
+      const res = await postJson(`${gw.gatewayUrl}/v1/messages`, key, { ...continued(tag), model: "assistant-3-5-haiku-20241022" });
+      assert.equal(res.status, 200);
+      assert.deepEqual(sentFor(tag).map((b) => b.thread), [{ type: "continue", previous_message_id: "msg_prev" }]);
+    });
+  });
+
   describe("documents, tool results", () => {
     const ask = (content: Anthropic.ContentBlockParam[]): Anthropic.MessageCreateParamsNonStreaming => ({ model: "assistant-x-gpt", max_tokens: 20, messages: [{ role: "user", content }] });
     const history = (result: Anthropic.ToolResultBlockParam, tag: string): Anthropic.MessageCreateParamsNonStreaming => ({
@@ -218,5 +274,11 @@ describe("messages requests on an OpenAI-style upstream (official anthropic SDK,
       await anthropic.messages.create(history({ type: "tool_result", tool_use_id: "toolu_T", content: [{ type: "text", text: "12:00" }, { type: "text", text: "UTC" }] }, tag));
       assert.deepEqual(sentFor(tag)[0]!.messages[2], { role: "tool", tool_call_id: "toolu_T", content: "12:00\n\nUTC" });
     });
+  });
+
+  it("writes no `details` on other errors", async () => {
+    const res = await postJson(`${gw.gatewayUrl}/v1/messages`, key, { model: "assistant-x-gpt", max_tokens: 0, messages: [{ role: "user", content: "x" }] });
+    assert.equal(res.status, 400);
+    assert.deepEqual(Object.keys((res.json() as { error: object }).error), ["message", "type", "code"]);
   });
 });

@@ -23,6 +23,22 @@ export function messagesFromMessagesStyle(req: StreamChatRequest): JsonObject[] 
 
 const routed = (model: string) => `the model '${model}' is served by a chat-completions-style (OpenAI) upstream`;
 
+/**
+ * Refuses a request that continues or creates a message thread (the message-threads beta: a turn
+ * carries `thread` and only its new messages, the server holding the rest). OpenAI keeps no
+ * conversation between requests, so without the thread the upstream would answer a conversation
+ * missing its history. `details.error_code` is the one the Anthropic SDK reads to resend the turn
+ * with the whole history and no `thread` (its tool runner does so on its own).
+ */
+export function refuseThread(extra: JsonObject, model: string): void {
+  if (extra.thread === undefined || extra.thread === null) return;
+  throw invalidRequest(
+    "unsupported_parameter",
+    `\`thread\` cannot be used here: ${routed(model)}, which keeps no conversation between requests; send the whole conversation in \`messages\`, without \`thread\`.`,
+    { error_code: "thread_unsupported_request" },
+  );
+}
+
 function pushAssistant(m: ChatMessage, out: JsonObject[]): void {
   const text = m.blocks.filter((b) => b.type === BlockType.TEXT).map((b) => b.text).join("");
   const calls = m.blocks.filter((b) => b.type === BlockType.TOOL_USE).map((b) => toolCall(b));

@@ -8,7 +8,7 @@ import {
 } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { isObject, parseExtra, type JsonObject } from "../../../json.js";
 import type { UpstreamHttpRequest, UpstreamTarget } from "../adapter.js";
-import { messagesFromMessagesStyle, paramsFromMessagesStyle } from "./request-from-messages.js";
+import { messagesFromMessagesStyle, paramsFromMessagesStyle, refuseThread } from "./request-from-messages.js";
 import { toolCall } from "./tool-call.js";
 
 /**
@@ -29,9 +29,11 @@ export function buildOpenAiRequest(req: StreamChatRequest, target: UpstreamTarge
 /** The request body as an object (exported for tests). */
 export function buildOpenAiBody(req: StreamChatRequest, upstreamModel: string): JsonObject {
   const crossStyle = req.style === ApiStyle.MESSAGES;
+  const extra = parseExtra(req.extraJson);
+  if (crossStyle) refuseThread(extra, req.model);
   // Same style: everything the client sent rides along verbatim. Cross style: only the few
   // parameters with an OpenAI equivalent (the rest means nothing to this upstream).
-  const params = crossStyle ? paramsFromMessagesStyle(parseExtra(req.extraJson), req.tools.length > 0) : parseExtra(req.extraJson);
+  const params = crossStyle ? paramsFromMessagesStyle(extra, req.tools.length > 0) : extra;
   const body: JsonObject = {
     model: upstreamModel,
     messages: crossStyle ? messagesFromMessagesStyle(req) : sameStyleMessages(req),

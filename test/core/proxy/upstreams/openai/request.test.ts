@@ -196,16 +196,26 @@ describe("openai request: from a messages client, what has no plain counterpart"
         { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_T", ...result }] },
       ],
     })));
-  /** The refusal buildRequest throws: [status, code, message]. */
+  /** The refusal buildRequest throws: [status, code, message, details]. */
   const refusal = (req: StreamChatRequest) => {
     try {
       adapter.buildRequest(req, target);
     } catch (e) {
       const info = toErrorInfo(e);
-      return [info.status, info.code, info.message];
+      return [info.status, info.code, info.message, info.details];
     }
     return assert.fail("not refused");
   };
+
+  it("refuses `thread` (OpenAI keeps no conversation), with the details the Anthropic SDK reads", () => {
+    assert.deepEqual(refusal(msgs([{ type: "text", text: "hi" }], { thread: { type: "continue", previous_message_id: "msg_1" } })), [
+      400, "unsupported_parameter",
+      "`thread` cannot be used here: the model 'assistant-x' is served by a chat-completions-style (OpenAI) upstream, which keeps no conversation between requests; send the whole conversation in `messages`, without `thread`.",
+      { error_code: "thread_unsupported_request" },
+    ]);
+    assert.equal(refusal(msgs([{ type: "text", text: "hi" }], { thread: { type: "create" } }))[1], "unsupported_parameter");
+    assert.deepEqual(bodyOf(msgs([{ type: "text", text: "hi" }], { thread: null })).messages, [{ role: "user", content: "hi" }]);
+  });
 
   it("turns a base64 PDF document into a file part, and a text document into a text part, in place", () => {
     const req = msgs([
