@@ -5,6 +5,7 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Anthropic from "@anthropic-ai/sdk";
+import OpenAI from "openai";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { postJson } from "../../support/http.js";
 
@@ -91,6 +92,7 @@ describe("messages requests on an OpenAI-style upstream (official anthropic SDK,
   let dir: string;
   let key: string;
   let anthropic: Anthropic;
+  let openai: OpenAI;
   const sent: Sent[] = [];
   let n = 0;
   const nonce = () => `#${++n}`;
@@ -123,6 +125,7 @@ describe("messages requests on an OpenAI-style upstream (official anthropic SDK,
     }, false);
     key = (await gw.project()).live;
     anthropic = new Anthropic({ apiKey: key, baseURL: gw.gatewayUrl, maxRetries: 0 });
+    openai = new OpenAI({ apiKey: key, baseURL: `${gw.gatewayUrl}/v1`, maxRetries: 0 });
   });
   after(async () => {
     await gw?.close();
@@ -146,6 +149,79 @@ describe("messages requests on an OpenAI-style upstream (official anthropic SDK,
     }
     assert.fail("the request was not refused");
   }
+
+  /** A stream request with the SDK's helper: the final message, its message_delta, and the cache header. */
+  async function stream(body: Anthropic.MessageCreateParamsNonStreaming) {
+    const { data: s, response } = await anthropic.messages.stream(body).withResponse();
+    const events: Anthropic.MessageStreamEvent[] = [];
+    s.on("streamEvent", (e) => events.push(e));
+    const final = await s.finalMessage();
+    return { final, events, cache: response.headers.get("x-svc-cache") };
+  }
+
+  describe("a tool call forced by tool_choice (finish_reason \"stop\")", () => {
+    const forced = (tag: string): Anthropic.MessageCreateParamsNonStreaming => ({
+      model: "assistant-x-gpt", max_tokens: 50, tools, tool_choice: { type: "tool", name: "get_time" },
+      messages: [{ role: "user", content: `forced ${tag}` }],
+    });
+    const call = { type: "tool_use", id: "call_F", name: "get_time", input: { tz: "UTC" } };
+
+    it("is stop_reason tool_use in the JSON answer and its cache hit, served either way", async () => {
+      const body = forced(nonce());
+      for (const cache of ["MISS", "HIT"]) {
+        const { data, response } = await anthropic.messages.create(body).withResponse();
+        assert.equal(response.headers.get("x-svc-cache"), cache);
+        assert.deepEqual([data.stop_reason, data.content], ["tool_use", [call]], cache);
+      }
+      const hit = await stream(body);
+      assert.equal(hit.cache, "HIT");
+      assert.deepEqual([hit.final.stop_reason, hit.final.content], ["tool_use", [call]], "the JSON entry served as a stream");
+      assert.equal(hit.events.find((e) => e.type === "message_delta")?.delta.stop_reason, "tool_use");
+      assert.equal(sentFor(body.messages[0]!.content as string).length, 1);
+    });
+
+    it("is stop_reason tool_use in the stream's message_delta and its cache hit, served either way", async () => {
+      const body = forced(nonce());
+      for (const cache of ["MISS", "HIT"]) {
+        const got = await stream(body);
+        assert.equal(got.cache, cache);
+        assert.equal(got.events.find((e) => e.type === "message_delta")?.delta.stop_reason, "tool_use", cache);
+        assert.deepEqual([got.final.stop_reason, got.final.content], ["tool_use", [call]], cache);
+      }
+      const { data, response } = await anthropic.messages.create(body).withResponse();
+      assert.equal(response.headers.get("x-svc-cache"), "HIT");
+      assert.deepEqual([data.stop_reason, data.content], ["tool_use", [call]], "the stream's entry served as JSON");
+    });
+
+    it("lets the SDK's tool runner run the tool", async () => {
+      const tag = nonce();
+      const ran: unknown[] = [];
+      const runner = anthropic.beta.messages.toolRunner({
+        model: "assistant-x-gpt", max_tokens: 50, thread: false, max_iterations: 3, tool_choice: { type: "tool", name: "get_time" },
+        messages: [{ role: "user", content: `forced ${tag}` }],
+        tools: [{ ...tools[0]!, run: (input: unknown) => (ran.push(input), "12:00"), parse: (x: unknown) => x }],
+      });
+      const stops: Array<string | null> = [];
+      for await (const m of runner) stops.push(m.stop_reason);
+      assert.deepEqual(stops, ["tool_use", "end_turn"]);
+      assert.deepEqual(ran, [{ tz: "UTC" }]);
+      assert.deepEqual(sentFor(tag).at(-1)!.messages.at(-1), { role: "tool", tool_call_id: "call_F", content: "12:00" });
+    });
+
+    it("keeps finish_reason \"stop\" for a chat client of the same style", async () => {
+      const res = await openai.chat.completions.create({
+        model: "chat-4o", tools: [{ type: "function", function: { name: "get_time", parameters: { type: "object" } } }],
+        tool_choice: { type: "function", function: { name: "get_time" } }, messages: [{ role: "user", content: `forced ${nonce()}` }],
+      });
+      assert.equal(res.choices[0]!.finish_reason, "stop");
+      assert.equal(res.choices[0]!.message.tool_calls?.length, 1);
+    });
+
+    it("still says max_tokens for a call cut off by the token limit", async () => {
+      const data = await anthropic.messages.create({ model: "assistant-x-gpt", max_tokens: 5, tools, messages: [{ role: "user", content: `cut ${nonce()}` }] });
+      assert.equal(data.stop_reason, "max_tokens");
+    });
+  });
 
   describe("message threads (the `thread` field)", () => {
     const continued = (tag: string) => ({

@@ -2,7 +2,7 @@ import { ApiStyle, BlockType, type Completion, type ContentBlock, type StreamCha
 import { extraJson, isObject, type JsonObject } from "../../../json.js";
 import { completion, contentBlock } from "../../canonical.js";
 import { invalidUpstreamResponse } from "./error.js";
-import { toFinishReason, toUsage } from "./usage.js";
+import { finishForClient, toFinishReason, toUsage } from "./usage.js";
 
 const kTopKnown: ReadonlySet<string> = new Set(["id", "object", "created", "model", "choices", "usage"]);
 const kMessageKnown: ReadonlySet<string> = new Set(["role", "content", "tool_calls", "refusal"]);
@@ -20,12 +20,14 @@ export function parseOpenAiCompletion(body: unknown, req: StreamChatRequest): Co
   const choice = body.choices.find((c) => isObject(c) && c.index === 0) ?? body.choices[0];
   if (!isObject(choice)) throw invalidUpstreamResponse("no choice");
   const message = isObject(choice.message) ? choice.message : {};
+  const blocks = blocksOf(message);
+  const hasToolCalls = blocks.some((b) => b.type === BlockType.TOOL_USE);
   return completion({
     id: typeof body.id === "string" ? body.id : "",
     model: req.model,
     created: typeof body.created === "number" && body.created > 0 ? Math.trunc(body.created) : 0,
-    blocks: blocksOf(message),
-    finishReason: toFinishReason(choice.finish_reason),
+    blocks,
+    finishReason: finishForClient(toFinishReason(choice.finish_reason), hasToolCalls, req.style),
     usage: toUsage(body.usage),
     upstreamStyle: ApiStyle.CHAT_COMPLETIONS,
     extraJson: extraJson(body, kTopKnown),

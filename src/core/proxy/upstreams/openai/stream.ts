@@ -11,7 +11,7 @@ import type { SseEvent } from "../../../sse.js";
 import { streamEvent } from "../../canonical.js";
 import type { StreamConverter } from "../adapter.js";
 import { convertOpenAiStreamError, invalidUpstreamResponse } from "./error.js";
-import { toFinishReason, toUsage } from "./usage.js";
+import { finishForClient, toFinishReason, toUsage } from "./usage.js";
 
 /**
  * Chunk fields the canonical events name. `obfuscation` is random padding OpenAI adds to each chunk
@@ -42,6 +42,7 @@ const kLearnTries = 3;
  */
 class OpenAiStreamConverter implements StreamConverter {
   readonly #model: string;
+  readonly #clientStyle: ApiStyle;
   #complete = false;
   #started = false;
   #ended = false;
@@ -58,8 +59,9 @@ class OpenAiStreamConverter implements StreamConverter {
   #template: TextChunkTemplate | undefined;
   #learnTries: number;
 
-  constructor(publicModel: string, templates: boolean) {
+  constructor(publicModel: string, clientStyle: ApiStyle, templates: boolean) {
     this.#model = publicModel;
+    this.#clientStyle = clientStyle;
     this.#learnTries = templates ? kLearnTries : 0;
   }
 
@@ -203,7 +205,8 @@ class OpenAiStreamConverter implements StreamConverter {
     // Every tool call, then the open text block: block order, as a text block still open began last.
     for (const index of this.#toolBlocks.values()) out.push(streamEvent({ case: "blockStop", value: { index } }));
     this.#closeBlock(out);
-    out.push(streamEvent({ case: "messageEnd", value: { finishReason: this.#finish, usage: this.#usage, ...this.#finishExtra } }));
+    const finishReason = finishForClient(this.#finish, this.#toolBlocks.size > 0, this.#clientStyle);
+    out.push(streamEvent({ case: "messageEnd", value: { finishReason, usage: this.#usage, ...this.#finishExtra } }));
     return out;
   }
 }
@@ -347,4 +350,4 @@ function firstChoice(choices: unknown): JsonObject | undefined {
  * against).
  */
 export const createOpenAiStreamConverter = (req: StreamChatRequest, opts: { templates?: boolean } = {}): StreamConverter =>
-  new OpenAiStreamConverter(req.model, opts.templates ?? true);
+  new OpenAiStreamConverter(req.model, req.style, opts.templates ?? true);

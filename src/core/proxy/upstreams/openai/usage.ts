@@ -1,4 +1,4 @@
-import { FinishReason, type Usage } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { ApiStyle, FinishReason, type Usage } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject } from "../../../json.js";
 import { usage as canonicalUsage } from "../../canonical.js";
 
@@ -37,3 +37,14 @@ const finishByName: Record<string, FinishReason> = {
 /** Maps an OpenAI `finish_reason` (https://platform.openai.com/docs/api-reference/chat/object). */
 export const toFinishReason = (reason: unknown): FinishReason =>
   (typeof reason === "string" ? finishByName[reason] : undefined) ?? FinishReason.UNSPECIFIED;
+
+/**
+ * The finish reason of an answer for the client's style. OpenAI ends an answer whose tool calls were
+ * forced (`tool_choice` naming a function, or "required") with `finish_reason` "stop", not
+ * "tool_calls"; a messages-style client branches on `stop_reason` "tool_use" to run the tools (the
+ * Anthropic SDK's tool runner stops on "end_turn"), so an answer that holds tool calls and finished
+ * with "stop" is "tool_use" for it. A chat-style client gets the upstream's reason as sent; "length"
+ * (a call cut short) stays max_tokens for both.
+ */
+export const finishForClient = (finish: FinishReason, hasToolCalls: boolean, clientStyle: ApiStyle): FinishReason =>
+  finish === FinishReason.END_TURN && hasToolCalls && clientStyle === ApiStyle.MESSAGES ? FinishReason.TOOL_USE : finish;

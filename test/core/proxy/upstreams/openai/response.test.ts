@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { create, toJson } from "@bufbuild/protobuf";
-import { ApiStyle, CompletionSchema, StreamChatRequestSchema } from "../../../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
+import { ApiStyle, CompletionSchema, FinishReason, StreamChatRequestSchema } from "../../../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
 import { toErrorInfo } from "../../../../../src/core/errors.js";
 import { createOpenAiAdapter } from "../../../../../src/core/proxy/upstreams/openai/adapter.js";
 
@@ -82,6 +82,17 @@ describe("openai response conversion", () => {
       assert.equal(json(body).finishReason, expected);
     });
   }
+
+  it("gives a messages client TOOL_USE for tool calls that finished with \"stop\" (a call tool_choice forced); a chat client the reason as sent", () => {
+    const forced = { ...toolBody, choices: [{ ...toolBody.choices[0], finish_reason: "stop" }] };
+    const messagesReq = create(StreamChatRequestSchema, { model: "assistant-x", style: ApiStyle.MESSAGES });
+    assert.equal(adapter.parseCompletion(forced, messagesReq).finishReason, FinishReason.TOOL_USE);
+    assert.equal(adapter.parseCompletion(forced, req).finishReason, FinishReason.END_TURN);
+    // Only tool calls make it so: a text answer's "stop", and a cut-off call's "length", stay.
+    assert.equal(adapter.parseCompletion(textBody, messagesReq).finishReason, FinishReason.END_TURN);
+    const cut = { ...toolBody, choices: [{ ...toolBody.choices[0], finish_reason: "length" }] };
+    assert.equal(adapter.parseCompletion(cut, messagesReq).finishReason, FinishReason.MAX_TOKENS);
+  });
 
   it("reads choice 0 when the upstream returned several", () => {
     const second = { index: 1, message: { role: "assistant", content: "Other." }, finish_reason: "stop" };

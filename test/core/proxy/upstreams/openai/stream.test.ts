@@ -39,9 +39,9 @@ function brief(e: StreamChatResponse): unknown[] {
 }
 
 /** Feeds text pieces through the SSE parser and the converter, as the proxy does. */
-function convert(pieces: string[]) {
+function convert(pieces: string[], forReq = req) {
   const parser = new SseParser();
-  const conv = createOpenAiAdapter().createStreamConverter(req);
+  const conv = createOpenAiAdapter().createStreamConverter(forReq);
   const events: StreamChatResponse[] = [];
   for (const p of pieces) for (const e of parser.push(p)) events.push(...conv.push(e));
   for (const e of parser.end()) events.push(...conv.push(e));
@@ -155,6 +155,34 @@ const cases: { name: string; file: string; complete: boolean; events: unknown[][
     ],
   },
 ];
+
+describe("openai stream converter: a tool call forced by tool_choice", () => {
+  // OpenAI ends an answer whose call tool_choice forced ("required", or a named function) with
+  // finish_reason "stop"; a messages client runs tools on stop_reason "tool_use" only.
+  const head = { id: "chatcmpl-F", object: "chat.completion.chunk", created: 1, model: "gpt-4o" };
+  const chunk = (delta: object, finish: string | null = null) => `data: ${JSON.stringify({ ...head, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+  const forced = (finish: string) => [
+    chunk({ role: "assistant", content: null, tool_calls: [{ index: 0, id: "call_F", type: "function", function: { name: "get_time", arguments: "" } }] }),
+    chunk({ tool_calls: [{ index: 0, function: { arguments: '{"tz":"UTC"}' } }] }),
+    chunk({}, finish),
+    "data: [DONE]\n\n",
+  ].join("");
+  const messagesReq = create(StreamChatRequestSchema, { model: "assistant-x", style: ApiStyle.MESSAGES, stream: true });
+  const finish = (text: string, r = req) => convert([text], r).events.at(-1)![1];
+
+  it("ends with TOOL_USE for a messages client", () => {
+    assert.equal(finish(forced("stop"), messagesReq), "TOOL_USE");
+  });
+
+  it("ends with END_TURN, as sent, for a chat client", () => {
+    assert.equal(finish(forced("stop")), "END_TURN");
+  });
+
+  it("keeps MAX_TOKENS for a call cut off, and END_TURN for a text answer, for a messages client", () => {
+    assert.equal(finish(forced("length"), messagesReq), "MAX_TOKENS");
+    assert.equal(finish(chunk({ role: "assistant", content: "Hi" }) + chunk({}, "stop") + "data: [DONE]\n\n", messagesReq), "END_TURN");
+  });
+});
 
 describe("openai stream converter", () => {
   for (const c of cases) {
