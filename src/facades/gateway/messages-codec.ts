@@ -361,7 +361,7 @@ class MessagesStreamRenderer implements StreamRenderer {
     let out = sse("content_block_start", { index: at, content_block: wire });
     for (const delta of deltas) out += sse("content_block_delta", { index: at, delta });
     if (text && block.text) out += textDelta(at, block.text);
-    if (block.type === BlockType.TOOL_USE && block.toolInputJson) out += jsonDelta(at, block.toolInputJson);
+    if (block.type === BlockType.TOOL_USE && block.toolInputJson) out += inputDelta(at, block.toolInputJson);
     return out;
   }
 
@@ -437,3 +437,23 @@ const textDelta = (index: number, text: string): string =>
 
 const jsonDelta = (index: number, partial_json: string): string =>
   sse("content_block_delta", { index, delta: { type: "input_json_delta", partial_json } });
+
+/**
+ * A whole tool call's input (a cache hit served as a stream) as the one input_json_delta after its
+ * empty start, agreeing with the JSON answer, whose `input` is `toolInput` of the same text: the
+ * text of a JSON object goes as it is. Anything else (another style's call cut off by its token
+ * limit, `{"city":"Par`, or arguments that are not an object) has no faithful object, the call's
+ * real arguments being unknown: the JSON answer gives `{}` and so does the stream, by sending no
+ * delta, rather than the fragment, which the SDK's partial-JSON reading would turn into a made-up
+ * input (`{"city":"Par"}`) or an error. (A live stream passes fragments as they come: it cannot
+ * know they will not be completed.)
+ */
+function inputDelta(index: number, json: string): string {
+  let input: unknown;
+  try {
+    input = JSON.parse(json);
+  } catch {
+    input = undefined;
+  }
+  return isObject(input) ? jsonDelta(index, json) : "";
+}

@@ -223,6 +223,19 @@ describe("messages requests on an OpenAI-style upstream (official anthropic SDK,
     });
   });
 
+  describe("a tool call whose arguments are not a JSON object (cut off)", () => {
+    it("has the same input, {}, in the JSON answer and in its cache hit served as a stream", async () => {
+      const body: Anthropic.MessageCreateParamsNonStreaming = { model: "assistant-x-gpt", max_tokens: 5, tools, messages: [{ role: "user", content: `cut ${nonce()}` }] };
+      const call = { type: "tool_use", id: "call_C", name: "get_weather", input: {} };
+      const whole = await anthropic.messages.create(body);
+      assert.deepEqual(whole.content, [call]);
+      const hit = await stream(body);
+      assert.equal(hit.cache, "HIT");
+      assert.deepEqual(hit.final.content, whole.content);
+      assert.deepEqual(hit.events.filter((e) => e.type === "content_block_delta"), [], "no input fragment");
+    });
+  });
+
   describe("message threads (the `thread` field)", () => {
     const continued = (tag: string) => ({
       model: "assistant-x-gpt", max_tokens: 20,

@@ -395,6 +395,23 @@ describe("messages codec: render a stream", () => {
     assert.deepEqual([msg.content, msg.stop_reason, msg.usage.output_tokens], [[{ type: "text", text: "cached" }], "end_turn", 1]);
   });
 
+  it("gives another style's tool call whose arguments are not a JSON object the same input, {}, whole and as a cache hit streamed", async () => {
+    for (const args of ['{"city":"Par', "not json", "[1,2]"]) {
+      const c = completion({
+        blocks: [{ type: BlockType.TOOL_USE, toolCallId: "call_C", toolName: "get_weather", toolInputJson: args, style: C }],
+        finishReason: FinishReason.MAX_TOKENS,
+        usage: { inputTokens: 2, outputTokens: 5 },
+        upstreamStyle: C,
+      });
+      const want = [{ type: "tool_use", id: "call_C", name: "get_weather", input: {} }];
+      assert.deepEqual((codec.renderCompletion(c) as Json).content, want, args);
+      const text = renderAll([ev({ case: "completion", value: c })]);
+      assert.ok(!text.includes("input_json_delta"), `${args}: no input fragment`);
+      const msg = await sdk(text, "text/event-stream").messages.stream({ model: MODEL, max_tokens: 5, messages: [{ role: "user", content: "hi" }] }).finalMessage();
+      assert.deepEqual(msg.content, want, args);
+    }
+  });
+
   it("ends a broken stream with an error event", () => {
     const r = codec.createStreamRenderer({ model: MODEL, style: M });
     assert.equal(
