@@ -258,9 +258,16 @@ for (const mode of ["memory", "redis"] as const) {
         assert.equal(during.status, 200, during.text);
         assert.equal(during.headers["x-svc-cache"], "MISS");
         redis = await startRedis(redis!.port);
-        // The registry is in the same (now empty) Redis: recreate the project and key.
-        const again = await gw.project(Plan.ENTERPRISE);
+        // The registry is in the same (now empty) Redis: recreate the project and key, once the
+        // registry has reconnected (until then it answers 503 auth_unavailable, "retry shortly").
         const deadline = Date.now() + 10_000;
+        let again: Awaited<ReturnType<typeof gw.project>> | undefined;
+        while (!again) {
+          again = await gw.project(Plan.ENTERPRISE).catch((e: Error) => {
+            if (Date.now() > deadline || !/unavailable/.test(e.message)) throw e;
+            return new Promise<undefined>((r) => setTimeout(() => r(undefined), 200));
+          });
+        }
         let hit = false;
         while (!hit && Date.now() < deadline) {
           await postJson(url, again.live, chat(p));
