@@ -5,6 +5,7 @@ import { type AddressInfo, createServer as createNetServer } from "node:net";
 import { join, resolve } from "node:path";
 import type { Duplex } from "node:stream";
 import type { Client, ConnectRouter } from "@connectrpc/connect";
+import { applyClientTimeouts, clientTimeouts, type ClientTimeouts } from "./client-timeouts.js";
 import { checkAdminToken, type Config, ConfigError, connectHost } from "./config.js";
 import { toErrorBody, toErrorInfo } from "./core/errors.js";
 import { adminAuthInterceptor } from "./core/admin-auth.js";
@@ -38,6 +39,8 @@ import { createRedisRegistryStore } from "./stores/redis-registry-store.js";
 export interface ServeOptions {
   /** Run the built-in demo provider and send every provider's traffic to it. */
   demo?: boolean;
+  /** How long clients may take to send a request, on all three ports (tests shorten them). */
+  clientTimeouts?: Partial<ClientTimeouts>;
 }
 
 export interface RunningServer {
@@ -137,7 +140,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
       router.service(CacheService, cacheBackend.impl);
       router.service(LimitsService, limitsBackend.impl);
       router.service(TelemetryService, servedTelemetryService(telemetryBackend.impl, projectExists));
-    }, [internalErrorInterceptor(), adminAuthInterceptor(adminToken)]);
+    }, [internalErrorInterceptor(), adminAuthInterceptor(adminToken)], opts.clientTimeouts);
     const grpcPort = await listen(core.server, config.grpcPort, config.host, "SVC_GRPC_PORT");
     listeners.push(() => core.close());
 
@@ -159,9 +162,9 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         // The writer queues in memory and never waits on the store: a request never waits for its log.
         record: (entry) => void telemetry.recordRequest({ $typeName: "svc.telemetry.v1.RecordRequestRequest", log: entry }).catch((e) => log.warn("request log dropped", { err: String(e) })),
         shutdown,
-      }), config.gatewayPort, config.host, "SVC_GATEWAY_PORT", { errorHeaders: gatewayErrorHeaders, onCut: () => shutdown.cut() });
+      }), config.gatewayPort, config.host, "SVC_GATEWAY_PORT", { errorHeaders: gatewayErrorHeaders, onCut: () => shutdown.cut(), timeouts: opts.clientTimeouts });
     listeners.push(gateway.close);
-    const management = await serveHttp(createManagementApp({ auth, telemetry }).callback(), config.managementPort, config.host, "SVC_MANAGEMENT_PORT");
+    const management = await serveHttp(createManagementApp({ auth, telemetry }).callback(), config.managementPort, config.host, "SVC_MANAGEMENT_PORT", { timeouts: opts.clientTimeouts });
     listeners.push(management.close);
 
     const host = connectHost(config.host);
@@ -260,6 +263,8 @@ interface HttpOptions {
   errorHeaders?: (socket: Duplex) => Record<string, string>;
   /** Cuts the requests still running when the shutdown's grace period ends (ShutdownCut). */
   onCut?: () => void;
+  /** How long a client may take to send a request (src/client-timeouts.ts; tests shorten them). */
+  timeouts?: Partial<ClientTimeouts>;
 }
 
 /**
@@ -300,7 +305,7 @@ async function serveHttp(
     else done();
   });
   server.on("clientError", (err: Error, socket) => answerClientError(err, socket, opts.errorHeaders?.(socket)));
-  server.keepAliveTimeout = 65_000; // longer than common load balancers' idle timeout
+  applyClientTimeouts(server, clientTimeouts(opts.timeouts));
   const actual = await listen(server, port, host, portSetting);
   /** Whether every request taken is done within `ms`. */
   const drainedWithin = (ms: number) =>

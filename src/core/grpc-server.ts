@@ -3,6 +3,8 @@ import http2 from "node:http2";
 import net from "node:net";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { applyClientTimeouts, clientTimeouts, type ClientTimeouts } from "../client-timeouts.js";
+import { answerClientError } from "../facades/http-errors.js";
 
 export interface CoreServer {
   server: net.Server;
@@ -15,11 +17,21 @@ const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
  * Serves the core over gRPC, Connect and gRPC-Web on one port. HTTP/2 without TLS (h2c, what gRPC
  * clients speak) and HTTP/1.1 (Connect and gRPC-Web from curl or browsers) share it: the first bytes
  * of each connection tell the HTTP/2 preface from an HTTP/1 request line.
+ *
+ * Slow requests are timed out as on the HTTP ports (`timeouts`, README "The core port"), slow
+ * answers never (a StreamChat may stream for minutes): a connection that sends nothing within
+ * `headersMs` is closed; HTTP/1.1 gets node:http's timeouts and the 408 of the HTTP ports; an HTTP/2
+ * connection without a stream open (its preface, settings or first headers not in yet, or idle
+ * after its last stream) is closed after `headersMs` (before its first stream) or `idleMs`, and a
+ * stream whose request has not come in whole within `requestMs` is reset.
  */
-export function createCoreServer(routes: (router: ConnectRouter) => void, interceptors: Interceptor[]): CoreServer {
+export function createCoreServer(routes: (router: ConnectRouter) => void, interceptors: Interceptor[], timeouts?: Partial<ClientTimeouts>): CoreServer {
+  const t = clientTimeouts(timeouts);
   const handler = connectNodeAdapter({ routes, interceptors });
   const h2 = http2.createServer({}, handler);
   const h1 = http.createServer(handler);
+  applyClientTimeouts(h1, t);
+  h1.on("clientError", (err: Error, socket) => answerClientError(err, socket));
   const sessions = new Set<http2.ServerHttp2Session>();
   // HTTP/1 sockets handed over by the sniffer are not tracked by `h1` (it never listens), so
   // idle keep-alive connections are tracked here to close them at shutdown.
@@ -39,23 +51,62 @@ export function createCoreServer(routes: (router: ConnectRouter) => void, interc
   });
   h2.on("session", (s) => {
     sessions.add(s);
-    s.once("close", () => sessions.delete(s));
+    // Armed while the session has no stream open: before its first (preface, settings and headers
+    // must come in within `headersMs`), and after its last (idle for `idleMs`).
+    let timer: NodeJS.Timeout | undefined;
+    let open = 0;
+    const arm = (ms: number) => {
+      timer = setTimeout(() => {
+        s.close();
+        // A peer that reads nothing would keep a closing session (its GOAWAY unsent) open.
+        setTimeout(() => s.destroy(), 1_000).unref();
+      }, ms).unref();
+    };
+    arm(t.headersMs);
+    s.on("stream", (stream: http2.ServerHttp2Stream) => {
+      clearTimeout(timer);
+      open++;
+      stream.once("close", () => {
+        if (--open === 0 && !s.closed && !s.destroyed) arm(t.idleMs);
+      });
+    });
+    s.once("close", () => {
+      clearTimeout(timer);
+      sessions.delete(s);
+    });
+  });
+  // A stream's request (its headers are in) must end within `requestMs`; its answer may take as
+  // long as it takes. None of the services takes a stream of requests.
+  h2.on("stream", (stream: http2.ServerHttp2Stream) => {
+    if (stream.readableEnded) return;
+    const timer = setTimeout(() => {
+      if (!stream.readableEnded && !stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
+    }, t.requestMs).unref();
+    stream.once("end", () => clearTimeout(timer));
+    stream.once("close", () => clearTimeout(timer));
   });
   const sockets = new Set<net.Socket>();
   const server = net.createServer((socket) => {
     sockets.add(socket);
     socket.once("close", () => sockets.delete(socket));
+    // A connection that sends nothing is closed like one whose headers never come in.
+    const silent = setTimeout(() => socket.destroy(), t.headersMs).unref();
     socket.once("readable", function sniff() {
       const head: Buffer | null = socket.read(Math.min(PREFACE.length, socket.readableLength));
       if (head === null) {
         socket.once("readable", sniff);
         return;
       }
+      clearTimeout(silent);
       socket.unshift(head);
       const isH2 = head.length > 0 && PREFACE.subarray(0, head.length).equals(head);
       (isH2 ? h2 : h1).emit("connection", socket);
     });
   });
+  // node:http checks its timeouts only on a server that listens; `h1` is handed its connections by
+  // the sniffer, so its checks start and stop with the port.
+  server.on("listening", () => h1.emit("listening"));
+  server.once("close", () => h1.close());
   return {
     server,
     close: () =>
