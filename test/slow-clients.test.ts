@@ -207,5 +207,22 @@ describe("slow clients", function () {
         assert408(r, t.headersMs, name);
       });
     }
+
+    // Refused before its body is read: the answer, then the connection closed, rather than the rest
+    // of the body waited for (until the request timeout, 60 s here).
+    for (const [name, url, head, status] of [
+      ["management, no key", () => server.managementUrl, "GET /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", 401],
+      ["management, unknown path", () => server.managementUrl, "POST /nowhere HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer svc_sk_live_nope\r\nContent-Length: 100000\r\n\r\n", 404],
+      ["gateway (Koa), unknown path", () => server.gatewayUrl, "POST /v1/nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", 404],
+      ["gateway (Koa), wrong method", () => server.gatewayUrl, "PUT /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", 405],
+      ["gateway (node:http), no key", () => server.gatewayUrl, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", 401],
+    ] as const) {
+      it(`${name}: an early refusal closes the connection while its body trickles in`, async () => {
+        const r = await trickle(portOf(url()), head, " ", 100, 5_000);
+        assert.match(statusLine(r.text), new RegExp(`^HTTP/1.1 ${status} `));
+        assert.match(r.text, /\r\nConnection: close\r\n/i);
+        assert.ok(r.closedAfterMs < 3_000, `closed after ${r.closedAfterMs} ms`);
+      });
+    }
   });
 });

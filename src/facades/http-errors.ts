@@ -9,6 +9,11 @@ import { log } from "../logger.js";
  * 2.6) with its status. Internal errors are logged with the request id and reach the client only as
  * a generic 500. An error's retry guidance (`Retry-After` of a 503) is sent as headers. `onError`
  * lets a facade add its own headers.
+ *
+ * A request answered before its body was all read (refused: no key, an unknown path, a wrong
+ * method; none of these apps reads a body) gets `Connection: close`: node:http closes the
+ * connection after the answer instead of reading the rest of a body that a client may trickle in
+ * until the request timeout (the gateway's own answers do the same, `writeError` in respond.ts).
  */
 export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<string, string>) => void): Middleware {
   return async (ctx, next) => {
@@ -30,6 +35,7 @@ export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<stri
       ctx.type = "application/json";
       ctx.body = JSON.stringify(toErrorBody(info));
     }
+    if (ctx.respond !== false && !ctx.headerSent && !ctx.req.complete) ctx.set("Connection", "close");
   };
 }
 
