@@ -9,7 +9,7 @@ import {
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { invalidRequest } from "../errors.js";
 import { REQUEST_ID } from "../ids.js";
-import { isObject, type JsonObject } from "../json.js";
+import { isObject, type JsonObject, MAX_JSON_DEPTH, nestedDeeperThan } from "../json.js";
 import {
   BETA_NAME,
   CHAT_FUNCTION_FIELDS,
@@ -79,14 +79,17 @@ const fail = (code: string, message: string): never => {
 
 const typeName = (v: unknown): string => (v === null ? "null" : Array.isArray(v) ? "an array" : `a ${typeof v}`);
 
-/** A JSON text, parsed; undefined when empty. */
+/** A JSON text, parsed; undefined when empty. Nested deeper than MAX_JSON_DEPTH, refused as a body would be. */
 function jsonText(json: string, path: string): unknown {
   if (json === "") return undefined;
+  let v: unknown;
   try {
-    return JSON.parse(json);
+    v = JSON.parse(json);
   } catch {
     return fail("invalid_value", `\`${path}\` must be a JSON text; it is not valid JSON.`);
   }
+  if (nestedDeeperThan(v, MAX_JSON_DEPTH, json.length)) fail("json_too_deep", `\`${path}\` nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
+  return v;
 }
 
 /** A JSON object text holding none of `named`, parsed; undefined when empty. */

@@ -1,7 +1,7 @@
 import { isUtf8 } from "node:buffer";
 import type { IncomingMessage } from "node:http";
 import { invalidApiKey, invalidRequest } from "../../core/errors.js";
-import { isObject } from "../../core/json.js";
+import { isObject, MAX_JSON_DEPTH, nestedDeeperThan } from "../../core/json.js";
 import { startsWithCalendarDate } from "../../core/calendar.js";
 import { bodyBrokenOff } from "../http-errors.js";
 import { BETA_NAME, MAX_BETAS, MAX_USER_ID_CHARS } from "../../core/proxy/request-rules.js";
@@ -32,13 +32,21 @@ export interface JsonBody {
   value: unknown;
 }
 
-/** Parses a body read by `readBodyText` (apart, so a body seen before can skip it: hit-memo.ts). */
+/**
+ * Parses a body read by `readBodyText` (apart, so a body seen before can skip it: hit-memo.ts).
+ * A body nested deeper than MAX_JSON_DEPTH is refused (core/json.ts).
+ */
 export function parseJsonBody(text: string): JsonBody {
+  let value: unknown;
   try {
-    return { text, value: JSON.parse(text) };
+    value = JSON.parse(text);
   } catch (e) {
     throw invalidRequest("invalid_json", `The request body is not valid JSON: ${(e as Error).message}`);
   }
+  if (nestedDeeperThan(value, MAX_JSON_DEPTH, text.length)) {
+    throw invalidRequest("json_too_deep", `The request body nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
+  }
+  return { text, value };
 }
 
 /** The error of a request whose Content-Type is not JSON, or undefined when it is JSON. */
@@ -98,8 +106,9 @@ export function headerText(value: string): string {
 }
 
 /**
- * `X-Svc-Metadata`: a JSON object; values are kept as strings (non-strings as their JSON text). Raw
- * UTF-8 in the header is read as UTF-8 (`headerText`), as are `\u` escapes in the JSON.
+ * `X-Svc-Metadata`: a JSON object, nested no deeper than MAX_JSON_DEPTH; values are kept as strings
+ * (non-strings as their JSON text). Raw UTF-8 in the header is read as UTF-8 (`headerText`), as are
+ * `\u` escapes in the JSON.
  */
 export function metadataOf(req: IncomingMessage): Record<string, string> {
   const raw = req.headers["x-svc-metadata"];
@@ -114,6 +123,9 @@ export function metadataOf(req: IncomingMessage): Record<string, string> {
     throw invalidRequest("invalid_metadata", "X-Svc-Metadata must be a JSON object; it is not valid JSON.");
   }
   if (!isObject(parsed)) throw invalidRequest("invalid_metadata", "X-Svc-Metadata must be a JSON object.");
+  if (nestedDeeperThan(parsed, MAX_JSON_DEPTH, text.length)) {
+    throw invalidRequest("invalid_metadata", `X-Svc-Metadata must not nest arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
+  }
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(parsed)) {
     if (!k) throw invalidRequest("invalid_metadata", "X-Svc-Metadata keys must not be empty.");

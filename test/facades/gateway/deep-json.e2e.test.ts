@@ -1,0 +1,187 @@
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { MAX_JSON_DEPTH, nestedDeeperThan } from "../../../src/core/json.js";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { rawRequest, type RawResponse } from "../../support/http.js";
+import { captureLog } from "../../support/log-capture.js";
+
+/**
+ * JSON nested thousands of levels deep, anywhere a client can put JSON, is a 400 in the spec's
+ * error shape (never a 500 from a stack overflow in the code that writes it back out), and the
+ * limit is MAX_JSON_DEPTH (128) levels: a body at the limit is served, one level more is refused.
+ */
+
+/** `depth` nested arrays, as JSON text. */
+const arrays = (depth: number) => "[".repeat(depth) + "]".repeat(depth);
+/** `depth` nested objects `{"a":…}` around 1, as JSON text. */
+const objects = (depth: number) => '{"a":'.repeat(depth) + "1" + "}".repeat(depth);
+
+const errors = (lines: string[]) => lines.filter((l) => l.includes('"level":"error"'));
+
+describe("deeply nested JSON: a 400 past 128 levels, never a 500", function () {
+  this.timeout(60_000);
+  let gw: TestGateway;
+  let key: string;
+
+  before(async () => {
+    gw = await startTestGateway();
+    key = (await gw.project()).live;
+  });
+  after(() => gw?.close());
+
+  const post = (path: string, body: string, headers: Record<string, string> = {}): Promise<RawResponse> =>
+    rawRequest(`${gw.gatewayUrl}${path}`, { headers: { "content-type": "application/json", "x-svc-api-key": key, ...headers }, body });
+  const chat = (marker: string, extra = "") => `{"model":"chat-4o-mini","messages":[{"role":"user","content":"${marker}"}]${extra && `,${extra}`}}`;
+  const messages = (marker: string, extra = "") => `{"model":"assistant-3-5-haiku-20241022","max_tokens":5,"messages":[{"role":"user","content":"${marker}"}]${extra && `,${extra}`}}`;
+
+  it("refuses a body nested thousands of levels deep in any pass-through field, 400 json_too_deep", async () => {
+    const cases: Array<[string, string, string]> = [
+      ["chat: an extra field, 5,000 arrays", "/v1/chat/completions", chat("deep-1", `"x":${arrays(5000)}`)],
+      ["chat: metadata, 20,000 arrays", "/v1/chat/completions", chat("deep-2", `"metadata":{"a":${arrays(20_000)}}`)],
+      ["chat: a tool's parameters, 5,000 objects", "/v1/chat/completions", chat("deep-3", `"tools":[{"type":"function","function":{"name":"f","parameters":${objects(5000)}}}]`)],
+      ["chat: a message's extra field", "/v1/chat/completions", `{"model":"chat-4o-mini","messages":[{"role":"user","content":"deep-4","x":${arrays(5000)}}]}`],
+      ["messages: metadata, 5,000 arrays", "/v1/messages", messages("deep-5", `"metadata":{"a":${arrays(5000)}}`)],
+      ["messages: a tool's input_schema, 5,000 objects", "/v1/messages", messages("deep-6", `"tools":[{"name":"f","input_schema":${objects(5000)}}]`)],
+      ["messages: 300,000 arrays", "/v1/messages", messages("deep-7", `"metadata":${arrays(300_000)}`)],
+    ];
+    const before = gw.demo!.requests.length;
+    const got: Record<string, unknown> = {};
+    const want: Record<string, unknown> = {};
+    const lines = await captureLog(async () => {
+      for (const [name, path, body] of cases) {
+        const r = await post(path, body);
+        got[name] = { status: r.status, type: r.json().error?.type, code: r.json().error?.code, message: r.json().error?.message };
+        want[name] = { status: 400, type: "invalid_request_error", code: "json_too_deep", message: "The request body nests arrays and objects more than 128 levels deep." };
+      }
+    });
+    assert.deepEqual(got, want);
+    assert.deepEqual(errors(lines), [], "no internal error");
+    assert.equal(gw.demo!.requests.length, before, "nothing reached the upstream");
+  });
+
+  it("serves a body at exactly 128 levels and refuses one at 129", async () => {
+    // The body is level 1, so 127 arrays inside it make 128 levels.
+    const atLimit = await post("/v1/chat/completions", chat("depth-128", `"x":${arrays(MAX_JSON_DEPTH - 1)}`));
+    assert.equal(atLimit.status, 200, atLimit.text);
+    const sent = gw.demo!.requests.find((r) => JSON.stringify(r.body).includes("depth-128"));
+    assert.ok(sent, "the request at the limit reached the upstream");
+    assert.equal(JSON.stringify((sent.body as { x: unknown }).x), arrays(MAX_JSON_DEPTH - 1), "carried as sent");
+    const over = await post("/v1/chat/completions", chat("depth-129", `"x":${arrays(MAX_JSON_DEPTH)}`));
+    assert.equal(over.status, 400, over.text);
+    assert.equal(over.json().error.code, "json_too_deep");
+    // Same on /v1/messages, through a tool's JSON Schema (nested objects, not arrays).
+    const schema = (levels: number) => '{"type":"object","properties":{"a":'.repeat(levels) + '{"type":"string"}' + "}}".repeat(levels);
+    // body, tools, tool, then 2 levels per schema level, then the leaf: 3 + 2 * 62 + 1 = 128.
+    const ok = await post("/v1/messages", messages("schema-128", `"tools":[{"name":"f","input_schema":${schema(62)}}]`));
+    assert.equal(ok.status, 200, ok.text);
+    const deeper = await post("/v1/messages", messages("schema-130", `"tools":[{"name":"f","input_schema":${schema(63)}}]`));
+    assert.equal(deeper.status, 400, deeper.text);
+    assert.equal(deeper.json().error.code, "json_too_deep");
+  });
+
+  it("refuses X-Svc-Metadata nested past the limit, 400 invalid_metadata; keeps one at the limit", async () => {
+    const lines = await captureLog(async () => {
+      const r = await post("/v1/chat/completions", chat("meta-deep"), { "x-svc-metadata": `{"a":${arrays(7000)}}` });
+      assert.equal(r.status, 400, r.text);
+      assert.deepEqual(r.json().error, { type: "invalid_request_error", code: "invalid_metadata", message: "X-Svc-Metadata must not nest arrays and objects more than 128 levels deep." });
+    });
+    assert.deepEqual(errors(lines), [], "no internal error");
+    const ok = await post("/v1/chat/completions", chat("meta-128"), { "x-svc-metadata": `{"a":${arrays(MAX_JSON_DEPTH - 1)}}` });
+    assert.equal(ok.status, 200, ok.text);
+    const over = await post("/v1/chat/completions", chat("meta-129"), { "x-svc-metadata": `{"a":${arrays(MAX_JSON_DEPTH)}}` });
+    assert.equal(over.status, 400, over.text);
+    assert.equal(over.json().error.code, "invalid_metadata");
+  });
+
+  it("management API: a page cursor holding deep JSON is a 400, not a 500", async () => {
+    const cursor = Buffer.from(arrays(5000)).toString("base64url");
+    const lines = await captureLog(async () => {
+      const r = await rawRequest(`${gw.managementUrl}/v1/logs?cursor=${cursor}`, { method: "GET", headers: { authorization: `Bearer ${key}` } });
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.json().error.code, "invalid_page_token");
+    });
+    assert.deepEqual(errors(lines), []);
+  });
+
+  describe("core port: StreamChat with deep JSON texts", () => {
+    const protoDir = fileURLToPath(new URL("../../../proto", import.meta.url));
+    let proxy: any;
+    let md: grpc.Metadata;
+    let projectId: string;
+    before(async () => {
+      const def = protoLoader.loadSync(["svc/proxy/v1/proxy_service.proto"], { includeDirs: [protoDir], keepCase: true, enums: String, longs: String, defaults: true, oneofs: true });
+      const pkg: any = grpc.loadPackageDefinition(def);
+      proxy = new pkg.svc.proxy.v1.ProxyService(new URL(gw.grpcUrl).host, grpc.credentials.createInsecure());
+      md = new grpc.Metadata();
+      md.set("authorization", `Bearer ${gw.adminToken}`);
+      projectId = (await gw.project()).projectId;
+    });
+    after(() => proxy?.close());
+
+    const stream = (req: object): Promise<{ events: unknown[]; error?: grpc.ServiceError }> =>
+      new Promise((resolve) => {
+        const events: unknown[] = [];
+        const call = proxy.StreamChat(req, md);
+        call.on("data", (ev: unknown) => events.push(ev));
+        call.on("error", (error: grpc.ServiceError) => resolve({ events, error }));
+        call.on("end", () => resolve({ events }));
+      });
+    const CHAT = "API_STYLE_CHAT_COMPLETIONS";
+    const request = (marker: string, over: object = {}) => ({
+      project_id: projectId,
+      key_mode: "KEY_MODE_LIVE",
+      style: CHAT,
+      model: "chat-4o-mini",
+      messages: [{ role: "user", blocks: [{ type: "BLOCK_TYPE_TEXT", text: marker, style: CHAT }], content_is_string: true }],
+      ...over,
+    });
+
+    it("refuses each deep JSON text INVALID_ARGUMENT json_too_deep, naming it; serves one at the limit", async () => {
+      const cases: Array<[string, object, string]> = [
+        ["request extra_json", { extra_json: `{"x":${arrays(5000)}}` }, "`extra_json`"],
+        ["tool input_schema_json", { tools: [{ name: "f", input_schema_json: objects(5000) }] }, "`tools[0].input_schema_json`"],
+        ["tool extra_json", { tools: [{ name: "f", extra_json: `{"function":{"x":${arrays(5000)}}}` }] }, "`tools[0].extra_json`"],
+        ["message extra_json", { messages: [{ role: "user", blocks: [{ type: "BLOCK_TYPE_TEXT", text: "m", style: CHAT }], extra_json: `{"x":${arrays(5000)}}` }] }, "`messages[0].extra_json`"],
+        ["block raw_json", { messages: [{ role: "user", blocks: [{ type: "BLOCK_TYPE_OTHER", raw_json: `{"type":"x","x":${arrays(5000)}}`, style: CHAT }] }] }, "`messages[0].blocks[0].raw_json`"],
+        ["request extra_json, one level past the limit", { extra_json: `{"x":${arrays(MAX_JSON_DEPTH)}}` }, "`extra_json`"],
+      ];
+      const before = gw.demo!.requests.length;
+      const got: Record<string, unknown> = {};
+      const want: Record<string, unknown> = {};
+      const lines = await captureLog(async () => {
+        for (const [i, [name, over, field]] of cases.entries()) {
+          const r = await stream(request(`core-deep-${i}`, over));
+          got[name] = { status: r.error?.code, code: String(r.error?.metadata.get("svc-error-code")[0] ?? ""), names: r.error?.details.includes(field), events: r.events.length };
+          want[name] = { status: grpc.status.INVALID_ARGUMENT, code: "json_too_deep", names: true, events: 0 };
+        }
+      });
+      assert.deepEqual(got, want);
+      assert.deepEqual(errors(lines), [], "no internal error");
+      assert.equal(gw.demo!.requests.length, before, "nothing reached the upstream");
+      const ok = await stream(request("core-128", { extra_json: `{"x":${arrays(MAX_JSON_DEPTH - 1)}}` }));
+      assert.equal(ok.error, undefined, ok.error?.details);
+    });
+  });
+});
+
+describe("nestedDeeperThan", () => {
+  it("counts the value itself as level 1, arrays and objects alike", () => {
+    for (const [text, depth] of [["1", 0], ['"[[["', 0], ["[]", 1], ["{}", 1], ['{"a":[{"b":[]}]}', 4], [arrays(3), 3], [objects(3), 3], ['[1,[2,[3]],{"a":{}}]', 3]] as const) {
+      const v: unknown = JSON.parse(text);
+      assert.equal(nestedDeeperThan(v, depth), false, `${text} is not deeper than ${depth}`);
+      if (depth > 0) assert.equal(nestedDeeperThan(v, depth - 1), true, `${text} is deeper than ${depth - 1}`);
+    }
+  });
+
+  it("walks no more than the limit into a value nested far deeper (no stack overflow)", () => {
+    assert.equal(nestedDeeperThan(JSON.parse(arrays(100_000))), true);
+  });
+
+  it("skips the walk when the text was too short to nest past the limit", () => {
+    const v: unknown = JSON.parse(arrays(5));
+    assert.equal(nestedDeeperThan(v, 3, 7), false, "7 characters cannot hold 4 levels");
+    assert.equal(nestedDeeperThan(v, 3, 8), true, "8 can: [[[[]]]]");
+  });
+});
