@@ -61,3 +61,14 @@ function deeper(v: object, left: number): boolean {
   }
   return false;
 }
+
+/**
+ * `obj[key] = value`, as an own property also when `key` is `__proto__`, which plain assignment
+ * takes as the object's prototype (a string is then dropped without a word). For objects whose
+ * keys a client chose (X-Svc-Metadata, metadata filters); JSON.parse and the protobuf runtime
+ * already keep such a key as an ordinary one.
+ */
+export function setOwn<V>(obj: Record<string, V>, key: string, value: V): void {
+  if (key === "__proto__") Object.defineProperty(obj, key, { value, enumerable: true, writable: true, configurable: true });
+  else obj[key] = value;
+}

@@ -5,6 +5,7 @@ import type { ModeName } from "../../stores/registry-store.js";
 import type { LogRecord, LogRow } from "../../stores/telemetry-store.js";
 import { invalidRequest } from "../errors.js";
 import { REQUEST_ID } from "../ids.js";
+import { setOwn } from "../json.js";
 import { cutText, wellFormed } from "../text.js";
 import { microsOfTimestamp, timestampFromMicros, utcMicrosText, utcSecondText } from "./micros.js";
 
@@ -70,7 +71,7 @@ export function rowOfLog(l: RequestLog, opts: { bodyTtlDays: number; nowMs: numb
   let pairs = 0;
   for (const [k, v] of Object.entries(l.metadata)) {
     if (pairs++ >= LIMITS.metadataPairs) break;
-    metadata[cut(k, LIMITS.metadataKey)] = cut(v, LIMITS.metadataValue);
+    setOwn(metadata, cut(k, LIMITS.metadataKey), cut(v, LIMITS.metadataValue));
   }
   const row: LogRow = {
     project_id: checkId(l.projectId, "project_id"),

@@ -1,7 +1,7 @@
 import { isUtf8 } from "node:buffer";
 import type { IncomingMessage } from "node:http";
 import { invalidApiKey, invalidRequest } from "../../core/errors.js";
-import { isObject, MAX_JSON_DEPTH, nestedDeeperThan } from "../../core/json.js";
+import { isObject, MAX_JSON_DEPTH, nestedDeeperThan, setOwn } from "../../core/json.js";
 import { startsWithCalendarDate } from "../../core/calendar.js";
 import { bodyBrokenOff } from "../http-errors.js";
 import { BETA_NAME, MAX_BETAS, MAX_USER_ID_CHARS } from "../../core/proxy/request-rules.js";
@@ -129,7 +129,8 @@ export function metadataOf(req: IncomingMessage): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(parsed)) {
     if (!k) throw invalidRequest("invalid_metadata", "X-Svc-Metadata keys must not be empty.");
-    out[k] = typeof v === "string" ? v : JSON.stringify(v);
+    // A key named `__proto__` or `constructor` is a key like any other (setOwn).
+    setOwn(out, k, typeof v === "string" ? v : JSON.stringify(v));
   }
   return out;
 }

@@ -1,5 +1,6 @@
 import { startsWithCalendarDate } from "../../core/calendar.js";
 import { invalidRequest } from "../../core/errors.js";
+import { setOwn } from "../../core/json.js";
 
 /**
  * Reading management query parameters strictly: an unknown parameter, a repeated one, an empty one
@@ -71,7 +72,8 @@ export class Query {
       const key = name.slice(prefix.length + 1);
       if (!key) throw bad(name, "needs a key after the dot");
       // A metadata value may be empty ({"team":""} is a pair like any other): it selects that pair.
-      out[key] = this.#value(name)!;
+      // A key named `__proto__` is a key like any other too (setOwn), not a filter dropped unseen.
+      setOwn(out, key, this.#value(name)!);
     }
     return out;
   }
