@@ -26,6 +26,7 @@ import {
   requireObject,
   requireOneOf,
   requireString,
+  shownNumber,
   wrongType,
 } from "./validate.js";
 
@@ -70,8 +71,9 @@ export function parseChatCompletionsRequest(body: unknown): ParsedChatRequest {
 function checkChoiceCount(b: JsonObject): void {
   const n = b.n;
   if (n === undefined || n === null || n === 1) return;
-  if (typeof n !== "number" || !Number.isInteger(n)) wrongType("n", "an integer", n);
-  fail("unsupported_parameter", `\`n\` must be 1: the gateway returns a single choice, got ${n}.`);
+  if (typeof n !== "number") return wrongType("n", "an integer", n);
+  if (Number.isFinite(n) && !Number.isInteger(n)) fail("invalid_type", `\`n\` must be an integer, got ${n}.`);
+  fail("unsupported_parameter", `\`n\` must be 1: the gateway returns a single choice, got ${shownNumber(n)}.`);
 }
 
 function checkStreamOptions(b: JsonObject, stream: boolean): void {

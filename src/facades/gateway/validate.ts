@@ -67,11 +67,19 @@ export function optionalBoolean(obj: JsonObject, key: string, path = key): boole
   return v;
 }
 
+/**
+ * A number as a message shows it. JSON.parse reads one too large for a double (`1e309`) as
+ * Infinity: a value out of range, shown as such rather than as "Infinity" or its type.
+ */
+export const shownNumber = (v: number): string =>
+  Number.isFinite(v) ? String(v) : `${v < 0 ? "a negative number" : "a number"} too large to represent`;
+
 /** A finite number within [min, max]. */
 export function optionalNumberInRange(obj: JsonObject, key: string, min: number, max: number, path = key): number | undefined {
   const v = obj[key];
   if (v === undefined || v === null) return undefined;
-  if (typeof v !== "number" || !Number.isFinite(v)) return wrongType(path, "a number", v);
+  if (typeof v !== "number") return wrongType(path, "a number", v);
+  if (!Number.isFinite(v)) return fail("invalid_value", `\`${path}\` must be a finite number between ${min} and ${max}, got ${shownNumber(v)}.`);
   if (v < min || v > max) return fail("invalid_value", `\`${path}\` must be between ${min} and ${max}, got ${v}.`);
   return v;
 }
@@ -80,7 +88,9 @@ export function optionalNumberInRange(obj: JsonObject, key: string, min: number,
 export function optionalIntegerInRange(obj: JsonObject, key: string, min: number, max = 2_147_483_647, path = key): number | undefined {
   const v = obj[key];
   if (v === undefined || v === null) return undefined;
-  if (typeof v !== "number" || !Number.isInteger(v)) return wrongType(path, "an integer", v);
+  if (typeof v !== "number") return wrongType(path, "an integer", v);
+  if (!Number.isFinite(v)) return fail("invalid_value", `\`${path}\` must be an integer between ${min} and ${max}, got ${shownNumber(v)}.`);
+  if (!Number.isInteger(v)) return fail("invalid_type", `\`${path}\` must be an integer, got ${v}.`);
   if (v < min || v > max) return fail("invalid_value", `\`${path}\` must be an integer between ${min} and ${max}, got ${v}.`);
   return v;
 }
