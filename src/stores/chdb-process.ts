@@ -1,13 +1,16 @@
 import { fork, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { mkdir } from "node:fs/promises";
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { TelemetryUnavailableError } from "./telemetry-store.js";
 
-/** The embedded engine's process (chdb-server.ts) and its ClickHouse HTTP address. */
+/** The embedded engine's process (chdb-server.ts), its ClickHouse HTTP address and password. */
 export interface ChdbProcess {
   url: string;
   port: number;
+  /** What every request must carry as its ClickHouse password (any user name). */
+  password: string;
   /** The process id (for CPU accounting). */
   pid: number;
   /** True until the process exits. */
@@ -23,15 +26,23 @@ const START_TIMEOUT_MS = 60_000;
 export interface ChdbOptions {
   /** Its CPU priority as a nice value (0-19), set on every thread before chDB opens; 0 leaves it. */
   nice?: number;
+  /** The password its requests must carry; default: a new one (newChdbPassword). */
+  password?: string;
 }
+
+/** A password for the engine's HTTP port: 32 random bytes, base64url. */
+export const newChdbPassword = (): string => randomBytes(32).toString("base64url");
 
 /**
  * Starts chDB on `dir` in a child process serving ClickHouse's HTTP interface on a free loopback
- * port. Under tsx (tests, development) it runs the TypeScript, else the built JavaScript. Fails with
- * TelemetryUnavailableError when chDB is not installed or cannot open the directory.
+ * port, which answers only requests that carry `password` (handed to the child over its IPC
+ * channel, never in its argv, environment or a file). Under tsx (tests, development) it runs the
+ * TypeScript, else the built JavaScript. Fails with TelemetryUnavailableError when chDB is not
+ * installed or cannot open the directory.
  */
 export async function startChdbProcess(dataDir: string, port = 0, opts: ChdbOptions = {}): Promise<ChdbProcess> {
   const dir = resolve(dataDir); // the child runs in another working directory
+  const password = opts.password ?? newChdbPassword();
   await mkdir(dir, { recursive: true });
   const ts = import.meta.url.endsWith(".ts");
   const script = fileURLToPath(new URL(ts ? "./chdb-server.ts" : "./chdb-server.js", import.meta.url));
@@ -55,7 +66,8 @@ export async function startChdbProcess(dataDir: string, port = 0, opts: ChdbOpti
       child.kill("SIGKILL");
       reject(new TelemetryUnavailableError(`chDB did not start within ${START_TIMEOUT_MS / 1000} s`));
     }, START_TIMEOUT_MS);
-    child.on("message", (m: { ready?: number }) => {
+    child.on("message", (m: { ready?: number; want?: string }) => {
+      if (m?.want === "secret") child.send({ secret: password });
       if (typeof m?.ready === "number") {
         clearTimeout(timer);
         resolve(m.ready);
@@ -73,6 +85,7 @@ export async function startChdbProcess(dataDir: string, port = 0, opts: ChdbOpti
   return {
     url: `http://127.0.0.1:${bound}`,
     port: bound,
+    password,
     pid: child.pid!,
     exited,
     get alive() {
@@ -90,15 +103,18 @@ export async function startChdbProcess(dataDir: string, port = 0, opts: ChdbOpti
 
 /**
  * Keeps the embedded engine's process running: started on first use, restarted on the same port
- * (so open clients find it again) a second after it dies; stopped with the gateway.
+ * and with the same password (so open clients find it again) a second after it dies; stopped with
+ * the gateway. The password is new with each supervisor, i.e. each start of the gateway, and is
+ * kept in memory only.
  */
-export function superviseChdb(dir: string, onExit: (err: string) => void, opts: ChdbOptions = {}): { url(): Promise<string>; stop(): Promise<void> } {
+export function superviseChdb(dir: string, onExit: (err: string) => void, opts: ChdbOptions = {}): { url(): Promise<string>; readonly password: string; stop(): Promise<void> } {
   let proc: ChdbProcess | undefined;
   let starting: Promise<ChdbProcess> | undefined;
   let port = 0;
   let stopped = false;
+  const password = opts.password ?? newChdbPassword();
   const start = (): Promise<ChdbProcess> =>
-    (starting ??= startChdbProcess(dir, port, opts)
+    (starting ??= startChdbProcess(dir, port, { ...opts, password })
       .then((p) => {
         proc = p;
         port = p.port;
@@ -116,6 +132,7 @@ export function superviseChdb(dir: string, onExit: (err: string) => void, opts: 
     async url() {
       return (proc?.alive ? proc : await start()).url;
     },
+    password,
     async stop() {
       stopped = true;
       await starting?.catch(() => {});

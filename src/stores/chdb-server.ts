@@ -1,31 +1,117 @@
 /**
  * The embedded telemetry engine's process: chDB (ClickHouse as a library) behind ClickHouse's HTTP
  * interface on loopback, so the gateway talks to it exactly as to a ClickHouse server (one client,
- * one SQL). Only the HTTP framing is ours, and only what @clickhouse/client uses of it: the SQL in
- * the body (or in `query` with the data in the body, for inserts), `param_*` query parameters
- * (sent as ClickHouse text, which the engine parses by the declared type), every other URL
- * parameter as a setting, `/ping`, and errors as status 500 with ClickHouse's error text.
+ * one SQL). Only the HTTP framing is ours, and only what @clickhouse/client uses of it: `POST /`
+ * with the SQL in the body (or in `query` with the data in the body, for inserts), `param_*` query
+ * parameters (sent as ClickHouse text, which the engine parses by the declared type), the few
+ * settings the gateway's own queries use, `/ping`, and errors as ClickHouse's error text.
+ *
+ * Every other local user can reach a loopback port, and the engine runs any SQL (file(), url(),
+ * every project's logs), so a request must carry the password the gateway handed this process over
+ * its IPC channel at start (`secret` below: never in argv, the environment or a file). It is what
+ * @clickhouse/client sends as Basic auth (or X-ClickHouse-Key), compared in constant time. Anything
+ * else is refused before a byte of SQL is read: no password or a wrong one (401), a request a
+ * browser made (an Origin or Sec-Fetch-* header, or a content type a page may post cross-origin
+ * without asking: 403), and a URL parameter outside the allowlist (400).
  *
  * Why a process of its own: libchdb binds one data directory per process, and, loaded into the
  * gateway, its threads' memory management slowed every system call of the gateway's event loop
  * (bench/telemetry-load.ts: the gateway at 130% of a core at 200 requests/s, 37% with chDB here).
  *
- *   node src/stores/chdb-server.js PORT DATA_DIR [NICE]   (PORT 0: a free one; prints "ready PORT";
- *                                                         NICE: a lower CPU priority, 1-19)
+ *   started by chdb-process.ts only (it needs the IPC channel for its password):
+ *   fork("chdb-server.js", [PORT, DATA_DIR, NICE])  (PORT 0: a free one; prints "ready PORT";
+ *                                                    NICE: a lower CPU priority, 1-19)
+ *   child -> parent { want: "secret" }; parent -> child { secret }; child -> parent { ready: PORT }
  *
- * Started by chdb-process.ts, which it leaves when its parent's IPC channel closes.
+ * It leaves when its parent's IPC channel closes.
  */
+import { createHash, timingSafeEqual } from "node:crypto";
 import { readdirSync } from "node:fs";
-import { createServer, type IncomingMessage } from "node:http";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { setPriority } from "node:os";
 import { createChdbConnection } from "chdb/connection";
 
 const [port, dir, nice = "0"] = process.argv.slice(2) as [string, string, string?];
+const secret = await receiveSecret();
 lowerPriority(Number(nice));
 const conn = createChdbConnection({ path: dir });
 // Again for the threads chDB started as it opened: its memory worker raises itself to -20.
 lowerPriority(Number(nice));
-const NOT_SETTINGS = new Set(["query", "query_id", "database", "session_id", "role"]);
+
+/**
+ * The password, from the parent over the IPC channel (a socket pair only this process and its
+ * parent hold). Asked for rather than awaited: a message sent before this process listens for it
+ * would be lost. Exits when there is no channel (started by hand) or no usable password comes.
+ */
+async function receiveSecret(): Promise<string> {
+  if (!process.send) {
+    process.stderr.write("chdb-server: start it through chdb-process.ts (it needs the parent's IPC channel for its password)\n");
+    process.exit(2);
+  }
+  const got = await new Promise<unknown>((resolve) => {
+    const timer = setTimeout(() => resolve(undefined), 30_000);
+    process.once("message", (m: { secret?: unknown } | undefined) => {
+      clearTimeout(timer);
+      resolve(m?.secret);
+    });
+    process.send!({ want: "secret" });
+  });
+  if (typeof got !== "string" || got.length < 32) {
+    process.stderr.write("chdb-server: no password came from the parent\n");
+    process.exit(2);
+  }
+  return got;
+}
+
+const sha256 = (s: string) => createHash("sha256").update(s).digest();
+const secretHash = sha256(secret);
+
+/**
+ * Whether the request carries the password: as @clickhouse/client sends it, `Authorization: Basic
+ * base64(user:password)` (over HTTP), or `X-ClickHouse-Key` (its TLS form). The user name is not
+ * checked (there is one user). Hashes of equal length, compared in constant time.
+ */
+function authorized(req: IncomingMessage): boolean {
+  let password: string | undefined;
+  const auth = req.headers.authorization;
+  if (auth !== undefined) {
+    const m = /^Basic\s+([A-Za-z0-9+/=]+)\s*$/i.exec(auth);
+    if (!m) return false;
+    const decoded = Buffer.from(m[1]!, "base64").toString("utf8");
+    const colon = decoded.indexOf(":");
+    if (colon < 0) return false;
+    password = decoded.slice(colon + 1);
+  } else {
+    const key = req.headers["x-clickhouse-key"];
+    if (typeof key === "string") password = key;
+  }
+  return password !== undefined && timingSafeEqual(sha256(password), secretHash);
+}
+
+/**
+ * Whether a browser sent it: a page on any origin can post to a loopback port without a CORS
+ * preflight (a "simple" request), and browsers mark those with Origin and Sec-Fetch-Site and can
+ * only give them one of three content types. @clickhouse/client sends none of these. (Not
+ * Sec-Fetch-Mode: Node's own fetch sends that one too.)
+ */
+const BROWSER_TYPES = /^\s*(text\/plain|application\/x-www-form-urlencoded|multipart\/form-data)\b/i;
+const fromBrowser = (req: IncomingMessage): boolean =>
+  req.headers.origin !== undefined || req.headers["sec-fetch-site"] !== undefined || BROWSER_TYPES.test(req.headers["content-type"] ?? "");
+
+/**
+ * The URL parameters the gateway's queries use, and nothing else: `query`, `param_*`, the client's
+ * `query_id` (ignored), `database` (the default one only) and these settings (the log inserts' and
+ * the migrations' own, clickhouse-telemetry-store.ts and clickhouse-migrations.ts). Any other
+ * setting could change what the engine may do (readonly, allow_*, max_*): refused.
+ */
+const SETTINGS = new Set([
+  "insert_deduplicate",
+  "insert_deduplication_token",
+  "deduplicate_blocks_in_dependent_materialized_views",
+  "parallel_view_processing",
+  "async_insert",
+  "default_format",
+]);
 
 /**
  * `INSERT INTO t [(cols)] FORMAT F` (what the client sends) with the settings in a SETTINGS
@@ -72,6 +158,12 @@ function lowerPriority(n: number): void {
   }
 }
 
+/** A refusal in ClickHouse's form; the connection closes rather than read an unwanted body. */
+function refuse(res: ServerResponse, status: number, code: number, text: string): void {
+  res.writeHead(status, { "Content-Type": "text/plain; charset=UTF-8", "X-ClickHouse-Exception-Code": String(code), Connection: "close" });
+  res.end(`Code: ${code}. DB::Exception: ${text}\n`);
+}
+
 const readBody = async (req: IncomingMessage) => {
   const chunks: Buffer[] = [];
   for await (const c of req) chunks.push(c as Buffer);
@@ -80,15 +172,21 @@ const readBody = async (req: IncomingMessage) => {
 
 const server = createServer(async (req, res) => {
   const url = new URL(req.url ?? "/", "http://localhost");
-  if (url.pathname === "/ping") return void res.end("Ok.\n");
-  const body = await readBody(req);
+  if (url.pathname === "/ping" && (req.method === "GET" || req.method === "HEAD")) return void res.end("Ok.\n");
+  if (url.pathname !== "/" || req.method !== "POST") return refuse(res, 404, 1001, "Only POST / is served here. (STD_EXCEPTION)");
+  if (fromBrowser(req)) return refuse(res, 403, 1001, "Requests from a browser are refused. (STD_EXCEPTION)");
+  if (!authorized(req)) return refuse(res, 401, 516, "default: Authentication failed: password is incorrect, or there is no user with such name. (AUTHENTICATION_FAILED)");
   const query_params: Record<string, string> = {};
   const clickhouse_settings: Record<string, string> = {};
   for (const [k, v] of url.searchParams) {
-    if (k.startsWith("param_")) query_params[k.slice(6)] = v;
-    else if (!NOT_SETTINGS.has(k)) clickhouse_settings[k] = v;
+    if (k.startsWith("param_") && k.length > 6) query_params[k.slice(6)] = v;
+    else if (SETTINGS.has(k)) clickhouse_settings[k] = v;
+    else if (k === "database" ? v !== "default" : k !== "query" && k !== "query_id") {
+      return refuse(res, 400, 115, `URL parameter ${JSON.stringify(k.slice(0, 100))} is not accepted by the embedded engine. (UNKNOWN_SETTING)`);
+    }
   }
   const inUrl = url.searchParams.get("query");
+  const body = await readBody(req);
   // The server reads a top-level String parameter in TSV-escaped form (the client sends `it\'s`);
   // chDB's binder takes it verbatim, so unescape those here. Composite types carry quoted literals,
   // which both parse alike.

@@ -12,11 +12,13 @@ export interface ClickHouseHandle {
 
 /**
  * A client of a ClickHouse server over HTTP(S). The URL may carry credentials and the database
- * (`http://user:pass@host:8123/db`). Nothing is sent until the first query.
+ * (`http://user:pass@host:8123/db`); `password` (the embedded engine's, chdb-process.ts) is sent as
+ * the default user's. Nothing is sent until the first query.
  */
-export function connectClickHouseServer(url: string, opts: { requestTimeoutMs?: number } = {}): ClickHouseHandle {
+export function connectClickHouseServer(url: string, opts: { requestTimeoutMs?: number; password?: string } = {}): ClickHouseHandle {
   const client = createClient({
     url,
+    ...(opts.password !== undefined ? { username: "default", password: opts.password } : {}),
     request_timeout: opts.requestTimeoutMs ?? 10_000,
     max_open_connections: 4,
     application: "svc-gateway",

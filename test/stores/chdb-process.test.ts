@@ -30,9 +30,13 @@ describe("the embedded engine's process", function () {
   });
 
   /** Runs an insert and a query, so the engine has started the threads that do its work. */
-  const work = async (url: string) => {
+  const work = async ({ url, password }: ChdbProcess) => {
     const q = (sql: string, body?: string) =>
-      fetch(`${url}/?${body ? `query=${encodeURIComponent(sql)}` : ""}`, { method: "POST", body: body ?? sql }).then(async (r) => {
+      fetch(`${url}/?${body ? `query=${encodeURIComponent(sql)}` : ""}`, {
+        method: "POST",
+        body: Buffer.from(body ?? sql), // bytes: no text/plain content type, which the engine refuses
+        headers: { authorization: `Basic ${Buffer.from(`default:${password}`).toString("base64")}` },
+      }).then(async (r) => {
         assert.equal(r.status, 200, await r.clone().text());
         return r.text();
       });
@@ -46,7 +50,7 @@ describe("the embedded engine's process", function () {
     // Above this process's own (as a CI runner may already be niced): raising it needs no privilege.
     const nice = Math.min(19, threadNices(process.pid)[0]! + 7);
     engine = await startChdbProcess(dir, 0, { nice });
-    await work(engine.url);
+    await work(engine);
     const nices = threadNices(engine.pid);
     assert.ok(nices.length > 4, `the engine runs its pools (${nices.length} threads)`);
     // chDB's memory worker raises itself to -20 as it starts: lowered again after the engine opens.
@@ -56,7 +60,7 @@ describe("the embedded engine's process", function () {
   it("leaves the priority alone at nice 0", async function () {
     if (!existsSync("/proc/self/task")) this.skip();
     engine = await startChdbProcess(dir, 0, { nice: 0 });
-    await work(engine.url);
+    await work(engine);
     // As chDB sets them: the parent's priority, and its memory worker's own (-20, when permitted).
     const ours = threadNices(process.pid)[0]!;
     assert.ok(threadNices(engine.pid).every((n) => n <= ours), String(threadNices(engine.pid)));

@@ -44,7 +44,7 @@ export async function createTelemetryBackend(
   // Embedded: chDB in a supervised child process (stores/chdb-server.ts says why), reached like a server.
   const chdb = url ? undefined : superviseChdb(join(opts.dataDir, "telemetry"), (msg) => log.warn(msg), { nice: config.engineNice });
   const store = chdb
-    ? createClickHouseTelemetryStore({ engine: "chdb", connect: async () => ({ ...connectClickHouseServer(await chdb.url()), engine: "chdb" }) })
+    ? createClickHouseTelemetryStore({ engine: "chdb", connect: async () => ({ ...connectClickHouseServer(await chdb.url(), { password: chdb.password }), engine: "chdb" }) })
     : createClickHouseTelemetryStore({ engine: "clickhouse", connect: async () => connectClickHouseServer(url!) });
   const spool = await openLogSpool(config.spoolDir, { maxBytes: config.spoolMaxBytes });
   const writer = createLogWriter({ store, spool, batchSize: config.batchSize, flushIntervalMs: config.flushIntervalMs });
