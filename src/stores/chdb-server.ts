@@ -3,8 +3,8 @@
  * interface on loopback, so the gateway talks to it exactly as to a ClickHouse server (one client,
  * one SQL). Only the HTTP framing is ours, and only what @clickhouse/client uses of it: `POST /`
  * with the SQL in the body (or in `query` with the data in the body, for inserts), `param_*` query
- * parameters (sent as ClickHouse text, which the engine parses by the declared type), the few
- * settings the gateway's own queries use, `/ping`, and errors as ClickHouse's error text.
+ * parameters (sent as ClickHouse text, decoded here by the declared type), the few settings the
+ * gateway's own queries use, `/ping`, and errors as ClickHouse's error text.
  *
  * Every other local user can reach a loopback port, and the engine runs any SQL (file(), url(),
  * every project's logs), so a request must carry the password the gateway handed this process over
@@ -158,6 +158,74 @@ function lowerPriority(n: number): void {
   }
 }
 
+/**
+ * A query parameter as chDB binds it. The client sends ClickHouse's text form of the value: for a
+ * String, escaped as in TSV (`it\'s`); for an Array(String), a literal of quoted strings
+ * (`['o\'brien']`). chDB's binder escapes a JS string itself (TSV), so a String goes to it decoded,
+ * and an Array(String) as a JS array (which it writes as a literal); a number's text is itself.
+ */
+const STRING = String.raw`(?:LowCardinality\()?(?:String|FixedString\(\d+\))\)?`;
+const STRING_TYPE = new RegExp(`^${STRING}$`);
+const STRING_ARRAY_TYPE = new RegExp(`^Array\\(${STRING}\\)$`);
+function paramValue(text: string, type: string | undefined): unknown {
+  if (type === undefined) return text;
+  if (STRING_TYPE.test(type)) return unescapeText(text);
+  if (STRING_ARRAY_TYPE.test(type)) return parseStringArray(text);
+  return text;
+}
+
+/** ClickHouse's backslash escapes (readEscapedString): the named ones, else the character itself. */
+const ESCAPES: Record<string, string> = { t: "\t", n: "\n", r: "\r", "0": "\0", b: "\b", f: "\f", a: "\x07", v: "\v", e: "\x1b" };
+const unescapeText = (s: string): string => (s.includes("\\") ? s.replace(/\\([\s\S])/g, (_, c: string) => ESCAPES[c] ?? c) : s);
+
+/** `['a', 'b\'c', '']` (quotes ' or ", backslash escapes or a doubled quote) as its strings. */
+function parseStringArray(text: string): string[] {
+  const fail = (): never => {
+    throw Object.assign(new Error(`Code: 26. DB::Exception: Cannot parse an Array(String) query parameter. (CANNOT_PARSE_QUOTED_STRING)`), { code: "26" });
+  };
+  const out: string[] = [];
+  let i = 0;
+  const ws = () => {
+    while (i < text.length && /\s/.test(text[i]!)) i++;
+  };
+  ws();
+  if (text[i++] !== "[") fail();
+  ws();
+  if (text[i] === "]") {
+    i++;
+  } else {
+    for (;;) {
+      ws();
+      const q = text[i++];
+      if (q !== "'" && q !== '"') fail();
+      let v = "";
+      for (;;) {
+        if (i >= text.length) fail();
+        const c = text[i++]!;
+        if (c === "\\") {
+          if (i >= text.length) fail();
+          const e = text[i++]!;
+          v += ESCAPES[e] ?? e;
+        } else if (c === q) {
+          if (text[i] !== q) break;
+          v += q;
+          i++;
+        } else {
+          v += c;
+        }
+      }
+      out.push(v);
+      ws();
+      const sep = text[i++];
+      if (sep === "]") break;
+      if (sep !== ",") fail();
+    }
+  }
+  ws();
+  if (i !== text.length) fail();
+  return out;
+}
+
 /** A refusal in ClickHouse's form; the connection closes rather than read an unwanted body. */
 function refuse(res: ServerResponse, status: number, code: number, text: string): void {
   res.writeHead(status, { "Content-Type": "text/plain; charset=UTF-8", "X-ClickHouse-Exception-Code": String(code), Connection: "close" });
@@ -176,10 +244,10 @@ const server = createServer(async (req, res) => {
   if (url.pathname !== "/" || req.method !== "POST") return refuse(res, 404, 1001, "Only POST / is served here. (STD_EXCEPTION)");
   if (fromBrowser(req)) return refuse(res, 403, 1001, "Requests from a browser are refused. (STD_EXCEPTION)");
   if (!authorized(req)) return refuse(res, 401, 516, "default: Authentication failed: password is incorrect, or there is no user with such name. (AUTHENTICATION_FAILED)");
-  const query_params: Record<string, string> = {};
+  const raw: Record<string, string> = {};
   const clickhouse_settings: Record<string, string> = {};
   for (const [k, v] of url.searchParams) {
-    if (k.startsWith("param_") && k.length > 6) query_params[k.slice(6)] = v;
+    if (k.startsWith("param_") && k.length > 6) raw[k.slice(6)] = v;
     else if (SETTINGS.has(k)) clickhouse_settings[k] = v;
     else if (k === "database" ? v !== "default" : k !== "query" && k !== "query_id") {
       return refuse(res, 400, 115, `URL parameter ${JSON.stringify(k.slice(0, 100))} is not accepted by the embedded engine. (UNKNOWN_SETTING)`);
@@ -187,16 +255,11 @@ const server = createServer(async (req, res) => {
   }
   const inUrl = url.searchParams.get("query");
   const body = await readBody(req);
-  // The server reads a top-level String parameter in TSV-escaped form (the client sends `it\'s`);
-  // chDB's binder takes it verbatim, so unescape those here. Composite types carry quoted literals,
-  // which both parse alike.
-  const types = new Map([...(inUrl ?? body).matchAll(/\{(\w+):([^}]+)\}/g)].map(([, name, type]) => [name!, type!.trim()]));
-  for (const [name, type] of types) {
-    if (query_params[name] !== undefined && /^(LowCardinality\()?(String|FixedString\(\d+\))\)?$/.test(type)) {
-      query_params[name] = query_params[name]!.replace(/\\(.)/g, (_, c: string) => ({ t: "\t", n: "\n", r: "\r", "0": "\0" })[c] ?? c);
-    }
-  }
+  const sql = inUrl ?? body;
+  const types = new Map([...sql.matchAll(/\{(\w+):([^}]+)\}/g)].map(([, name, type]) => [name!, type!.trim()]));
   try {
+    const query_params: Record<string, unknown> = {};
+    for (const [name, text] of Object.entries(raw)) query_params[name] = paramValue(text, types.get(name));
     // An insert carries its settings in its own SETTINGS clause. chDB's connection would put them
     // in front as `SET k = v; ...` statements, and a multi-statement query is split by lexing all
     // of it, the inserted rows included: about a third of an insert's CPU here.

@@ -139,4 +139,20 @@ describe("the embedded engine's HTTP port: the gateway's password, its own param
     }
     assert.equal((await post("SELECT count() FROM t FORMAT TSV", auth)).text.trim(), "1", "the second insert deduplicated by its token");
   });
+
+  it("decodes String and Array(String) parameters as ClickHouse does: any string comes back as it was sent", async () => {
+    const values = ["plain", "o'brien", "a\\'b", "back\\slash", "p\\", "\\", "\\\\", "''", "x' OR '1'='1", "tab\there", "nl\nx", "cr\rx", "nul\0x", "\\0", "\\n", "\\t",
+      "é😀 中文", "[]", "['a']", "a,b", "]", "{x:String}", "%27%00", "\"dq\"", "`bt`", "\b\f\v\x07\x1b", "", " lead and trail "];
+    const h = connectClickHouseServer(engine.url, { password: engine.password });
+    try {
+      for (const v of values) {
+        const rows = await (await h.client.query({ query: "SELECT {s:String} AS s, {a:Array(String)} AS a, has({a:Array(String)}, {s:String}) AS found", query_params: { s: v, a: [v, "z", v] }, format: "JSONEachRow" })).json<{ s: string; a: string[]; found: number }>();
+        assert.deepEqual(rows, [{ s: v, a: [v, "z", v], found: 1 }], JSON.stringify(v));
+      }
+      const all = await (await h.client.query({ query: "SELECT {a:Array(String)} AS a, {e:Array(String)} AS e", query_params: { a: values, e: [] }, format: "JSONEachRow" })).json<{ a: string[]; e: string[] }>();
+      assert.deepEqual(all, [{ a: values, e: [] }]);
+    } finally {
+      await h.close();
+    }
+  });
 });
