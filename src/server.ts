@@ -202,10 +202,13 @@ async function checkHost(host: string): Promise<void> {
   });
 }
 
-/** Creates the data dir (SVC_DATA_DIR); one that cannot be, or a file in its place, is a ConfigError naming the setting. */
+/**
+ * Creates the data dir (SVC_DATA_DIR), 0700 (it holds request logs and the admin token); one that
+ * exists is left as it is. One that cannot be, or a file in its place, is a ConfigError naming the setting.
+ */
 async function makeDataDir(dir: string): Promise<void> {
   try {
-    await mkdir(dir, { recursive: true });
+    await mkdir(dir, { recursive: true, mode: 0o700 });
     return;
   } catch (e) {
     const err = e as NodeJS.ErrnoException;

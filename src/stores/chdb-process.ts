@@ -1,6 +1,6 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdir } from "node:fs/promises";
+import { chmod, mkdir } from "node:fs/promises";
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { TelemetryUnavailableError } from "./telemetry-store.js";
@@ -39,11 +39,15 @@ export const newChdbPassword = (): string => randomBytes(32).toString("base64url
  * channel, never in its argv, environment or a file). Under tsx (tests, development) it runs the
  * TypeScript, else the built JavaScript. Fails with TelemetryUnavailableError when chDB is not
  * installed or cannot open the directory.
+ *
+ * The directory is the engine's: created, or made if it exists, 0700, so the request logs in it are
+ * the gateway user's alone (the child creates its files under umask 077).
  */
 export async function startChdbProcess(dataDir: string, port = 0, opts: ChdbOptions = {}): Promise<ChdbProcess> {
   const dir = resolve(dataDir); // the child runs in another working directory
   const password = opts.password ?? newChdbPassword();
-  await mkdir(dir, { recursive: true });
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  await chmod(dir, 0o700);
   const ts = import.meta.url.endsWith(".ts");
   const script = fileURLToPath(new URL(ts ? "./chdb-server.ts" : "./chdb-server.js", import.meta.url));
   const child: ChildProcess = fork(script, [String(port), dir, String(opts.nice ?? 0)], {

@@ -23,7 +23,7 @@
  *                                                    NICE: a lower CPU priority, 1-19)
  *   child -> parent { want: "secret" }; parent -> child { secret }; child -> parent { ready: PORT }
  *
- * It leaves when its parent's IPC channel closes.
+ * It leaves when its parent's IPC channel closes. Files it creates are the owner's alone (umask 077).
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import { readdirSync } from "node:fs";
@@ -32,6 +32,9 @@ import { setPriority } from "node:os";
 import { createChdbConnection } from "chdb/connection";
 
 const [port, dir, nice = "0"] = process.argv.slice(2) as [string, string, string?];
+// The request logs, bodies included, are the gateway user's alone: every file and directory the
+// engine creates is 0600/0700, whatever umask the gateway was started with.
+process.umask(0o077);
 const secret = await receiveSecret();
 lowerPriority(Number(nice));
 const conn = createChdbConnection({ path: dir });

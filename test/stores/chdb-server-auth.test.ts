@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connectClickHouseServer } from "../../src/stores/clickhouse-client.js";
@@ -154,5 +154,43 @@ describe("the embedded engine's HTTP port: the gateway's password, its own param
     } finally {
       await h.close();
     }
+  });
+
+  it("keeps its files to the gateway user: the directory 0700 (made so when it existed), what the engine writes 0600/0700", async function () {
+    if (process.platform === "win32") this.skip();
+    const t = join(dir, "perm-telemetry");
+    mkdirSync(t, { mode: 0o755 });
+    chmodSync(t, 0o755);
+    const oldMask = process.umask(0o022); // as a gateway started by a typical shell
+    let e: ChdbProcess | undefined;
+    try {
+      e = await startChdbProcess(t, 0);
+      const h = connectClickHouseServer(e.url, { password: e.password });
+      try {
+        await h.client.command({ query: "CREATE TABLE p (s String) ENGINE = MergeTree ORDER BY s" });
+        await h.client.insert({ table: "p", values: [{ s: "secret body" }], format: "JSONEachRow" });
+      } finally {
+        await h.close();
+      }
+    } finally {
+      process.umask(oldMask);
+      await e?.stop();
+    }
+    assert.equal(statSync(t).mode & 0o777, 0o700);
+    const open: string[] = [];
+    let files = 0;
+    const walk = (d: string) => {
+      for (const name of readdirSync(d)) {
+        const p = join(d, name);
+        const st = lstatSync(p);
+        if (st.isSymbolicLink()) continue;
+        files++;
+        if (st.mode & 0o077) open.push(`${p} ${(st.mode & 0o777).toString(8)}`);
+        if (st.isDirectory()) walk(p);
+      }
+    };
+    walk(t);
+    assert.ok(files > 5, `the engine wrote its files (${files})`);
+    assert.deepEqual(open, [], "nothing readable by group or others");
   });
 });

@@ -47,7 +47,8 @@ const FILE = /^(\d{16})\.jsonl$/;
 const name = (seq: number) => `${String(seq).padStart(16, "0")}.jsonl`;
 
 export async function openLogSpool(dir: string, opts: { maxBytes: number }): Promise<LogSpool> {
-  await mkdir(dir, { recursive: true });
+  // Created for the gateway user alone (its batches are 0600 too); an existing one is left as it is.
+  await mkdir(dir, { recursive: true, mode: 0o700 });
   const sizes = new Map<number, number>();
   for (const f of await readdir(dir)) {
     const m = FILE.exec(f);
@@ -103,7 +104,7 @@ export async function openLogSpool(dir: string, opts: { maxBytes: number }): Pro
           return { seq, mode: header.mode, token: header.token, rows: rest.map((l) => JSON.parse(l) as LogRow) };
         } catch {
           // Not a batch this version wrote: keep it for a person, out of the replay's way.
-          await mkdir(join(dir, "rejected"), { recursive: true });
+          await mkdir(join(dir, "rejected"), { recursive: true, mode: 0o700 });
           await rename(join(dir, name(seq)), join(dir, "rejected", name(seq)));
           drop(seq);
         }
@@ -117,7 +118,7 @@ export async function openLogSpool(dir: string, opts: { maxBytes: number }): Pro
     },
 
     async reject(batch, rows) {
-      await mkdir(join(dir, "rejected"), { recursive: true });
+      await mkdir(join(dir, "rejected"), { recursive: true, mode: 0o700 });
       if (rows && rows.length < batch.rows.length) {
         // Written whole before the batch goes: a crash between the two replays the batch, which
         // writes this file again.
