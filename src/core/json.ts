@@ -20,6 +20,16 @@ export function extraJson(obj: JsonObject, known: ReadonlySet<string>, dropNull 
   return extra ? JSON.stringify(extra) : "";
 }
 
+/** A JSON text's object, or undefined when the text is not JSON or not an object (a raw part's JSON). */
+export function parseObject(json: string): JsonObject | undefined {
+  try {
+    const v: unknown = JSON.parse(json);
+    return isObject(v) ? v : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** Parses an `extra_json` text into an object ({} when empty). */
 export const parseExtra = (json: string): JsonObject => (json ? (JSON.parse(json) as JsonObject) : {});
 

@@ -1,6 +1,6 @@
 import { BlockType, type ChatMessage, type ContentBlock, type StreamChatRequest, type ToolDefinition } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { invalidRequest } from "../../../errors.js";
-import { isObject, parseExtra, type JsonObject } from "../../../json.js";
+import { isObject, parseExtra, parseObject, type JsonObject } from "../../../json.js";
 import { blockToWire, toolInput } from "./blocks.js";
 
 /**
@@ -122,13 +122,8 @@ function toolUseFromChat(b: ContentBlock, path: string, model: string): JsonObje
  * parts are left out.
  */
 function otherFromChat(rawJson: string, path: string, model: string): JsonObject | undefined {
-  let part: unknown;
-  try {
-    part = JSON.parse(rawJson);
-  } catch {
-    return undefined;
-  }
-  if (!isObject(part)) return undefined;
+  const part = parseObject(rawJson);
+  if (!part) return undefined;
   if (part.type === "input_audio") {
     throw invalidRequest("unsupported_parameter", `\`${path}\` is an \`input_audio\` part: ${routed(model)}, which takes no audio input.`);
   }
@@ -160,13 +155,7 @@ function pdfData(url: string): string | undefined {
  * else is left out.
  */
 function imageFromChat(rawJson: string): JsonObject | undefined {
-  let part: unknown;
-  try {
-    part = JSON.parse(rawJson);
-  } catch {
-    return undefined;
-  }
-  const ref = isObject(part) ? part.image_url : undefined;
+  const ref = parseObject(rawJson)?.image_url;
   const url = typeof ref === "string" ? ref : isObject(ref) && typeof ref.url === "string" ? ref.url : "";
   const m = /^data:([^;,]+);base64,(.*)$/s.exec(url);
   if (m) return { type: "image", source: { type: "base64", media_type: m[1], data: m[2] } };

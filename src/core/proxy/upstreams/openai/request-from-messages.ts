@@ -1,6 +1,6 @@
 import { BlockType, type ChatMessage, type ContentBlock, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { invalidRequest } from "../../../errors.js";
-import { isObject, type JsonObject } from "../../../json.js";
+import { isObject, parseObject, type JsonObject } from "../../../json.js";
 import { toolCall } from "./tool-call.js";
 
 /**
@@ -121,8 +121,8 @@ const parseOr = (json: string): unknown => {
  * out. Blocks of other types are left out (undefined).
  */
 function documentPart(rawJson: string, path: string, model: string): JsonObject | undefined {
-  const raw = parseOr(rawJson);
-  if (!isObject(raw) || raw.type !== "document") return undefined;
+  const raw = parseObject(rawJson);
+  if (raw?.type !== "document") return undefined;
   const src = isObject(raw.source) ? raw.source : {};
   if (src.type === "base64") {
     if (src.media_type !== "application/pdf" || typeof src.data !== "string") {
@@ -141,13 +141,8 @@ function documentPart(rawJson: string, path: string, model: string): JsonObject 
 
 /** A messages-style image block as an `image_url` part (base64 becomes a data URL). */
 function imagePart(rawJson: string): JsonObject | undefined {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(rawJson);
-  } catch {
-    return undefined;
-  }
-  if (!isObject(raw)) return undefined;
+  const raw = parseObject(rawJson);
+  if (!raw) return undefined;
   if (raw.type === "image_url") return raw; // already this style
   const src = raw.source;
   if (!isObject(src)) return undefined;
