@@ -27,6 +27,11 @@ import { isWriteRefusal, type RedisConnection } from "./redis-connection.js";
  * script, allowed any admission) once Redis answers again. One connection runs its commands in
  * order, so the take-back runs after the late admission; one that never ran is taken back as a
  * no-op, and a take-back sent twice does nothing the second time.
+ *
+ * A settle that could not be sent (Redis down, or refusing writes) is owed, not lost: it is queued
+ * and sent once Redis answers again, so the month is charged what its requests cost during the
+ * outage (the settle script charges a reservation that expired meanwhile all the same). One that
+ * failed after it was sent may have run, and is not sent again (it would charge twice).
  */
 export interface RedisLimitsOptions {
   /**
@@ -38,10 +43,15 @@ export interface RedisLimitsOptions {
   spendTtlSeconds?: number;
   /** Most failed admissions waiting to be taken back (default TAKE_BACK_MAX); later ones are not. */
   takeBackMax?: number;
+  /** Most settles waiting to be sent once Redis answers again (default OWED_MAX); later ones are not charged. */
+  owedMax?: number;
 }
 
 /** Failed admissions kept to be taken back; past this (a long stall under heavy load) they are dropped, and count until their reservations expire. */
 export const TAKE_BACK_MAX = 10_000;
+
+/** Settles kept to be sent once Redis answers again; past this (a long outage under heavy load) they are dropped, said once. */
+export const OWED_MAX = 100_000;
 
 /** How often queued take-backs are tried while Redis has not answered again. */
 const TAKE_BACK_INTERVAL_MS = 1_000;
@@ -55,6 +65,14 @@ interface TakeBack {
   reservationId: string;
   /** The admission's clock (Redis's own clock unless `serverClock` is off). */
   nowMs: number;
+}
+
+/** A settle that could not be sent. */
+interface Owed {
+  projectId: string;
+  reservationId: string;
+  month: string;
+  costNano: number;
 }
 
 type Reply = [number, number, number, number, number, number, string | null];
@@ -86,6 +104,11 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
   let pending: TakeBack[] = [];
   /** The take-backs of one spell (from the first queued until the queue is empty), for one log line. */
   let spell = { queued: 0, undone: 0, dropped: 0 };
+  const owedMax = opts.owedMax ?? OWED_MAX;
+  /** Settles not sent while Redis was down, oldest first. */
+  let owed: Owed[] = [];
+  /** The settles of one outage, for one log line: queued, dropped past the bound, and lost (failed again after being sent). */
+  let owedSpell = { queued: 0, dropped: 0, lost: 0 };
   let flushing: Promise<void> | undefined;
   let timer: NodeJS.Timeout | undefined;
 
@@ -94,23 +117,45 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
    * may write (even a usage read drops buckets that left their window), so while Redis refuses
    * writes (a full Redis) the store is unavailable too, as during an outage, until the
    * connection's write probe is accepted. `sentFailed` learns of a failure after the command was
-   * handed to the connection (it may still run), except a write Redis refused (nothing ran).
+   * handed to the connection (it may still run), except a write Redis refused (nothing ran);
+   * `notSent` learns that nothing of it ran.
    */
-  async function call<T>(fn: () => Promise<T>, sentFailed?: () => void): Promise<T> {
-    if (!conn.up) throw new StoreUnavailableError("redis is unreachable");
-    if (conn.writesRefused) throw new StoreUnavailableError("redis refuses writes");
+  async function call<T>(fn: () => Promise<T>, sentFailed?: () => void, notSent?: () => void): Promise<T> {
+    if (!conn.up || conn.writesRefused) {
+      notSent?.();
+      throw new StoreUnavailableError(conn.up ? "redis refuses writes" : "redis is unreachable");
+    }
     let r: T;
     try {
       r = await fn();
     } catch (err) {
       conn.failed(err);
-      if (sentFailed && !isWriteRefusal(err)) sentFailed();
+      if (isWriteRefusal(err)) notSent?.();
+      else sentFailed?.();
       throw new StoreUnavailableError(`redis failed: ${(err as Error)?.message ?? err}`);
     }
-    // Redis answers again: what waits to be taken back goes now, behind what was sent before.
-    if (pending.length > 0) void flush();
+    // Redis answers again: what waits to be taken back or charged goes now, behind what was sent before.
+    if (pending.length > 0 || owed.length > 0) void flush();
     return r;
   }
+
+  /** Queues a settle that could not be sent; bounded, and logged once an outage, not per request. */
+  function owe(input: SettleInput): void {
+    if (owed.length >= owedMax) {
+      if (owedSpell.dropped++ === 0) {
+        log.warn(`redis limits: more than ${owedMax} settles could not be sent while Redis was down; later ones are not charged to their months`);
+      }
+      return;
+    }
+    owed.push({ projectId: input.projectId, reservationId: input.reservationId, month: input.month, costNano: input.costNano });
+    owedSpell.queued++;
+    timer ??= setInterval(() => void flush(), TAKE_BACK_INTERVAL_MS).unref();
+  }
+
+  const settleScript = (o: Owed) => {
+    const t = tag(o.projectId);
+    return redis.svcLimSettle(`${t}:rz`, `${t}:rh`, `${t}:spend:${o.month}`, o.reservationId, o.costNano, spendTtl);
+  };
 
   /** Queues a failed admission to be taken back; bounded, and logged once a spell, not per request. */
   function takeBack(input: AdmitInput): void {
@@ -132,32 +177,57 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
 
   /**
    * Sends the queued take-backs while Redis answers, a batch at a time; one that fails stays queued
-   * (it may have run: a second run does nothing). Logs the spell once the queue is empty.
+   * (it may have run: a second run does nothing). Logs the spell once the queue is empty. Then the
+   * owed settles, the same way, except that one that failed after it was sent is dropped (it may
+   * have run, and a second run would charge twice).
    */
   function flush(): Promise<void> {
     flushing ??= (async () => {
-      while (pending.length > 0 && conn.up && !conn.writesRefused) {
-        const batch = pending.slice(0, TAKE_BACK_BATCH);
-        const done = await Promise.allSettled(batch.map((tb) => call(() => rescindScript(tb, true))));
-        const sent = new Set<TakeBack>();
-        done.forEach((d, i) => {
-          if (d.status === "rejected") return;
-          sent.add(batch[i]!);
-          if (d.value === 1) spell.undone++;
-        });
-        pending = pending.filter((tb) => !sent.has(tb));
-        if (sent.size < batch.length) break;
-      }
-      if (pending.length === 0) {
-        if (timer) clearInterval(timer);
+      await flushTakeBacks();
+      await flushOwed();
+      if (pending.length === 0 && owed.length === 0 && timer) {
+        clearInterval(timer);
         timer = undefined;
-        if (spell.queued > 0) {
-          log.info(`redis limits: ${spell.queued} admissions failed while Redis did not answer; taken back now (${spell.undone} had run late)`, spell.dropped ? { notTakenBack: spell.dropped } : {});
-        }
-        spell = { queued: 0, undone: 0, dropped: 0 };
       }
     })().finally(() => (flushing = undefined));
     return flushing;
+  }
+
+  async function flushOwed(): Promise<void> {
+    while (owed.length > 0 && conn.up && !conn.writesRefused) {
+      const batch = owed.slice(0, TAKE_BACK_BATCH);
+      const keep = new Set<Owed>();
+      const done = await Promise.allSettled(batch.map((o) => call(() => settleScript(o), () => owedSpell.lost++, () => keep.add(o))));
+      const gone = new Set(batch.filter((o) => !keep.has(o)));
+      owed = owed.filter((o) => !gone.has(o));
+      if (done.some((d) => d.status === "rejected")) break;
+    }
+    if (owed.length === 0 && owedSpell.queued > 0) {
+      const { queued, dropped, lost } = owedSpell;
+      log.info(`redis limits: ${queued} settles could not be sent while Redis was down; charged now`, { ...(dropped ? { notCharged: dropped } : {}), ...(lost ? { failedAgain: lost } : {}) });
+      owedSpell = { queued: 0, dropped: 0, lost: 0 };
+    }
+  }
+
+  async function flushTakeBacks(): Promise<void> {
+    while (pending.length > 0 && conn.up && !conn.writesRefused) {
+      const batch = pending.slice(0, TAKE_BACK_BATCH);
+      const done = await Promise.allSettled(batch.map((tb) => call(() => rescindScript(tb, true))));
+      const sent = new Set<TakeBack>();
+      done.forEach((d, i) => {
+        if (d.status === "rejected") return;
+        sent.add(batch[i]!);
+        if (d.value === 1) spell.undone++;
+      });
+      pending = pending.filter((tb) => !sent.has(tb));
+      if (sent.size < batch.length) break;
+    }
+    if (pending.length === 0) {
+      if (spell.queued > 0) {
+        log.info(`redis limits: ${spell.queued} admissions failed while Redis did not answer; taken back now (${spell.undone} had run late)`, spell.dropped ? { notTakenBack: spell.dropped } : {});
+      }
+      spell = { queued: 0, undone: 0, dropped: 0 };
+    }
   }
 
   return {
@@ -192,8 +262,7 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
     },
 
     async settle(input: SettleInput): Promise<void> {
-      const t = tag(input.projectId);
-      await call(() => redis.svcLimSettle(`${t}:rz`, `${t}:rh`, `${t}:spend:${input.month}`, input.reservationId, input.costNano, spendTtl));
+      await call(() => settleScript(input), undefined, () => owe(input));
     },
 
     async rescind(input: RescindInput): Promise<boolean> {
@@ -210,11 +279,11 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
     },
 
     async close() {
-      // Take-backs still queued go now if Redis answers. The connection is the caller's (it may be
+      // Take-backs and settles still queued go now if Redis answers. The connection is the caller's (it may be
       // shared); closing it is theirs too.
       if (timer) clearInterval(timer);
       timer = undefined;
-      if (pending.length > 0) await flush();
+      if (pending.length > 0 || owed.length > 0) await flush();
       if (timer) clearInterval(timer);
       timer = undefined;
     },

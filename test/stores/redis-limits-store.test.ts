@@ -149,6 +149,43 @@ describe("Redis limits store", function () {
     }
   });
 
+  it("charges the settles it could not send while Redis was full or down once Redis answers again, each once", async () => {
+    const limits = service();
+    const projectId = "proj_owed";
+    const lim = { monthlySpendCapUsd: "100" };
+    const usage = async () => {
+      const u = await limits.getUsage({ projectId });
+      return `${u.spentUsd}/${u.reservedUsd}`;
+    };
+    const admitted = await limits.admit({ projectId, maxCostUsd: "4", limits: lim });
+    assert.equal(admitted.decision, Decision.ALLOWED);
+    assert.ok(admitted.reservationId);
+    const lines = await captureLog(async () => {
+      // Full: every write refused. The reservation's settle and a degraded admission's are owed.
+      await conn.redis.config("SET", "maxmemory", "1");
+      try {
+        await eventually(async () => (await limits.admit({ projectId, limits: lim })).degraded === true, 5_000, "a degraded admission");
+        assert.equal((await limits.settle({ projectId, reservationId: admitted.reservationId, costUsd: "3" })).recorded, false);
+        assert.equal((await limits.settle({ projectId, reservationId: "", costUsd: "2" })).recorded, false);
+      } finally {
+        await conn.redis.config("SET", "maxmemory", "0");
+      }
+      await eventually(async () => (await usage().catch(() => "")) === "5/0", 5_000, "the owed settles charged: 5 spent, nothing reserved");
+    });
+    assert.equal(lines.filter((l) => l.includes("2 settles could not be sent while Redis was down; charged now")).length, 1, lines.join(""));
+
+    // Down: the connection is lost; Redis comes back empty at the same address, and is charged the owed settle.
+    await redis.stop();
+    await eventually(async () => !conn.up, 10_000, "the connection to be down");
+    assert.equal((await limits.settle({ projectId, reservationId: "", costUsd: "1.25" })).recorded, false);
+    redis = await startRedis(redis.port);
+    await eventually(async () => (await usage().catch(() => "")) === "1.25/0", 10_000, "the owed settle charged once Redis is back");
+    // Sent once: a later flush (the queue's timer, a later call) charges nothing more.
+    await new Promise((r) => setTimeout(r, 1_200));
+    await limits.admit({ projectId, limits: lim });
+    assert.equal(await usage(), "1.25/0");
+  });
+
   it("takes back admissions that timed out on a stalled Redis and ran when it resumed: no counts, no reservation (fail open and closed)", async () => {
     for (const failClosed of [false, true]) {
       const limits = service(failClosed);

@@ -259,7 +259,8 @@ export const RescindResponseSchema: GenMessage<RescindResponse> = /*@__PURE__*/
  */
 export type SettleResponse = Message<"svc.limits.v1.SettleResponse"> & {
   /**
-   * False when the limits store was unreachable and the cost could not be recorded.
+   * False when the limits store was unreachable and the cost could not be recorded now. The
+   * Redis store keeps such a cost and records it as soon as Redis answers again.
    *
    * @generated from field: bool recorded = 1;
    */
