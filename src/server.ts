@@ -16,7 +16,7 @@ import { createTelemetryBackend } from "./core/telemetry/telemetry-backend.js";
 import { createDirectClient } from "./core/direct-client.js";
 import { createCoreServer } from "./core/grpc-server.js";
 import { newRequestId } from "./core/ids.js";
-import { internalErrorInterceptor, servedProxyService, servedTelemetryService } from "./core/served.js";
+import { internalErrorInterceptor, servedCacheService, servedProxyService, servedTelemetryService } from "./core/served.js";
 import { createPricing } from "./core/proxy/pricing.js";
 import { createProxyService } from "./core/proxy/proxy-service.js";
 import { createUpstreamHttp } from "./core/proxy/upstream-http.js";
@@ -137,7 +137,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     const core = createCoreServer((router: ConnectRouter) => {
       router.service(AuthService, authImpl);
       router.service(ProxyService, servedProxyService(proxyImpl, projectExists));
-      router.service(CacheService, cacheBackend.impl);
+      router.service(CacheService, servedCacheService(cacheBackend.impl, projectExists));
       router.service(LimitsService, limitsBackend.impl);
       router.service(TelemetryService, servedTelemetryService(telemetryBackend.impl, projectExists));
     }, [internalErrorInterceptor(), adminAuthInterceptor(adminToken)], opts.clientTimeouts);

@@ -1,8 +1,11 @@
+import { fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
+import type { CacheService } from "../gen/svc/cache/v1/cache_service_pb.js";
+import { CompletionSchema } from "../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ProxyService } from "../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { TelemetryService } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "../logger.js";
-import { apiError, carriesErrorInfo, toErrorInfo } from "./errors.js";
+import { apiError, carriesErrorInfo, invalidRequest, toErrorInfo } from "./errors.js";
 import { checkWireChatRequest } from "./proxy/wire-request.js";
 import { checkWireLog } from "./telemetry/log-row.js";
 
@@ -43,6 +46,29 @@ export function servedTelemetryService(impl: ServiceImpl<typeof TelemetryService
         await project(req.log.projectId);
       }
       return impl.recordRequest(req, ctx);
+    },
+  };
+}
+
+/**
+ * CacheService for the core port: PutEntry's payload must be what the gateway stores and serves as
+ * a hit (a Completion in protobuf binary form), for a project that exists; an entry nobody could
+ * serve is refused instead of stored. The facades' in-process puts are answers the gateway itself
+ * encoded (completion-binary.ts), and skip the decode.
+ */
+export function servedCacheService(impl: ServiceImpl<typeof CacheService>, project: ProjectCheck): ServiceImpl<typeof CacheService> {
+  return {
+    ...impl,
+    async putEntry(req, ctx) {
+      if (req.payload.byteLength > 0) {
+        try {
+          fromBinary(CompletionSchema, req.payload);
+        } catch {
+          throw invalidRequest("invalid_value", "`payload` must be a svc.proxy.v1.Completion in protobuf binary form.");
+        }
+      }
+      if (req.projectId) await project(req.projectId);
+      return impl.putEntry(req, ctx);
     },
   };
 }

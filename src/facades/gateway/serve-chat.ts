@@ -210,8 +210,8 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       // The lookup made while the key was verified, when it was made for this key's scope.
       const guessed = pre.guess?.projectId === scope.projectId && pre.guess.keyMode === scope.keyMode ? await pre.lookup : undefined;
       const got = guessed ?? (await deps.cache.getEntry(scope));
-      if (got.hit) {
-        hit = answers.of(got.payload);
+      if (got.hit) hit = decodedHit(answers, got.payload, requestId);
+      if (hit) {
         if (!pre.prepared) prepared.remember(pre.memoPath, body.text, { value: body.value, parsed, cacheKey: pre.cacheKey });
       }
     }
@@ -279,6 +279,26 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
   } finally {
     // An admission made ahead that the request never came to (its key or its headers refused).
     if (early && deps.admitAhead) void early.then((pre) => dropAhead(deps, pre.admitting));
+  }
+}
+
+let lastUndecodable = -Infinity;
+
+/**
+ * A stored answer, decoded; undefined (a miss, answered by the upstream and stored anew) when its
+ * payload is not one this build can read: an entry another replica wrote in a form this one does
+ * not know, or damaged in the store. Logged at most once a minute.
+ */
+function decodedHit(answers: CachedAnswers, payload: Uint8Array, requestId: string): CachedAnswer | undefined {
+  try {
+    return answers.of(payload);
+  } catch (e) {
+    const at = Date.now();
+    if (at - lastUndecodable >= 60_000) {
+      lastUndecodable = at;
+      log.warn("a cached answer could not be decoded: answered as a miss", { requestId, err: String(e) });
+    }
+    return undefined;
   }
 }
 

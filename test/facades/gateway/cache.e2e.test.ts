@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { request } from "node:http";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
+import { cacheKeyOf } from "../../../src/core/cache/cache-key.js";
+import { chatCompletionsCodec } from "../../../src/facades/gateway/chat-completions-codec.js";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
@@ -60,6 +62,22 @@ for (const mode of ["memory", "redis"] as const) {
       assert.equal(b.json().choices[0].message.content, a.json().choices[0].message.content);
       assert.deepEqual([a.headers["x-svc-cache"], b.headers["x-svc-cache"]], ["MISS", "MISS"]);
       assert.equal(upstreamCalls(p), 2);
+    });
+
+    it("answers an entry it cannot decode (another build's, or damaged) as a miss from the upstream, and stores a good one over it", async () => {
+      const p = fresh();
+      const body = chat(p);
+      const cacheKey = cacheKeyOf(chatCompletionsCodec.parseRequest(body));
+      // The in-process client stores what it is given (the core port refuses such a payload).
+      await gw.cache.putEntry({ projectId: keys.projectId, keyMode: KeyMode.LIVE, cacheKey, payload: new Uint8Array([0, 1, 2, 254, 255]), costUsd: "0", ttlSeconds: 0 });
+      const a = await postJson(url, keys.live, body);
+      assert.equal(a.status, 200, a.text);
+      assert.equal(a.headers["x-svc-cache"], "MISS");
+      assert.equal(a.json().choices[0].message.content, `Echo: ${p}`);
+      const b = await postJson(url, keys.live, body);
+      assert.equal(b.headers["x-svc-cache"], "HIT");
+      assert.deepEqual(b.json().choices, a.json().choices);
+      assert.equal(upstreamCalls(p), 1);
     });
 
     it("refuses a deleted key on its very next request, though its answer is cached and its key was just used", async () => {

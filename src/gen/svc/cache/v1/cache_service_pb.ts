@@ -174,7 +174,9 @@ export const CacheService: GenService<{
     output: typeof GetEntryResponseSchema;
   },
   /**
-   * Stores an answer.
+   * Stores an answer. On the core port a payload that is not a serialized
+   * svc.proxy.v1.Completion is refused (INVALID_ARGUMENT), as is a project that does not
+   * exist (NOT_FOUND): an entry no gateway could serve is never stored.
    *
    * @generated from rpc svc.cache.v1.CacheService.PutEntry
    */
