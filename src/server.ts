@@ -8,7 +8,7 @@ import type { Client, ConnectRouter } from "@connectrpc/connect";
 import { applyClientTimeouts, clientTimeouts, type ClientTimeouts } from "./client-timeouts.js";
 import { checkAdminToken, type Config, ConfigError, connectHost } from "./config.js";
 import { toErrorBody, toErrorInfo } from "./core/errors.js";
-import { adminAuthInterceptor } from "./core/admin-auth.js";
+import { adminAuthInterceptor, adminTokenCheck } from "./core/admin-auth.js";
 import { createAuthService } from "./core/auth/auth-service.js";
 import { createCacheBackend } from "./core/cache/cache-backend.js";
 import { createLimitsBackend } from "./core/limits/limits-backend.js";
@@ -63,6 +63,9 @@ export interface RunningServer {
   telemetry: Client<typeof TelemetryService>;
   close(): Promise<void>;
 }
+
+/** The largest request message the core port reads (see where it is used). */
+export const coreReadMaxBytes = (config: Config): number => 2 * Math.max(config.maxRequestBytes, config.cache.maxEntryBytes) + 1024 * 1024;
 
 /**
  * Starts the whole service in this process: the core services, served over gRPC for internal
@@ -140,7 +143,13 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
       router.service(CacheService, servedCacheService(cacheBackend.impl, projectExists));
       router.service(LimitsService, limitsBackend.impl);
       router.service(TelemetryService, servedTelemetryService(telemetryBackend.impl, projectExists));
-    }, [internalErrorInterceptor(), adminAuthInterceptor(adminToken)], opts.clientTimeouts);
+    }, [internalErrorInterceptor(), adminAuthInterceptor(adminToken)], opts.clientTimeouts, {
+      // A call without the token is answered before its body is read, and no message is read past
+      // twice the largest thing a message carries (a gateway request, a cached answer) plus 1 MiB
+      // for the rest: a log's bodies are cut at 256 Ki characters each (request-trace.ts).
+      authorize: adminTokenCheck(adminToken),
+      readMaxBytes: coreReadMaxBytes(config),
+    });
     const grpcPort = await listen(core.server, config.grpcPort, config.host, "SVC_GRPC_PORT");
     listeners.push(() => core.close());
 

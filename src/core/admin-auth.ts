@@ -1,4 +1,6 @@
 import { createHash, timingSafeEqual } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 
 /**
@@ -6,14 +8,76 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
  * credential as `authorization: Bearer <token>`. Tokens are compared through their hashes so the
  * comparison takes the same time whatever the guess.
  */
-export function adminAuthInterceptor(token: string): Interceptor {
+export function adminTokenCheck(token: string): (authorization: string | undefined) => boolean {
   const expected = createHash("sha256").update(token).digest();
-  return (next) => async (req) => {
-    const m = /^Bearer\s+(\S+)$/i.exec(req.header.get("authorization") ?? "");
+  return (authorization) => {
+    const m = /^Bearer\s+(\S+)$/i.exec(authorization ?? "");
     const given = createHash("sha256").update(m?.[1] ?? "").digest();
-    if (!m || !timingSafeEqual(given, expected)) {
-      throw new ConnectError("missing or invalid admin token", Code.Unauthenticated);
-    }
+    return m !== null && timingSafeEqual(given, expected);
+  };
+}
+
+const REFUSED = "missing or invalid admin token";
+
+/** The check as a Connect interceptor: what a call that reached the services meets. */
+export function adminAuthInterceptor(token: string): Interceptor {
+  const ok = adminTokenCheck(token);
+  return (next) => async (req) => {
+    if (!ok(req.header.get("authorization") ?? undefined)) throw new ConnectError(REFUSED, Code.Unauthenticated);
     return next(req);
   };
+}
+
+/**
+ * Answers a call without the admin token before its body is read (Connect reads a unary call's whole
+ * body before any interceptor runs, so a caller without the token could make the port buffer a
+ * large one): UNAUTHENTICATED in the shape of the call's protocol, as Connect itself would answer
+ * it. gRPC: a trailers-only answer; gRPC-Web: the status in the headers; Connect streaming: an
+ * end-stream message; Connect unary and anything else: HTTP 401 with Connect's JSON error. The rest
+ * of the body is not read: HTTP/1.1 closes the connection, HTTP/2 resets the stream (NO_ERROR)
+ * once the answer is out.
+ */
+export function refuseUnauthenticated(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse): void {
+  const ct = String(req.headers["content-type"] ?? "");
+  const h2 = "stream" in res;
+  const grpcStatus = { "grpc-status": String(Code.Unauthenticated), "grpc-message": encodeURIComponent(REFUSED) };
+  if (/^application\/grpc-web/i.test(ct)) {
+    send(res, 200, { "content-type": ct, ...grpcStatus }, undefined, h2);
+  } else if (/^application\/grpc/i.test(ct)) {
+    if (h2) {
+      const stream = (res as Http2ServerResponse).stream;
+      stream.respond({ ":status": 200, "content-type": ct, ...grpcStatus }, { endStream: true });
+      resetWhenSent(req, stream);
+      return;
+    }
+    send(res, 200, { "content-type": ct, ...grpcStatus }, undefined, h2);
+  } else if (/^application\/connect\+/i.test(ct)) {
+    const json = Buffer.from(JSON.stringify({ error: { code: "unauthenticated", message: REFUSED } }));
+    const end = Buffer.alloc(5 + json.length);
+    end[0] = 0b10; // end-stream flag
+    end.writeUInt32BE(json.length, 1);
+    json.copy(end, 5);
+    send(res, 200, { "content-type": ct }, end, h2);
+  } else {
+    send(res, 401, { "content-type": "application/json" }, Buffer.from(JSON.stringify({ code: "unauthenticated", message: REFUSED })), h2);
+  }
+  if (h2) resetWhenSent(req, (res as Http2ServerResponse).stream);
+}
+
+function send(res: ServerResponse | Http2ServerResponse, status: number, headers: Record<string, string>, body: Buffer | undefined, h2: boolean): void {
+  const all: Record<string, string | number> = { ...headers, "content-length": body?.length ?? 0 };
+  if (!h2) all.connection = "close";
+  (res as ServerResponse).writeHead(status, all);
+  (res as ServerResponse).end(body);
+}
+
+/** Stops a request whose body was not read, once its answer is sent (RFC 9113 8.1: RST_STREAM NO_ERROR). */
+function resetWhenSent(req: IncomingMessage | Http2ServerRequest, stream: Http2ServerResponse["stream"]): void {
+  if (req.readableEnded) return;
+  req.resume();
+  if (stream.closed || stream.destroyed) return;
+  // After the answer's frames are queued: nghttp2 sends them before the reset.
+  setImmediate(() => {
+    if (!stream.closed && !stream.destroyed && !req.readableEnded) stream.close(0);
+  });
 }

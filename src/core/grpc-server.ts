@@ -3,6 +3,7 @@ import http2 from "node:http2";
 import net from "node:net";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { refuseUnauthenticated } from "./admin-auth.js";
 import { applyClientTimeouts, clientTimeouts, type ClientTimeouts } from "../client-timeouts.js";
 import { answerClientError } from "../facades/http-errors.js";
 
@@ -25,9 +26,27 @@ const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
  * after its last stream) is closed after `headersMs` (before its first stream) or `idleMs`, and a
  * stream whose request has not come in whole within `requestMs` is reset.
  */
-export function createCoreServer(routes: (router: ConnectRouter) => void, interceptors: Interceptor[], timeouts?: Partial<ClientTimeouts>): CoreServer {
+export interface CoreServerOptions {
+  /**
+   * Whether a call's `authorization` header is good. A call whose header is not is refused before
+   * its body is read (admin-auth.ts `refuseUnauthenticated`); undefined lets every call through
+   * (the interceptors may still check).
+   */
+  authorize?: (authorization: string | undefined) => boolean;
+  /** The largest request message read, in bytes; larger ones are refused (RESOURCE_EXHAUSTED) as they come in. */
+  readMaxBytes?: number;
+}
+
+export function createCoreServer(routes: (router: ConnectRouter) => void, interceptors: Interceptor[], timeouts?: Partial<ClientTimeouts>, opts: CoreServerOptions = {}): CoreServer {
   const t = clientTimeouts(timeouts);
-  const handler = connectNodeAdapter({ routes, interceptors });
+  const connect = connectNodeAdapter({ routes, interceptors, ...(opts.readMaxBytes ? { readMaxBytes: opts.readMaxBytes } : {}) });
+  const authorize = opts.authorize;
+  const handler: typeof connect = authorize
+    ? (req, res) => {
+        if (authorize(req.headers.authorization)) return connect(req, res);
+        refuseUnauthenticated(req, res as Parameters<typeof refuseUnauthenticated>[1]);
+      }
+    : connect;
   const h2 = http2.createServer({}, handler);
   const h1 = http.createServer(handler);
   applyClientTimeouts(h1, t);

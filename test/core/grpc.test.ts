@@ -3,13 +3,16 @@ import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { request } from "node:http";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { AuthService, Plan } from "../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../../src/gen/svc/common/v1/key_mode_pb.js";
 import { ApiStyle, ProxyService } from "../../src/gen/svc/proxy/v1/proxy_service_pb.js";
 import { createDirectClient } from "../../src/core/direct-client.js";
 import { newRequestId } from "../../src/core/ids.js";
 import { loadConfig } from "../../src/config.js";
+import { coreReadMaxBytes } from "../../src/server.js";
 import { createProxyService } from "../../src/core/proxy/proxy-service.js";
 import { createUpstreamHttp } from "../../src/core/proxy/upstream-http.js";
 import { createAnthropicAdapter } from "../../src/core/proxy/upstreams/anthropic/adapter.js";
@@ -64,6 +67,52 @@ describe("core over gRPC (independent @grpc/grpc-js client loading the .proto fi
     const auth = new pkg.svc.auth.v1.AuthService(target, grpc.credentials.createInsecure());
     await assert.rejects(unary(auth, "ListProjects", {}, new grpc.Metadata()), (e: any) => e.code === grpc.status.UNAUTHENTICATED);
     auth.close();
+  });
+
+  it("refuses calls with a wrong token alike over gRPC, gRPC-Web and Connect (unary and streaming, HTTP/1.1 and HTTP/2)", async () => {
+    const wrong = [(next: any) => (req: any) => { req.header.set("authorization", "Bearer not-the-token"); return next(req); }];
+    const transports = {
+      grpc: createGrpcTransport({ baseUrl: gw.grpcUrl, interceptors: wrong }),
+      "grpc-web": createGrpcWebTransport({ baseUrl: gw.grpcUrl, httpVersion: "1.1", interceptors: wrong }),
+      "connect h1": createConnectTransport({ baseUrl: gw.grpcUrl, httpVersion: "1.1", interceptors: wrong }),
+      "connect h2": createConnectTransport({ baseUrl: gw.grpcUrl, httpVersion: "2", interceptors: wrong }),
+    };
+    const refused = (what: string) => (e: unknown) => {
+      assert.ok(e instanceof ConnectError, `${what}: ${String(e)}`);
+      assert.equal(e.code, Code.Unauthenticated, `${what}: ${e.message}`);
+      assert.match(e.rawMessage, /admin token/, what);
+      return true;
+    };
+    for (const [name, transport] of Object.entries(transports)) {
+      await assert.rejects(createClient(AuthService, transport).listProjects({}), refused(`${name} unary`));
+      const stream = createClient(ProxyService, transport).streamChat({ projectId: "p", style: ApiStyle.MESSAGES, model: "m", messages: [] });
+      await assert.rejects((async () => { for await (const _ of stream); })(), refused(`${name} stream`));
+    }
+  });
+
+  it("answers a call without the token before reading its body, and refuses a message over the size it reads", async () => {
+    // Headers promise 64 MiB; 256 KiB is sent and the rest never is. The answer must come anyway.
+    const call = (authorization: string) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = request(`${gw.grpcUrl}/svc.auth.v1.AuthService/ListProjects`, {
+          method: "POST",
+          headers: { "content-type": "application/proto", "content-length": 64 * 1024 * 1024, authorization },
+        });
+        req.on("response", (res) => {
+          let body = "";
+          res.on("data", (d) => (body += d));
+          res.on("end", () => resolve({ status: res.statusCode!, body }));
+        });
+        req.on("error", reject);
+        req.write(Buffer.alloc(256 * 1024));
+        setTimeout(() => reject(new Error("no answer within 5 s")), 5_000).unref();
+      });
+    const anon = await call("Bearer wrong");
+    assert.equal(anon.status, 401);
+    assert.deepEqual(JSON.parse(anon.body), { code: "unauthenticated", message: "missing or invalid admin token" });
+    assert.ok(64 * 1024 * 1024 > coreReadMaxBytes(loadConfig({})), "the default read limit is under the size promised");
+    const admin = await call(`Bearer ${gw.adminToken}`);
+    assert.equal(JSON.parse(admin.body).code, "resource_exhausted", admin.body);
   });
 
   it("maps errors to gRPC status codes", async () => {
