@@ -159,8 +159,9 @@ class ChatStreamRenderer implements StreamRenderer {
     let out = this.#start(c);
     const { text, refusal, toolCalls } = answerParts(c);
     /** The answer's own fields until a chunk has carried them. */
+    // `annotations: []` as the whole answer has it (renderChatCompletion), unless the upstream's own replace it.
     let fields: { message: JsonObject; choice: JsonObject } | undefined = {
-      message: sameStyleExtra(c.upstreamStyle, c.messageExtraJson),
+      message: { annotations: [], ...sameStyleExtra(c.upstreamStyle, c.messageExtraJson) },
       choice: sameStyleExtra(c.upstreamStyle, c.choiceExtraJson),
     };
     const part = (delta: JsonObject): string => {
@@ -173,7 +174,7 @@ class ChatStreamRenderer implements StreamRenderer {
     toolCalls.forEach((call, index) => {
       out += part({ tool_calls: [{ index, ...call }] });
     });
-    if (fields && (Object.keys(fields.message).length || Object.keys(fields.choice).length)) out += part({});
+    if (fields) out += part({});
     return out + this.#end(c);
   }
 

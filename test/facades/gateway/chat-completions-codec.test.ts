@@ -12,6 +12,7 @@ import {
   type StreamChatResponse,
 } from "../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
 import { chatCompletionsCodec as codec } from "../../../src/facades/gateway/chat-completions-codec.js";
+import { renderChatCompletion } from "../../../src/facades/gateway/chat-completions-render.js";
 import { deepFreeze } from "../../support/freeze.js";
 import { itRejects, type InvalidCase } from "../../support/codec-cases.js";
 
@@ -314,8 +315,9 @@ describe("chat-completions codec: rendering a stream", () => {
       [{ tool_calls: [{ index: 1, id: "call_2", type: "function", function: { name: "g", arguments: "{}" } }] }, null, undefined],
     ]);
     assert.deepEqual(deltas(completion({ ...fields, blocks: [] })), [[{ annotations: [] }, { content: [], refusal: null }, {}]]);
-    assert.deepEqual(deltas(completion({ blocks: [] })), []);
-    assert.deepEqual(deltas(completion({ ...fields, blocks: textAnswer.blocks, upstreamStyle: ApiStyle.MESSAGES })), [[{ content: "Hello!" }, null, undefined]]);
+    // The whole answer's `annotations: []` (renderChatCompletion) goes out too, whatever the upstream's style.
+    assert.deepEqual(deltas(completion({ blocks: [] })), [[{ annotations: [] }, null, undefined]]);
+    assert.deepEqual(deltas(completion({ ...fields, blocks: textAnswer.blocks, upstreamStyle: ApiStyle.MESSAGES })), [[{ content: "Hello!", annotations: [] }, null, undefined]]);
   });
 
   it("writes an error as a data event with the error object and no [DONE]", () => {
@@ -337,6 +339,9 @@ describe("chat-completions codec: rendering a stream", () => {
     const stream = sdkClient(renderAll([ev({ case: "completion", value: toolAnswer })])).chat.completions.stream({ model: "chat-4o", messages: [{ role: "user", content: "x" }] });
     const final = await stream.finalChatCompletion();
     assert.deepEqual(final.choices[0]!.message.tool_calls?.map((c) => c.type === "function" && c.function.arguments), ['{"a":1}', "{}"]);
+    // The same message as the whole answer, `annotations: []` included (`parsed` is the SDK's own).
+    const { parsed: _, ...message } = final.choices[0]!.message as unknown as Record<string, unknown>;
+    assert.deepEqual(message, (renderChatCompletion(toolAnswer).choices as Array<{ message: object }>)[0]!.message);
   });
 
   it("makes the openai SDK raise an APIError for the error event", async () => {
