@@ -73,13 +73,16 @@ export function analyticsQueryOf(req: GetAnalyticsRequest, nowMs: number): Analy
   if (!Number.isInteger(groupLimit) || groupLimit < 1 || groupLimit > 100) throw invalidRequest("invalid_value", "`group_limit` must be 1 to 100.");
 
   // The range: the end (end_time, else now) rounded up to a bucket boundary; the start given,
-  // rounded down to one, else DEFAULT_BUCKETS whole buckets before the rounded end.
+  // rounded down to one, else DEFAULT_BUCKETS whole buckets before the rounded end (from the epoch
+  // at the earliest: there is no traffic before it).
   const endSec = req.endTime ? timestampMs(req.endTime) / 1000 : nowMs / 1000;
+  if (!(endSec > 0)) throw invalidRequest("invalid_value", "`end_time` must be after 1970-01-01T00:00:00Z.");
   const toSec = Math.ceil(endSec / step) * step;
-  const startSec = req.startTime ? timestampMs(req.startTime) / 1000 : toSec - DEFAULT_BUCKETS[granularity] * step;
+  const startSec = req.startTime ? timestampMs(req.startTime) / 1000 : Math.max(0, toSec - DEFAULT_BUCKETS[granularity] * step);
+  if (!(startSec >= 0)) throw invalidRequest("invalid_value", "`start_time` must not be before 1970-01-01T00:00:00Z.");
   const fromSec = Math.floor(startSec / step) * step;
   // Compared as given, before rounding: a start after the end is refused even within one bucket.
-  if (!(fromSec >= 0) || !(startSec < endSec)) throw invalidRequest("invalid_value", "`start_time` must be before `end_time`.");
+  if (!(startSec < endSec)) throw invalidRequest("invalid_value", "`start_time` must be before `end_time`.");
   // The maximum is of the range asked for, start to end (docs/management-api.md). The series is
   // rounded out to whole buckets, so a range of the maximum that is not aligned spans one bucket
   // more; a range longer than the maximum is refused, however it is aligned.

@@ -43,15 +43,15 @@ export class Query {
 
   /**
    * A time in epoch microseconds: RFC 3339 / ISO 8601 (`2026-11-22T10:00:00.123456Z`, any number of
-   * fractional digits) or milliseconds since the epoch. Digits past the microsecond round up to the
-   * next one: log times are whole microseconds, so `time >= t` and `time < t` select exactly as
-   * with the time given.
+   * fractional digits) or milliseconds since the epoch (`0`, `1795341600000`). Digits past the
+   * microsecond round up to the next one: log times are whole microseconds, so `time >= t` and
+   * `time < t` select exactly as with the time given.
    */
   time(name: string): number | undefined {
     const v = this.string(name);
     if (v === undefined) return undefined;
     const us = parseMicros(v);
-    if (us === undefined) throw bad(name, `must be an ISO 8601 time such as 2026-11-22T10:00:00Z, got '${v}'`);
+    if (us === undefined) throw bad(name, `must be an ISO 8601 time such as 2026-11-22T10:00:00Z or milliseconds since the epoch such as 1795341600000, got '${v}'`);
     return us;
   }
 
@@ -94,9 +94,18 @@ const HAS_TIME = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}/;
 /** A zone designator at the end: `Z`, or an offset `+hh`, `+hhmm`, `+hh:mm`. */
 const HAS_ZONE = /(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$/;
 
-/** An API time as epoch microseconds (see Query.time), or undefined when it is not one. */
+/** The start of the year 10000 in epoch milliseconds: every time read is before it. */
+const YEAR_10000_MS = Date.UTC(10000, 0, 1);
+
+/** An API time as epoch microseconds (see Query.time), or undefined when it is not one (or past the year 9999). */
 export function parseMicros(v: string): number | undefined {
-  if (/^\d{10,16}$/.test(v)) return Number(v) * 1000;
+  const us = readMicros(v);
+  return us !== undefined && us < YEAR_10000_MS * 1000 ? us : undefined;
+}
+
+function readMicros(v: string): number | undefined {
+  // Milliseconds since the epoch: any whole number, `0` included (no sign, no fraction).
+  if (/^\d{1,16}$/.test(v)) return Number(v) * 1000;
   // An ISO time must name a real day: Date.parse rolls 2026-02-30 over to March 2.
   if (!startsWithCalendarDate(v)) return undefined;
   // Date.parse keeps milliseconds only: the fraction is read here, the rest (whole seconds) there.

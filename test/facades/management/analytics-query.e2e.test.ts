@@ -83,6 +83,33 @@ describe("management API /v1/analytics: the same ranges as GetAnalytics, and how
     }
   });
 
+  it("reads milliseconds since the epoch of any number of digits, down to 0, and refuses what is neither form naming both", async () => {
+    const day = await get("/v1/analytics?granularity=day&start=0&end=86400000");
+    assert.equal(day.status, 200, day.text);
+    assert.deepEqual([day.json().start, day.json().end, day.json().totals.requests], ["1970-01-01T00:00:00.000Z", "1970-01-02T00:00:00.000Z", 0]);
+    const ms = await get("/v1/analytics?granularity=minute&start=1000&end=61000");
+    assert.equal(ms.status, 200, ms.text);
+    assert.deepEqual([ms.json().start, ms.json().end], ["1970-01-01T00:00:00.000Z", "1970-01-01T00:02:00.000Z"]);
+    // Without a start, the default range stops at the epoch rather than refusing the request.
+    const early = await get("/v1/analytics?granularity=hour&end=1");
+    assert.equal(early.status, 200, early.text);
+    assert.deepEqual([early.json().start, early.json().end], ["1970-01-01T00:00:00.000Z", "1970-01-01T01:00:00.000Z"]);
+    for (const path of ["/v1/logs?start=0", "/v1/logs?start=0&end=1", "/v1/logs?end=86400000"]) {
+      const res = await get(path);
+      assert.equal(res.status, 200, `${path}: ${res.text}`);
+    }
+    // The epoch itself is no end: nothing is before it.
+    const atEpoch = await get("/v1/analytics?end=0");
+    assert.equal(atEpoch.status, 400);
+    assert.match(atEpoch.json().error.message, /'end' must be after 1970-01-01/);
+    for (const v of ["-1", "1.5", "12345678901234567", "253402300800000"]) {
+      const res = await get(`/v1/analytics?start=${encodeURIComponent(v)}`);
+      assert.equal(res.status, 400, v);
+      assert.equal(res.json().error.code, "invalid_parameter");
+      assert.match(res.json().error.message, /'start' must be an ISO 8601 time .* or milliseconds since the epoch/);
+    }
+  });
+
   it("groups a request for a model the gateway does not serve under the id it named, with its error", async () => {
     const a = (await get("/v1/analytics?group_by=model")).json();
     const byModel = Object.fromEntries(a.groups.map((g: { key: string; requests: number; errors: number }) => [g.key, [g.requests, g.errors]]));

@@ -28,7 +28,22 @@ describe("management API times", () => {
     assert.equal(parseMicros(String(utc / 1000)), utc);
   });
 
+  it("milliseconds since the epoch are read whatever their number of digits, 0 included", () => {
+    for (const [v, ms] of [["0", 0], ["1", 1], ["1000", 1000], ["86400000", 86_400_000], ["000123", 123], ["999999999", 999_999_999], ["1795341600000", 1_795_341_600_000]] as const) {
+      assert.equal(parseMicros(v), ms * 1000, v);
+    }
+    // The last millisecond of the year 9999 is the latest time read, in either form.
+    assert.equal(parseMicros("253402300799999"), 253_402_300_799_999 * 1000);
+    assert.equal(parseMicros("9999-12-31T23:59:59.999Z"), 253_402_300_799_999 * 1000);
+  });
+
   it("what is not a time is refused", () => {
-    for (const v of ["2026-02-30T10:00:00", "yesterday", "2026-11-22T25:00:00", "2026-11-22T10:00:00Zx"]) assert.equal(parseMicros(v), undefined, v);
+    for (const v of [
+      "2026-02-30T10:00:00", "yesterday", "2026-11-22T25:00:00", "2026-11-22T10:00:00Zx",
+      // Milliseconds: no sign, no fraction or exponent, at most 16 digits, not past the year 9999.
+      "-1", "+1", "1.5", "1e3", "0x10", " 1", "", "12345678901234567", "253402300800000", "9999999999999999",
+      // An offset that carries the last day of 9999 into the year 10000, in UTC.
+      "9999-12-31T23:00:00-05:00",
+    ]) assert.equal(parseMicros(v), undefined, v);
   });
 });
