@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
 import {
   AnalyticsGranularity,
@@ -14,6 +14,7 @@ import { LOG_SCAN_MAX_SECONDS, needsLogScan } from "../../stores/clickhouse-anal
 import type { AnalyticsQuery, AnalyticsResult, Dimension, Granularity, Metrics } from "../../stores/telemetry-store.js";
 import { apiError, invalidRequest } from "../errors.js";
 import { checkId } from "./log-row.js";
+import { microsAtOrAfter } from "./micros.js";
 
 const STEP: Record<Granularity, number> = { minute: 60, hour: 3600, day: 86_400 };
 /** The longest range per granularity, in buckets (7 days of minutes, 400 of hours, 3660 days). */
@@ -74,27 +75,37 @@ export function analyticsQueryOf(req: GetAnalyticsRequest, nowMs: number): Analy
 
   // The range: the end (end_time, else now) rounded up to a bucket boundary; the start given,
   // rounded down to one, else DEFAULT_BUCKETS whole buckets before the rounded end (from the epoch
-  // at the earliest: there is no traffic before it).
-  const endSec = req.endTime ? timestampMs(req.endTime) / 1000 : nowMs / 1000;
-  if (!(endSec > 0)) throw invalidRequest("invalid_value", "`end_time` must be after 1970-01-01T00:00:00Z.");
-  const toSec = Math.ceil(endSec / step) * step;
-  const startSec = req.startTime ? timestampMs(req.startTime) / 1000 : Math.max(0, toSec - DEFAULT_BUCKETS[granularity] * step);
-  if (!(startSec >= 0)) throw invalidRequest("invalid_value", "`start_time` must not be before 1970-01-01T00:00:00Z.");
-  const fromSec = Math.floor(startSec / step) * step;
+  // at the earliest: there is no traffic before it). Times count to the microsecond, as log times
+  // do (a finer time rounds up to the next one, as ListLogs reads it): `end_time` 10:01:00.0004 is
+  // after 10:01 and ends its minute series at 10:02, never cut back to a whole millisecond.
+  const stepUs = step * 1_000_000;
+  const endUs = req.endTime ? microsAtOrAfter(req.endTime) : Math.ceil(nowMs * 1000);
+  if (!(endUs > 0)) throw invalidRequest("invalid_value", "`end_time` must be after 1970-01-01T00:00:00Z.");
+  const toUs = ceilTo(endUs, stepUs);
+  const startUs = req.startTime ? microsAtOrAfter(req.startTime) : Math.max(0, toUs - DEFAULT_BUCKETS[granularity] * stepUs);
+  if (!(startUs >= 0)) throw invalidRequest("invalid_value", "`start_time` must not be before 1970-01-01T00:00:00Z.");
   // Compared as given, before rounding: a start after the end is refused even within one bucket.
-  if (!(startSec < endSec)) throw invalidRequest("invalid_value", "`start_time` must be before `end_time`.");
+  if (!(startUs < endUs)) throw invalidRequest("invalid_value", "`start_time` must be before `end_time`.");
+  const fromSec = floorTo(startUs, stepUs) / 1_000_000;
+  const toSec = toUs / 1_000_000;
   // The maximum is of the range asked for, start to end (docs/management-api.md). The series is
   // rounded out to whole buckets, so a range of the maximum that is not aligned spans one bucket
   // more; a range longer than the maximum is refused, however it is aligned.
-  if (endSec - startSec > MAX_BUCKETS[granularity] * step) {
+  const spanUs = endUs - startUs;
+  if (spanUs > MAX_BUCKETS[granularity] * stepUs) {
     const span = MAX_SPAN_TEXT[granularity] ? ` (${MAX_SPAN_TEXT[granularity]})` : "";
     throw invalidRequest("invalid_value", `${ARTICLE[granularity]} ${granularity} series covers at most ${MAX_BUCKETS[granularity]} ${granularity}s${span} from \`start_time\` to \`end_time\`; narrow the range or use a coarser granularity.`);
   }
-  if (needsLogScan(granularity, groupBy) && endSec - startSec > LOG_SCAN_MAX_SECONDS) {
+  if (needsLogScan(granularity, groupBy) && spanUs > LOG_SCAN_MAX_SECONDS * 1_000_000) {
     throw invalidRequest("invalid_value", "a grouped minute series covers at most 24 hours from `start_time` to `end_time`; use hour granularity for longer ranges.");
   }
   return { projectId, fromSec, toSec, granularity, groupBy, groupLimit };
 }
+
+/** `us` rounded down to a multiple of `step` (both whole microseconds; `%` is exact on them). */
+const floorTo = (us: number, step: number): number => us - (((us % step) + step) % step);
+/** `us` rounded up to a multiple of `step`: kept when it is one. */
+const ceilTo = (us: number, step: number): number => (us % step === 0 ? us : floorTo(us, step) + step);
 
 const grains: Record<Granularity, AnalyticsGranularity> = {
   minute: AnalyticsGranularity.MINUTE,

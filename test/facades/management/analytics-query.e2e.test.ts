@@ -83,6 +83,27 @@ describe("management API /v1/analytics: the same ranges as GetAnalytics, and how
     }
   });
 
+  it("reads start and end to the microsecond, as /v1/logs does, before rounding them to buckets", async () => {
+    // Both within the same millisecond of the end: cut to milliseconds, the start was not before it.
+    const close = await get("/v1/analytics?granularity=minute&start=2026-11-20T10:00:59.9999Z&end=2026-11-20T10:01:00Z");
+    assert.equal(close.status, 200, close.text);
+    assert.deepEqual([close.json().start, close.json().end], ["2026-11-20T10:00:00.000Z", "2026-11-20T10:01:00.000Z"]);
+    for (const [query, end] of [
+      ["granularity=minute&end=2026-11-20T10:01:00.0004Z", "2026-11-20T10:02:00.000Z"],
+      ["granularity=hour&end=2026-11-20T10:00:00.000001Z", "2026-11-20T11:00:00.000Z"],
+      // More than six digits round up to the next microsecond: past the boundary still.
+      ["granularity=hour&end=2026-11-20T10:00:00.0000001Z", "2026-11-20T11:00:00.000Z"],
+      ["granularity=hour&end=2026-11-20T10:00:00.000000Z", "2026-11-20T10:00:00.000Z"],
+    ] as const) {
+      const res = await get(`/v1/analytics?${query}`);
+      assert.equal(res.status, 200, res.text);
+      assert.equal(res.json().end, end, query);
+    }
+    const equal = await get("/v1/analytics?granularity=minute&start=2026-11-20T10:01:00.0004Z&end=2026-11-20T10:01:00.0004Z");
+    assert.equal(equal.status, 400, equal.text);
+    assert.match(equal.json().error.message, /'start' must be before 'end'/);
+  });
+
   it("reads milliseconds since the epoch of any number of digits, down to 0, and refuses what is neither form naming both", async () => {
     const day = await get("/v1/analytics?granularity=day&start=0&end=86400000");
     assert.equal(day.status, 200, day.text);
