@@ -34,50 +34,44 @@ export function adminAuthInterceptor(token: string): Interceptor {
  * large one): UNAUTHENTICATED in the shape of the call's protocol, as Connect itself would answer
  * it. gRPC: a trailers-only answer; gRPC-Web: the status in the headers; Connect streaming: an
  * end-stream message; Connect unary and anything else: HTTP 401 with Connect's JSON error. The rest
- * of the body is not read: HTTP/1.1 closes the connection, HTTP/2 resets the stream (NO_ERROR)
- * once the answer is out.
+ * of the body is read and dropped, never kept: closing the connection (HTTP/1.1) or resetting the
+ * stream (HTTP/2) instead fails a client still writing its body (EPIPE, "premature close") before
+ * it reads the answer. A body that trickles in is cut by the request timeout.
  */
 export function refuseUnauthenticated(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse): void {
   const ct = String(req.headers["content-type"] ?? "");
   const h2 = "stream" in res;
   const grpcStatus = { "grpc-status": String(Code.Unauthenticated), "grpc-message": encodeURIComponent(REFUSED) };
   if (/^application\/grpc-web/i.test(ct)) {
-    send(res, 200, { "content-type": ct, ...grpcStatus }, undefined, h2);
+    send(res, 200, { "content-type": ct, ...grpcStatus }, undefined);
   } else if (/^application\/grpc/i.test(ct)) {
     if (h2) {
       const stream = (res as Http2ServerResponse).stream;
       stream.respond({ ":status": 200, "content-type": ct, ...grpcStatus }, { endStream: true });
-      resetWhenSent(req, stream);
+      drain(req);
       return;
     }
-    send(res, 200, { "content-type": ct, ...grpcStatus }, undefined, h2);
+    send(res, 200, { "content-type": ct, ...grpcStatus }, undefined);
   } else if (/^application\/connect\+/i.test(ct)) {
     const json = Buffer.from(JSON.stringify({ error: { code: "unauthenticated", message: REFUSED } }));
     const end = Buffer.alloc(5 + json.length);
     end[0] = 0b10; // end-stream flag
     end.writeUInt32BE(json.length, 1);
     json.copy(end, 5);
-    send(res, 200, { "content-type": ct }, end, h2);
+    send(res, 200, { "content-type": ct }, end);
   } else {
-    send(res, 401, { "content-type": "application/json" }, Buffer.from(JSON.stringify({ code: "unauthenticated", message: REFUSED })), h2);
+    send(res, 401, { "content-type": "application/json" }, Buffer.from(JSON.stringify({ code: "unauthenticated", message: REFUSED })));
   }
-  if (h2) resetWhenSent(req, (res as Http2ServerResponse).stream);
+  drain(req);
 }
 
-function send(res: ServerResponse | Http2ServerResponse, status: number, headers: Record<string, string>, body: Buffer | undefined, h2: boolean): void {
+function send(res: ServerResponse | Http2ServerResponse, status: number, headers: Record<string, string>, body: Buffer | undefined): void {
   const all: Record<string, string | number> = { ...headers, "content-length": body?.length ?? 0 };
-  if (!h2) all.connection = "close";
   (res as ServerResponse).writeHead(status, all);
   (res as ServerResponse).end(body);
 }
 
-/** Stops a request whose body was not read, once its answer is sent (RFC 9113 8.1: RST_STREAM NO_ERROR). */
-function resetWhenSent(req: IncomingMessage | Http2ServerRequest, stream: Http2ServerResponse["stream"]): void {
-  if (req.readableEnded) return;
-  req.resume();
-  if (stream.closed || stream.destroyed) return;
-  // After the answer's frames are queued: nghttp2 sends them before the reset.
-  setImmediate(() => {
-    if (!stream.closed && !stream.destroyed && !req.readableEnded) stream.close(0);
-  });
+/** Reads and drops the rest of a refused call's body: resetting the stream instead fails a client still sending it ("premature close") before it reads the answer. */
+function drain(req: IncomingMessage | Http2ServerRequest): void {
+  if (!req.readableEnded) req.resume();
 }

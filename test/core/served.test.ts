@@ -237,6 +237,9 @@ describe("core port: requests checked before they reach the upstream", function 
     const refused: Array<[string, object, string, string, string]> = [
       ["cache maybe", good({ cache: "maybe" }), "INVALID_ARGUMENT", "invalid_value", "`cache`"],
       ["no cache", good({ cache: "" }), "INVALID_ARGUMENT", "missing_required_field", "`cache`"],
+      ["cache hit in lower case", good({ cache: "hit" }), "INVALID_ARGUMENT", "invalid_value", "`cache`"],
+      ["nanos -1", good({ time: { seconds: String(now), nanos: -1 } }), "INVALID_ARGUMENT", "invalid_value", "`time.nanos`"],
+      ["nanos 10^9", good({ time: { seconds: String(now), nanos: 1_000_000_000 } }), "INVALID_ARGUMENT", "invalid_value", "`time.nanos`"],
       ["status 0", good({ status: 0 }), "INVALID_ARGUMENT", "invalid_value", "`status`"],
       ["status 600", good({ status: 600 }), "INVALID_ARGUMENT", "invalid_value", "`status`"],
       ["request id x", good({ request_id: "x" }), "INVALID_ARGUMENT", "invalid_value", "`request_id`"],

@@ -114,10 +114,10 @@ export function checkWireLog(l: RequestLog): void {
   if (!REQUEST_ID.test(l.requestId)) throw invalidRequest("invalid_value", "`request_id` must be a gateway request id (`req_` and 24 letters or digits).");
   if (!l.projectId) throw invalidRequest("missing_required_field", "`project_id` is required.");
   if (!l.time) throw invalidRequest("missing_required_field", "`time` is required.");
+  if (!Number.isInteger(l.time.nanos) || l.time.nanos < 0 || l.time.nanos > 999_999_999) throw invalidRequest("invalid_value", "`time.nanos` must be 0 to 999999999.");
   if (!Number.isInteger(l.status) || l.status < 100 || l.status > 599) throw invalidRequest("invalid_value", "`status` must be an HTTP status (100 to 599).");
   if (!l.cache) throw invalidRequest("missing_required_field", "`cache` is required.");
-  const cache = l.cache.toUpperCase();
-  if (cache !== "HIT" && cache !== "MISS") throw invalidRequest("invalid_value", "`cache` must be HIT or MISS.");
+  if (l.cache !== "HIT" && l.cache !== "MISS") throw invalidRequest("invalid_value", "`cache` must be HIT or MISS.");
 }
 
 /** The proto log of a stored record. */
