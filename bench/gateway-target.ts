@@ -33,7 +33,7 @@ const config = loadConfig({
   ...(process.env.BENCH_REDIS_URL ? { SVC_REDIS_URL: process.env.BENCH_REDIS_URL } : {}),
   ...(process.env.BENCH_CACHE_OFF === "1" ? { SVC_CACHE_DISABLED: "1" } : {}),
   // Telemetry and admission settings pass through, for comparing them (bench/telemetry-load.ts, bench/cache-limits.ts).
-  ...Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith("SVC_TELEMETRY_") || k === "SVC_CLICKHOUSE_URL" || k === "SVC_LIMITS_ADMIT_AHEAD")),
+  ...Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith("SVC_TELEMETRY_") || k.startsWith("SVC_CACHE_") || k === "SVC_CLICKHOUSE_URL" || k === "SVC_LIMITS_ADMIT_AHEAD")),
 });
 const running = await startServer(config, { demo: false });
 const admin = createAdminClient({ server: running.grpcUrl, token: running.adminToken });

@@ -1,4 +1,5 @@
 import { Redis } from "ioredis";
+import { Lru } from "../core/lru.js";
 import { log } from "../logger.js";
 import { createProbe, isWriteRefusal, RECONNECT_OPTIONS, watchWrites } from "./redis-connection.js";
 import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
@@ -69,7 +70,7 @@ type ScriptedRedis = Redis & {
   svcFindKey(k1: string, keyPrefix: string, projectPrefix: string): Promise<[string, string | null] | null>;
 };
 
-/** How many verified keys (and their projects) are remembered for an outage; the oldest go first. */
+/** How many verified keys (and their projects) are remembered for an outage; the least recently used go first. */
 const KNOWN_GOOD_MAX = 10_000;
 
 /** A record read from Redis with the JSON it was read from. */
@@ -118,15 +119,15 @@ export function createRedisRegistryStore(url: string): RegistryStore {
   //
   // The same copies keep a record that reads back unchanged the same object, so the auth service's
   // per-record messages (built once per record object) are not rebuilt on every request.
-  const knownKeys = new Map<string, Known<KeyRecord>>();
-  const knownProjects = new Map<string, Known<ProjectRecord>>();
+  const knownKeys = new Lru<string, Known<KeyRecord>>();
+  const knownProjects = new Lru<string, Known<ProjectRecord>>();
   /** Remembers the record read as `text` (null: none), reusing the remembered one when it is unchanged. */
-  const remember = <V>(m: Map<string, Known<V>>, k: string, text: string | null): V | undefined => {
+  const remember = <V>(m: Lru<string, Known<V>>, k: string, text: string | null): V | undefined => {
     const was = m.get(k);
     if (was !== undefined && was.text === text) return was.value;
     m.delete(k);
     if (text === null) return undefined;
-    if (m.size >= KNOWN_GOOD_MAX) m.delete(m.keys().next().value!);
+    if (m.size >= KNOWN_GOOD_MAX) m.shift();
     const value = JSON.parse(text) as V;
     m.set(k, { text, value });
     return value;
@@ -214,7 +215,7 @@ export function createRedisRegistryStore(url: string): RegistryStore {
     }
   }
   /** Reads through Redis when it is up; from the known-good copy when it is not. */
-  async function read<V, R>(m: Map<string, Known<V>>, k: string, fallback: (v: V) => R, load: () => Promise<R | undefined>): Promise<R | undefined> {
+  async function read<V, R>(m: Lru<string, Known<V>>, k: string, fallback: (v: V) => R, load: () => Promise<R | undefined>): Promise<R | undefined> {
     const known = m.get(k);
     if ((redis.status !== "ready" || stalled) && known) return fallback(known.value);
     try {

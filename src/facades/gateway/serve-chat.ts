@@ -23,6 +23,7 @@ import { SENT_UPSTREAM, sentUpstream } from "../../core/proxy/upstream-http.js";
 import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
 import type { Pricing } from "../../core/proxy/pricing.js";
 import { toErrorInfo } from "../../core/errors.js";
+import { Lru } from "../../core/lru.js";
 import { log } from "../../logger.js";
 import { shuttingDown } from "../http-errors.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
@@ -317,19 +318,20 @@ interface Identity {
  */
 export class Identities {
   static readonly MAX = 10_000;
-  readonly #bySecret = new Map<string, Identity>();
+  /** The least recently used goes first when full. */
+  readonly #bySecret = new Lru<string, Identity>();
 
   get(secret: string): Identity | undefined {
     return this.#bySecret.get(secret);
   }
 
   remember(secret: string, projectId: string, keyMode: KeyMode, limits: ProjectLimits | undefined): void {
-    const known = this.#bySecret.get(secret);
+    const known = this.#bySecret.peek(secret);
     if (known) {
       known.limits = limits;
       return;
     }
-    if (this.#bySecret.size >= Identities.MAX) this.#bySecret.delete(this.#bySecret.keys().next().value!);
+    if (this.#bySecret.size >= Identities.MAX) this.#bySecret.shift();
     this.#bySecret.set(secret, { projectId, keyMode, limits });
   }
 
