@@ -33,6 +33,7 @@ export const svcHeaders = (requestId: string, codec: ClientCodec): SvcHeaders =>
 });
 
 const hitCost = { "X-Svc-Cost": "0" } as const;
+const costTrailer = { Trailer: "X-Svc-Cost" } as const;
 const closeConnection = { Connection: "close" } as const;
 
 /** Writes a whole answer as JSON, with its cost in `X-Svc-Cost`; returns the body written. */
@@ -92,12 +93,15 @@ export async function writeStream(
   partialCost?: () => string,
   cutShort?: (err: unknown) => ErrorInfo | undefined,
 ): Promise<ErrorInfo | undefined> {
+  // HTTP/1.0 has no chunked framing and so no trailers (node:http refuses them there): such a
+  // stream ends when the connection closes, and its live cost reaches only its log.
+  const trailer = res.req?.httpVersion !== "1.0";
   res.writeHead(200, {
     ...extra,
     "Content-Type": "text/event-stream; charset=utf-8",
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
-    Trailer: "X-Svc-Cost",
+    ...(trailer ? costTrailer : undefined),
     "X-Svc-Request-Id": svc["X-Svc-Request-Id"],
     [codec.requestIdHeader]: svc["X-Svc-Request-Id"],
     "X-Svc-Cache": svc["X-Svc-Cache"],
@@ -149,7 +153,7 @@ export async function writeStream(
   flush();
   svc["X-Svc-Cost"] = cost ?? partialCost?.() ?? "0";
   if (!res.destroyed) {
-    res.addTrailers({ "X-Svc-Cost": svc["X-Svc-Cost"] });
+    if (trailer) res.addTrailers({ "X-Svc-Cost": svc["X-Svc-Cost"] });
     res.end();
   }
   return failure;
