@@ -15,7 +15,7 @@ export function extraJson(obj: JsonObject, known: ReadonlySet<string>, dropNull 
   let extra: JsonObject | undefined;
   for (const k in obj) {
     const v = obj[k];
-    if (!known.has(k) && v !== undefined && !(dropNull && v === null)) (extra ??= {})[k] = v;
+    if (!known.has(k) && v !== undefined && !(dropNull && v === null)) setOwn<unknown>((extra ??= {}), k, v);
   }
   return extra ? JSON.stringify(extra) : "";
 }

@@ -5,7 +5,7 @@ import {
   type StreamChatRequest,
   type ToolDefinition,
 } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
-import { isObject, parseExtra, type JsonObject } from "../../../json.js";
+import { isObject, parseExtra, setOwn, type JsonObject } from "../../../json.js";
 import { blockToWire } from "./blocks.js";
 import { chatToMessagesBody, DEFAULT_MAX_TOKENS } from "./from-chat.js";
 
@@ -32,7 +32,7 @@ function sameStyleBody(req: StreamChatRequest): JsonObject {
   if (req.temperature !== undefined) body.temperature = req.temperature;
   if (req.tools.length) body.tools = req.tools.map(toolToWire);
   // Unknown fields never replace the named ones (they cannot hold them, by construction).
-  for (const k in extra) if (!(k in body)) body[k] = extra[k];
+  for (const k in extra) if (!Object.hasOwn(body, k)) setOwn(body, k, extra[k]);
   return body;
 }
 
