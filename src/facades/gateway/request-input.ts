@@ -49,6 +49,45 @@ export function parseJsonBody(text: string): JsonBody {
   return { text, value };
 }
 
+/**
+ * A number literal JSON.parse may have read as ±Infinity: an exponent of three digits or more, or
+ * 309 digits in a row. Bodies without one (nearly all) skip the walk below.
+ */
+const MAY_OVERFLOW = /\d[eE][+]?\d{3}|\d{309}/;
+
+/**
+ * Refuses a body holding a number too large for a double anywhere (JSON.parse reads `1e400` as
+ * Infinity, and writing the body out again would send the upstream `null` in its place: a field
+ * passed through, a tool's schema or input). The fields the codecs name are checked first, with
+ * their own messages; this catches every other place. `text` is the body's text, `value` its parse.
+ */
+export function refuseOverflowedNumbers(text: string, value: unknown): void {
+  if (!MAY_OVERFLOW.test(text)) return;
+  const path = overflowAt(value, "");
+  if (path !== undefined) {
+    throw invalidRequest("invalid_value", `\`${path || "(body)"}\` is a number too large to represent (beyond ±1.8e308).`);
+  }
+}
+
+/** The path of the first non-finite number in `v`, or undefined. */
+function overflowAt(v: unknown, path: string): string | undefined {
+  if (typeof v === "number") return Number.isFinite(v) ? undefined : path;
+  if (typeof v !== "object" || v === null) return undefined;
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) {
+      const at = overflowAt(v[i], `${path}[${i}]`);
+      if (at !== undefined) return at;
+    }
+    return undefined;
+  }
+  const obj = v as Record<string, unknown>;
+  for (const k in obj) {
+    const at = overflowAt(obj[k], path ? `${path}.${k}` : k);
+    if (at !== undefined) return at;
+  }
+  return undefined;
+}
+
 /** The error of a request whose Content-Type is not JSON, or undefined when it is JSON. */
 export function contentTypeError(req: IncomingMessage): Error | undefined {
   const type = req.headers["content-type"] ?? "";

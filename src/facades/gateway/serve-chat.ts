@@ -29,7 +29,7 @@ import { shuttingDown } from "../http-errors.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
-import { apiKeyOf, betasOf, checkProviderVersion, contentTypeError, type JsonBody, metadataOf, parseJsonBody, readBodyText, userIdOf } from "./request-input.js";
+import { apiKeyOf, betasOf, checkProviderVersion, contentTypeError, type JsonBody, metadataOf, parseJsonBody, readBodyText, refuseOverflowedNumbers, userIdOf } from "./request-input.js";
 import { CachedAnswer, CachedAnswers, type PreparedRequest, PreparedRequests } from "./hit-memo.js";
 import { RequestTrace } from "./request-trace.js";
 import { type SvcHeaders, svcHeaders, writeCompletion, writeError, writeJson, writeStream } from "./respond.js";
@@ -402,8 +402,11 @@ async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess:
       out.parsed = known.parsed;
       out.prepared = true;
     } else {
-      out.body = parseJsonBody(text);
-      out.parsed = s.codec.parseRequest(out.body.value);
+      const body = parseJsonBody(text);
+      out.body = body;
+      const parsed = s.codec.parseRequest(body.value);
+      refuseOverflowedNumbers(text, body.value);
+      out.parsed = parsed;
     }
   } catch (e) {
     out.error = e;

@@ -36,6 +36,12 @@ describe("numeric fields: messages that name the problem", function () {
     ["messages temperature 1e309", "/v1/messages", messages('"max_tokens":5,"temperature":1e309'), "invalid_value", "`temperature` must be a finite number between 0 and 1, got a number too large to represent."],
     ["messages top_p 1e309", "/v1/messages", messages('"max_tokens":5,"top_p":1e309'), "invalid_value", "`top_p` must be a finite number between 0 and 1, got a number too large to represent."],
     ["messages top_k -1e309", "/v1/messages", messages('"max_tokens":5,"top_k":-1e309'), "invalid_value", "`top_k` must be an integer between 0 and 2147483647, got a negative number too large to represent."],
+    // Anywhere else (fields passed through, tools, tool inputs): JSON.parse's Infinity would reach the upstream as null.
+    ["chat seed 1e400", "/v1/chat/completions", chat('"seed":1e400'), "invalid_value", "`seed` is a number too large to represent (beyond ±1.8e308)."],
+    ["chat top_p -1e400", "/v1/chat/completions", chat('"top_p":-1e400'), "invalid_value", "`top_p` is a number too large to represent (beyond ±1.8e308)."],
+    ["chat a long integer", "/v1/chat/completions", chat(`"logit_bias":{"50256":${"9".repeat(400)}}`), "invalid_value", "`logit_bias.50256` is a number too large to represent (beyond ±1.8e308)."],
+    ["chat tool schema 9.9e308", "/v1/chat/completions", chat('"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"type":"number","maximum":9.9e308}}}}}]'), "invalid_value", "`tools[0].function.parameters.properties.x.maximum` is a number too large to represent (beyond ±1.8e308)."],
+    ["messages metadata-like field", "/v1/messages", messages('"max_tokens":5,"extra_thing":[1,2,-1E+999]'), "invalid_value", "`extra_thing[2]` is a number too large to represent (beyond ±1.8e308)."],
   ];
 
   it("says the number is out of range, or which number it is", async () => {
