@@ -95,11 +95,22 @@ export function contentTypeError(req: IncomingMessage): Error | undefined {
   return invalidRequest("invalid_content_type", `Content-Type must be application/json, got '${type || "(none)"}'.`);
 }
 
+/** A body read as UTF-8 text, and whether its bytes were UTF-8 (if not, each bad sequence is U+FFFD in `text`). */
+export interface BodyText {
+  text: string;
+  utf8: boolean;
+}
+
+/** The refusal of a body whose bytes are not UTF-8, as JSON must be (RFC 8259 8.1). */
+export const notUtf8 = () =>
+  invalidRequest("invalid_json", "The request body is not valid UTF-8: JSON must be sent as UTF-8 (RFC 8259), whatever charset the Content-Type names.");
+
 /**
  * Reads the body as text (UTF-8, whatever its Content-Type: contentTypeError() judges that),
- * refusing bodies over `maxBytes`.
+ * refusing bodies over `maxBytes`. Bytes that are not UTF-8 are read as U+FFFD and flagged, so the
+ * caller can refuse the body and still log what came.
  */
-export function readBodyText(req: IncomingMessage, maxBytes: number): Promise<string> {
+export function readBodyText(req: IncomingMessage, maxBytes: number): Promise<BodyText> {
   const declared = Number(req.headers["content-length"] ?? NaN);
   if (declared > maxBytes) throw tooLarge(maxBytes);
   // Events, not `for await`: the stream's async iterator costs more than the rest of the read.
@@ -121,7 +132,8 @@ export function readBodyText(req: IncomingMessage, maxBytes: number): Promise<st
     req.once("error", () => reject(bodyBrokenOff(req.socket)));
     req.once("end", () => {
       if (size > maxBytes) return;
-      resolve(chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8"));
+      const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+      resolve({ text: bytes.toString("utf8"), utf8: isUtf8(bytes) });
     });
   });
 }

@@ -29,7 +29,7 @@ import { shuttingDown } from "../http-errors.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
-import { apiKeyOf, betasOf, checkProviderVersion, contentTypeError, type JsonBody, metadataOf, parseJsonBody, readBodyText, refuseOverflowedNumbers, userIdOf } from "./request-input.js";
+import { apiKeyOf, betasOf, type BodyText, checkProviderVersion, contentTypeError, type JsonBody, metadataOf, notUtf8, parseJsonBody, readBodyText, refuseOverflowedNumbers, userIdOf } from "./request-input.js";
 import { CachedAnswer, CachedAnswers, type PreparedRequest, PreparedRequests } from "./hit-memo.js";
 import { RequestTrace } from "./request-trace.js";
 import { type SvcHeaders, svcHeaders, writeCompletion, writeError, writeJson, writeStream } from "./respond.js";
@@ -388,14 +388,16 @@ async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess:
   try {
     // A body not sent as JSON is read all the same (within the size limit), for the request's log.
     const badType = contentTypeError(req);
-    let text: string;
+    let read: BodyText;
     try {
-      text = await readBodyText(req, deps.maxRequestBytes);
+      read = await readBodyText(req, deps.maxRequestBytes);
     } catch (e) {
       throw badType ?? e;
     }
+    const text = read.text;
     out.text = text;
     if (badType) throw badType;
+    if (!read.utf8) throw notUtf8();
     known = deps.cacheEnabled ? prepared.get(memoPath, text) : undefined;
     if (known) {
       out.body = { text, value: known.value };

@@ -86,6 +86,26 @@ describe("gateway errors: the spec's status and error object for every kind of b
     assert.equal(res.json().error.code, "invalid_json");
   });
 
+  it("a body that is not UTF-8 -> 400 invalid_json on both endpoints, never sent on with U+FFFD in its place", async () => {
+    const demoBefore = gw.demo!.requests.length;
+    for (const [url, extra] of [[chatUrl, {}], [msgUrl, { "provider-version": "2023-06-01" }]] as const) {
+      const json = url === chatUrl
+        ? '{"model":"chat-4o-mini","messages":[{"role":"user","content":"caf\u00e9 latin1 X"}]}'
+        : '{"model":"assistant-3-haiku-20240307","max_tokens":5,"messages":[{"role":"user","content":"caf\u00e9 latin1 X"}]}';
+      // The é as one latin1 byte (0xE9), as a client that did not encode as UTF-8 sends it.
+      const body = Buffer.from(json, "latin1");
+      const res = await rawRequest(url, { headers: { "content-type": "application/json; charset=latin1", "x-svc-api-key": key, ...extra }, body });
+      assert.equal(res.status, 400, res.text);
+      assertErrorShape(res.json());
+      assert.equal(res.json().error.code, "invalid_json");
+      assert.match(res.json().error.message, /UTF-8/);
+    }
+    assert.ok(!gw.demo!.requests.slice(demoBefore).some((r) => JSON.stringify(r.body).includes("latin1 X")), "nothing reached the upstream");
+    // The same text as UTF-8 is answered.
+    const ok = await rawRequest(chatUrl, { headers: { "content-type": "application/json", "x-svc-api-key": key }, body: Buffer.from('{"model":"chat-4o-mini","messages":[{"role":"user","content":"caf\u00e9 utf8"}]}', "utf8") });
+    assert.equal(ok.status, 200, ok.text);
+  });
+
   it("wrong content type -> 400 invalid_content_type", async () => {
     const res = await rawRequest(chatUrl, { headers: { "content-type": "text/plain", "x-svc-api-key": key }, body: JSON.stringify(chat()) });
     assert.equal(res.status, 400);
