@@ -88,11 +88,21 @@ function overflowAt(v: unknown, path: string): string | undefined {
   return undefined;
 }
 
-/** The error of a request whose Content-Type is not JSON, or undefined when it is JSON. */
+/**
+ * The error of a request whose Content-Type is not JSON, or whose body is sent encoded
+ * (Content-Encoding other than identity: the gateway does not decode bodies, and would otherwise
+ * read gzip bytes as text); undefined when it is plain JSON.
+ */
 export function contentTypeError(req: IncomingMessage): Error | undefined {
   const type = req.headers["content-type"] ?? "";
-  if (/^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i.test(type)) return undefined;
-  return invalidRequest("invalid_content_type", `Content-Type must be application/json, got '${type || "(none)"}'.`);
+  if (!/^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i.test(type)) {
+    return invalidRequest("invalid_content_type", `Content-Type must be application/json, got '${headerText(type) || "(none)"}'.`);
+  }
+  const encoding = req.headers["content-encoding"];
+  if (encoding !== undefined && !/^\s*(identity\s*)?$/i.test(encoding)) {
+    return invalidRequest("unsupported_content_encoding", `Content-Encoding '${headerText(encoding)}' is not supported: send the body uncompressed.`);
+  }
+  return undefined;
 }
 
 /** A body read as UTF-8 text, and whether its bytes were UTF-8 (if not, each bad sequence is U+FFFD in `text`). */

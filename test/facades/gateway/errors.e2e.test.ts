@@ -106,6 +106,20 @@ describe("gateway errors: the spec's status and error object for every kind of b
     assert.equal(ok.status, 200, ok.text);
   });
 
+  it("a compressed body (Content-Encoding) -> 400 unsupported_content_encoding; identity is plain", async () => {
+    const { gzipSync } = await import("node:zlib");
+    const body = JSON.stringify(chat());
+    for (const [encoding, sent] of [["gzip", gzipSync(body)], ["br", Buffer.from(body)]] as const) {
+      const res = await rawRequest(chatUrl, { headers: { "content-type": "application/json", "content-encoding": encoding, "x-svc-api-key": key }, body: sent });
+      assert.equal(res.status, 400, res.text);
+      assertErrorShape(res.json());
+      assert.equal(res.json().error.code, "unsupported_content_encoding");
+      assert.match(res.json().error.message, new RegExp(encoding));
+    }
+    const plain = await rawRequest(chatUrl, { headers: { "content-type": "application/json", "content-encoding": "identity", "x-svc-api-key": key }, body });
+    assert.equal(plain.status, 200, plain.text);
+  });
+
   it("wrong content type -> 400 invalid_content_type", async () => {
     const res = await rawRequest(chatUrl, { headers: { "content-type": "text/plain", "x-svc-api-key": key }, body: JSON.stringify(chat()) });
     assert.equal(res.status, 400);
