@@ -1,5 +1,6 @@
 import type { IncomingMessage } from "node:http";
 import { invalidRequest } from "../../core/errors.js";
+import { headerText } from "./request-input.js";
 
 /** What a request lets the cache do. */
 export interface CachePolicy {
@@ -29,7 +30,8 @@ export function cachePolicyOf(req: IncomingMessage): CachePolicy {
   if (raw === undefined || raw === "") return defaults;
   const policy = { ...defaults };
   for (const part of (Array.isArray(raw) ? raw.join(",") : raw).split(",")) {
-    const d = part.trim().toLowerCase();
+    const original = part.trim();
+    const d = original.toLowerCase();
     if (d === "") continue;
     if (d === "no-cache") policy.lookup = false;
     else if (d === "no-store") policy.store = false;
@@ -37,13 +39,13 @@ export function cachePolicyOf(req: IncomingMessage): CachePolicy {
       const v = d.slice(8);
       const n = Number(v);
       if (!/^\d+$/.test(v) || n > MAX_AGE_LIMIT) {
-        throw invalidRequest("invalid_cache_control", `X-Svc-Cache-Control max-age must be a whole number of seconds from 0 to ${MAX_AGE_LIMIT}, got '${v}'.`);
+        throw invalidRequest("invalid_cache_control", `X-Svc-Cache-Control max-age must be a whole number of seconds from 0 to ${MAX_AGE_LIMIT}, got '${headerText(original.slice(8))}'.`);
       }
       // Kept 0 seconds is not kept at all: max-age=0 stores nothing, as no-store.
       if (n === 0) policy.store = false;
       else policy.ttlSeconds = n;
     } else {
-      throw invalidRequest("invalid_cache_control", `X-Svc-Cache-Control accepts no-cache, no-store and max-age=N; got '${part.trim()}'.`);
+      throw invalidRequest("invalid_cache_control", `X-Svc-Cache-Control accepts no-cache, no-store and max-age=N; got '${headerText(original)}'.`);
     }
   }
   return policy;

@@ -231,6 +231,6 @@ export function checkProviderVersion(req: IncomingMessage): void {
   const v = Array.isArray(raw) ? raw[0]! : raw;
   const date = v.trim();
   if (!/^\d{4}-\d{2}-\d{2}$/.test(date) || !startsWithCalendarDate(date)) {
-    throw invalidRequest("invalid_provider_version", `provider-version must be a date written YYYY-MM-DD, got '${v}'.`);
+    throw invalidRequest("invalid_provider_version", `provider-version must be a date written YYYY-MM-DD, got '${headerText(v)}'.`);
   }
 }

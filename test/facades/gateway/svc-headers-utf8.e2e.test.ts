@@ -81,6 +81,21 @@ describe("X-Svc-Metadata and X-Svc-User-Id with raw UTF-8 are logged as the char
     assert.equal(log.userId, "josé");
   });
 
+  it("quotes a refused header's raw UTF-8 as the characters sent", async () => {
+    const version = await post("/v1/messages", { model: "assistant-3-5-haiku-20241022", max_tokens: 5, messages: [{ role: "user", content: "v" }] }, { "provider-version": utf8Bytes("2024-01-01é") });
+    assert.equal(version.status, 400);
+    assert.match(version.json().error.message, /got '2024-01-01é'/);
+    const age = await post("/v1/chat/completions", chat(), { "x-svc-cache-control": utf8Bytes("max-age=É") });
+    assert.equal(age.status, 400);
+    assert.match(age.json().error.message, /got 'É'/);
+    const directive = await post("/v1/chat/completions", chat(), { "x-svc-cache-control": utf8Bytes("no-cachÉ") });
+    assert.equal(directive.status, 400);
+    assert.match(directive.json().error.message, /got 'no-cachÉ'/);
+    const type = await post("/v1/chat/completions", chat(), { "content-type": utf8Bytes("text/plaiñ") });
+    assert.equal(type.status, 400);
+    assert.match(type.json().error.message, /got 'text\/plaiñ'/);
+  });
+
   it("counts a UTF-8 user id's 256-character limit in characters, not bytes", async () => {
     const ok = await post("/v1/chat/completions", chat(), { "x-svc-user-id": utf8Bytes("é".repeat(256)) });
     assert.equal(ok.status, 200, ok.text);
