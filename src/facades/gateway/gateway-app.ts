@@ -61,6 +61,10 @@ export function createGatewayApp(deps: GatewayDeps, state: GatewayState = newGat
   router.get("/healthz", (ctx) => {
     ctx.body = { status: "ok" };
   });
+  router.all("/healthz", (ctx) => {
+    ctx.set("Allow", "GET, HEAD");
+    throw methodNotAllowed(ctx.method, "/healthz", "GET");
+  });
   for (const s of surfaces) {
     router.post(s.path, async (ctx) => {
       ctx.respond = false;

@@ -313,6 +313,16 @@ describe("gateway errors: the spec's status and error object for every kind of b
     assert.equal(res.status, 200);
     assert.ok(res.headers["x-svc-request-id"]);
     assert.equal(res.headers["x-svc-cost"], "0");
+    const head = await rawRequest(`${gw.gatewayUrl}/healthz`, { method: "HEAD" });
+    assert.equal(head.status, 200);
+    for (const method of ["POST", "DELETE", "OPTIONS"]) {
+      const wrong = await rawRequest(`${gw.gatewayUrl}/healthz`, { method });
+      assert.equal(wrong.status, 405, method);
+      assert.equal(wrong.headers.allow, "GET, HEAD");
+      assertErrorShape(wrong.json());
+      assert.equal(wrong.json().error.code, "method_not_allowed");
+      assert.ok(wrong.headers["x-svc-request-id"]);
+    }
   });
 });
 
