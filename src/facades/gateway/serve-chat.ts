@@ -222,20 +222,40 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     const limits = project!.effectiveLimits;
     const limited = key!.mode === KeyMode.LIVE && hasLimits(limits);
     const admitUser = s.style === ApiStyle.CHAT_COMPLETIONS ? userId : "";
-    if (pre.admitting) admission = await adoptAhead(deps, pre.admitting, limited ? { projectId: chat.projectId, userId: admitUser, limits, hit: hit !== undefined } : undefined);
+    const flightKey = `${scope.projectId}:${scope.keyMode}:${scope.cacheKey}`;
+    // A request identical to one in flight waits for that one's answer and is served it as a hit:
+    // admitted as a hit (counted, nothing reserved, never refused by the spend cap), rescindably,
+    // since it calls the upstream itself, under a reservation of its own, if no answer comes.
+    const waits = !hit && policy.lookup && flights.has(flightKey);
+    let reservesNothing = false;
+    if (pre.admitting) admission = await adoptAhead(deps, pre.admitting, limited ? { projectId: chat.projectId, userId: admitUser, limits, hit: hit !== undefined || waits } : undefined);
     if (limited) {
-      admission ??= await deps.limits.admit({ projectId: chat.projectId, userId: admitUser, maxCostUsd: hit ? "0" : deps.pricing.worstCaseUsd(chat), limits });
+      if (!admission) {
+        reservesNothing = waits;
+        admission = await deps.limits.admit({ projectId: chat.projectId, userId: admitUser, maxCostUsd: hit || waits ? "0" : deps.pricing.worstCaseUsd(chat), limits, rescindable: waits });
+      }
       limitHeaders = rateLimitHeaders(admission, s.style);
       if (admission.decision !== Decision.ALLOWED) throw admissionError(admission);
     }
     let cost = "0";
     try {
       if (hit) return await serveHit(res, svc, limitHeaders, s.codec, parsed, hit, trace, bodies);
-      const flightKey = `${scope.projectId}:${scope.keyMode}:${scope.cacheKey}`;
-      const twin = policy.lookup ? flights.get(flightKey) : undefined;
+      let twin = policy.lookup ? flights.get(flightKey) : undefined;
       if (twin) {
         const shared = await twin;
         if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
+      }
+      if (reservesNothing && admission) {
+        // The answer waited for did not come (its request failed, or ended before this one was
+        // admitted): this one calls the upstream, so it reserves its worst case as any miss does.
+        admission = await reserveOwn(deps, admission, { projectId: chat.projectId, userId: admitUser, maxCostUsd: deps.pricing.worstCaseUsd(chat), limits: limits! });
+        limitHeaders = rateLimitHeaders(admission, s.style);
+        if (admission.decision !== Decision.ALLOWED) throw admissionError(admission);
+        twin = policy.lookup ? flights.get(flightKey) : undefined;
+        if (twin) {
+          const shared = await twin;
+          if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
+        }
       }
       // No await between the lookup above and this: two identical requests cannot both miss it.
       let land: (c: Completion | undefined) => void = () => {};
@@ -461,6 +481,22 @@ async function adoptAhead(
   a.done = true;
   const r = await a.response;
   return r?.decision === Decision.SPEND_CAPPED && need.hit ? undefined : r;
+}
+
+/**
+ * Replaces an admission that reserved nothing (a request that waited on an identical one) by one
+ * that reserves `need.maxCostUsd`: the first is taken back, counts and all, so the request is
+ * counted once. One with no reservation id (made while the store was down) has nothing to take back.
+ */
+async function reserveOwn(deps: GatewayDeps, zero: AdmitResponse, need: { projectId: string; userId: string; maxCostUsd: string; limits: ProjectLimits }): Promise<AdmitResponse> {
+  if (zero.reservationId) {
+    try {
+      await deps.limits.rescind({ projectId: need.projectId, userId: need.userId, reservationId: zero.reservationId });
+    } catch (e) {
+      log.warn("an admission that reserved nothing could not be taken back", { projectId: need.projectId, err: String(e) });
+    }
+  }
+  return deps.limits.admit(need);
 }
 
 /** Takes back an admission made ahead that the request will not use; never rejects. */

@@ -235,6 +235,50 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd === "0", 3_000, "no reservation left");
   });
 
+  it("serves requests identical to one in flight as hits: the spend cap does not refuse them for a miss's worst case", async () => {
+    const keys = await gw.project(Plan.PRO);
+    // Room for one worst case (100 output tokens at $0.60 per million, and the prompt), not two.
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "0.0001" } });
+    const body = chat({ max_tokens: 100, messages: [{ role: "user", content: `shared answer [[fake:delay=600]] ${++n}` }] });
+    const first = postJson(url, keys.live, body);
+    await new Promise((r) => setTimeout(r, 200));
+    const waiters = await Promise.all(Array.from({ length: 5 }, () => postJson(url, keys.live, body)));
+    const leader = await first;
+    assert.equal(leader.status, 200, leader.text);
+    assert.equal(leader.headers["x-svc-cache"], "MISS");
+    assert.deepEqual(waiters.map((w) => [w.status, w.headers["x-svc-cache"], w.headers["x-svc-cost"]]), waiters.map(() => [200, "HIT", "0"]));
+    assert.ok(waiters.every((w) => w.text === leader.text), "each waiter got the leader's answer");
+    await minuteCountBecomes(keys.projectId, 6);
+    await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd === "0", 3_000, "no reservation left");
+  });
+
+  it("when the answer waited on does not come (its client left), each waiter that calls the upstream reserves its own worst case: the cap is never passed", async () => {
+    const keys = await gw.project(Plan.PRO);
+    const cap = 0.0001;
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: String(cap) } });
+    const body = chat({ max_tokens: 100, messages: [{ role: "user", content: `abandoned answer [[fake:delay=600]] ${++n}` }] });
+    const left = new Promise<void>((resolve) => {
+      const req = request(url, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": keys.live } });
+      req.on("error", () => {});
+      req.once("close", resolve);
+      req.end(JSON.stringify(body));
+      setTimeout(() => req.destroy(), 300);
+    });
+    await new Promise((r) => setTimeout(r, 150));
+    const waiters = await Promise.all(Array.from({ length: 4 }, () => postJson(url, keys.live, body)));
+    await left;
+    for (const w of waiters) {
+      if (w.status !== 200) {
+        assert.equal(w.status, 429, w.text);
+        assert.equal(w.json().error.code, "spend_cap_exceeded");
+      }
+    }
+    assert.ok(waiters.some((w) => w.status === 200), "one waiter at least was answered");
+    await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd === "0", 3_000, "no reservation left");
+    const spent = Number((await gw.limits.getUsage({ projectId: keys.projectId })).spentUsd);
+    assert.ok(spent > 0 && spent <= cap, `spent ${spent} of a ${cap} cap`);
+  });
+
   it("serves a cache hit when the spend cap has no room left for a miss's worst case", async () => {
     const keys = await gw.project(Plan.PRO);
     await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "1" } });
