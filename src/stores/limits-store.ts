@@ -98,3 +98,10 @@ export class StoreUnavailableError extends Error {}
 
 /** Expired windows and reservations of a project are dropped this many at most per call. */
 export const EXPIRE_BATCH = 100;
+
+/**
+ * The Retry-After of a spend-cap refusal that only reservations of requests still in flight cause
+ * (what is spent plus this request's worst case fits the cap): they settle, usually to much less,
+ * within seconds. A refusal that what is already spent causes waits for the month's end.
+ */
+export const RESERVED_RETRY_MS = 5_000;

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { bucketOf, DAY, freeAtMs, MINUTE, monthOf, type WindowName, type WindowShape } from "../core/limits/windows.js";
 import { log } from "../logger.js";
 import { createJsonFileWriter, readJsonFile } from "./json-file.js";
-import { type AdmitInput, type AdmitOutcome, EXPIRE_BATCH, type LimitsStore, type RescindInput, type SettleInput, type Usage } from "./limits-store.js";
+import { type AdmitInput, type AdmitOutcome, EXPIRE_BATCH, type LimitsStore, RESERVED_RETRY_MS, type RescindInput, type SettleInput, type Usage } from "./limits-store.js";
 
 /** One sliding window's counters (see src/core/limits/windows.ts). */
 interface WindowState {
@@ -298,11 +298,13 @@ export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): Limi
       }
       let spendRemainingNano: number | undefined;
       if (input.capNano !== undefined) {
-        const room = input.capNano - (p.spent.get(input.month) ?? 0) - p.reserved;
+        const unspent = input.capNano - (p.spent.get(input.month) ?? 0);
+        const room = unspent - p.reserved;
         // A request whose worst case is nothing (a cache hit, a model priced 0) cannot spend past
         // the cap, so the cap never refuses it, even one at 0 or used up; its windows still apply.
         if (input.worstNano > 0 && input.worstNano > room) {
-          const wait = input.monthEndMs - now;
+          // Refused for what requests in flight hold, which they settle soon: retry in seconds.
+          const wait = input.worstNano > unspent ? input.monthEndMs - now : RESERVED_RETRY_MS;
           reject({ allowed: false, window: "month", limit: 0, remaining: 0, resetMs: wait, retryAfterMs: wait, spendRemainingNano: Math.max(room, 0) });
         }
         spendRemainingNano = room - input.worstNano;

@@ -1,5 +1,5 @@
 import { DAY, MINUTE } from "../core/limits/windows.js";
-import { EXPIRE_BATCH } from "./limits-store.js";
+import { EXPIRE_BATCH, RESERVED_RETRY_MS } from "./limits-store.js";
 
 /**
  * The Lua of the Redis limits store: one script per decision, so checking every window and the
@@ -150,7 +150,10 @@ if cap >= 0 then
   room = cap - spent - reserved
   -- A worst case of nothing (a cache hit, a model priced 0) cannot pass the cap: never refused.
   if worst > 0 and worst > room then
-    local wait = tonumber(ARGV[9]) - now
+    -- Refused for what requests in flight hold, which they settle soon: retry in seconds
+    -- (RESERVED_RETRY_MS, limits-store.ts); for what is spent, when the month ends.
+    local wait = ${RESERVED_RETRY_MS}
+    if worst > cap - spent then wait = tonumber(ARGV[9]) - now end
     reject(4, 0, wait, wait, s(math.max(room, 0)))
   end
 end

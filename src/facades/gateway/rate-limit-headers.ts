@@ -72,7 +72,7 @@ export function admissionError(a: AdmitResponse): Error {
     case Decision.USER_LIMITED:
       return apiError(429, "rate_limit_error", "user_rate_limit_exceeded", `This user's limit of ${requests(a.limit)} per minute (X-Svc-User-Id) is reached. ${retry}`);
     case Decision.SPEND_CAPPED:
-      return apiError(429, "rate_limit_error", "spend_cap_exceeded", `The project's monthly spend cap of $${a.spendCapUsd} would be exceeded by this request ($${a.spendRemainingUsd} left this month). ${retry}`);
+      return apiError(429, "rate_limit_error", "spend_cap_exceeded", `The project's monthly spend cap of $${a.spendCapUsd} would be exceeded by this request ($${a.spendRemainingUsd} left this month beyond what requests in flight have reserved). ${retry}`);
     default:
       return apiError(503, "api_error", "limits_unavailable", "Rate limits cannot be checked right now and the gateway is set to refuse requests until they can. Retry shortly.");
   }

@@ -235,6 +235,33 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd === "0", 3_000, "no reservation left");
   });
 
+  it("a spend-cap refusal caused only by requests in flight says retry in seconds; one caused by what is spent, when the month ends", async () => {
+    const keys = await gw.project(Plan.PRO);
+    // Room for one worst case (100 output tokens at $0.60 per million, and the prompt), not two.
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "0.0001" } });
+    const slow = postJson(url, keys.live, chat({ max_tokens: 100, messages: [{ role: "user", content: `holds a reservation [[fake:delay=800]] ${++n}` }] }));
+    await new Promise((r) => setTimeout(r, 250));
+    const second = chat({ max_tokens: 100 });
+    const held = await postJson(url, keys.live, second);
+    assert.equal(held.status, 429, held.text);
+    assert.equal(held.json().error.code, "spend_cap_exceeded");
+    assert.equal(held.headers["retry-after"], "5");
+    assert.equal(held.headers["x-should-retry"], undefined, "the SDKs retry it");
+    assert.match(held.json().error.message, /in flight/);
+    assert.equal((await slow).status, 200);
+    await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd === "0", 3_000, "the slow request settled");
+    const after = await postJson(url, keys.live, second);
+    assert.equal(after.status, 200, after.text);
+    // Now a cap that what is spent already fills: nothing in flight will free it.
+    const { spentUsd } = await gw.limits.getUsage({ projectId: keys.projectId });
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: spentUsd } });
+    const spent = await postJson(url, keys.live, chat({ max_tokens: 100 }));
+    assert.equal(spent.status, 429, spent.text);
+    assert.equal(spent.json().error.code, "spend_cap_exceeded");
+    assert.ok(Number(spent.headers["retry-after"]) > 61, `Retry-After ${spent.headers["retry-after"]}`);
+    assert.equal(spent.headers["x-should-retry"], "false");
+  });
+
   it("serves requests identical to one in flight as hits: the spend cap does not refuse them for a miss's worst case", async () => {
     const keys = await gw.project(Plan.PRO);
     // Room for one worst case (100 output tokens at $0.60 per million, and the prompt), not two.
