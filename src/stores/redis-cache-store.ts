@@ -1,3 +1,4 @@
+import { log } from "../logger.js";
 import type { CacheEntry, CacheStore } from "./cache-store.js";
 import type { RedisConnection } from "./redis-connection.js";
 
@@ -24,6 +25,16 @@ import type { RedisConnection } from "./redis-connection.js";
  * refused writes.
  */
 export function createRedisCacheStore(conn: RedisConnection): CacheStore {
+  let lastUnreadable = -Infinity;
+  /** A value this build cannot read: a miss, stored over by the fresh answer; logged at most once a minute. */
+  const unreadable = (key: string): undefined => {
+    const at = Date.now();
+    if (at - lastUnreadable >= UNREADABLE_LOG_INTERVAL_MS) {
+      lastUnreadable = at;
+      log.warn("a cached entry in Redis could not be read (another format, or damaged): answered as a miss", { key });
+    }
+    return undefined;
+  };
   return {
     async get(key) {
       if (!conn.up) return undefined;
@@ -34,7 +45,8 @@ export function createRedisCacheStore(conn: RedisConnection): CacheStore {
         conn.failed(err);
         return undefined;
       }
-      return value === null ? undefined : decodeEntry(value);
+      if (value === null) return undefined;
+      return decodeEntry(value) ?? unreadable(key);
     },
 
     async put(key, entry, ttlSeconds) {
@@ -49,6 +61,7 @@ export function createRedisCacheStore(conn: RedisConnection): CacheStore {
 }
 
 const FORMAT = 1;
+const UNREADABLE_LOG_INTERVAL_MS = 60_000;
 const HEADER = 2;
 
 /** Cost and payload in one value; the cost must be ASCII of at most 255 characters (the service checks). */

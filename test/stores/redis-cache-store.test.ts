@@ -42,11 +42,17 @@ describe("Redis cache store", function () {
     assert.deepEqual(await peek.getBuffer("t:1"), encodeEntry({ payload: allBytes, costUsd: "0.000125" }));
   });
 
-  it("reads a value it cannot decode as a miss", async () => {
+  it("reads a value it cannot decode as a miss, with a warning at most once a minute", async () => {
     await peek.set("t:bad", "not an entry");
     await peek.set("t:short", Buffer.from([1, 200, 48]));
-    assert.equal(await store.get("t:bad"), undefined);
-    assert.equal(await store.get("t:short"), undefined);
+    const fresh = createRedisCacheStore(conn);
+    const lines = await captureLog(async () => {
+      assert.equal(await fresh.get("t:bad"), undefined);
+      assert.equal(await fresh.get("t:short"), undefined);
+    });
+    const warned = lines.filter((l) => l.includes("could not be read (another format, or damaged)"));
+    assert.equal(warned.length, 1, lines.join(""));
+    assert.match(warned[0]!, /t:bad/);
   });
 
   it("stores under the scope key, with the project as the hash tag", async () => {
