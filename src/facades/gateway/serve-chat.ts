@@ -97,12 +97,17 @@ export interface Surface {
   codec: ClientCodec;
 }
 
+/** What a request in flight gave the requests waiting on it (Flights): ABANDONED when its client left. */
+export const ABANDONED = Symbol("abandoned");
+type Landed = Completion | undefined | typeof ABANDONED;
+
 /**
  * Identical requests in flight in this process, by project, key mode and cache key: a second one
  * waits for the first one's answer instead of calling the upstream again (single flight). The
- * promise gives undefined when the first one ended without a cacheable answer.
+ * promise gives undefined when the first one ended without a cacheable answer, and ABANDONED when
+ * its client left, aborting its upstream call: then one waiter takes its place.
  */
-export type Flights = Map<string, Promise<Completion | undefined>>;
+export type Flights = Map<string, Promise<Landed>>;
 
 /**
  * What one gateway's requests share: identical requests in flight, the identities of recent keys,
@@ -227,7 +232,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     // admitted as a hit (counted, nothing reserved, never refused by the spend cap), rescindably,
     // since it calls the upstream itself, under a reservation of its own, if no answer comes.
     const waits = !hit && policy.lookup && flights.has(flightKey);
-    let reservesNothing = false;
+    let reservesNothing = false as boolean;
     if (pre.admitting) admission = await adoptAhead(deps, pre.admitting, limited ? { projectId: chat.projectId, userId: admitUser, limits, hit: hit !== undefined || waits } : undefined);
     if (limited) {
       if (!admission) {
@@ -240,25 +245,28 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     let cost = "0";
     try {
       if (hit) return await serveHit(res, svc, limitHeaders, s.codec, parsed, hit, trace, bodies);
-      let twin = policy.lookup ? flights.get(flightKey) : undefined;
-      if (twin) {
-        const shared = await twin;
-        if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
-      }
-      if (reservesNothing && admission) {
+      for (;;) {
+        // An identical request in flight: its answer, served as a hit. When its client left (which
+        // aborts its upstream call), the first waiter back takes its place and the others wait on
+        // that one; when it failed, each waiter calls the upstream itself.
+        let twin = policy.lookup ? flights.get(flightKey) : undefined;
+        while (twin) {
+          const shared = await twin;
+          if (shared === ABANDONED) twin = flights.get(flightKey);
+          else if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
+          else twin = undefined;
+        }
+        if (!reservesNothing || !admission) break;
         // The answer waited for did not come (its request failed, or ended before this one was
-        // admitted): this one calls the upstream, so it reserves its worst case as any miss does.
+        // admitted): this one calls the upstream, so it reserves its worst case as any miss does,
+        // then looks again for one in flight (a waiter that took over meanwhile).
+        reservesNothing = false;
         admission = await reserveOwn(deps, admission, { projectId: chat.projectId, userId: admitUser, maxCostUsd: deps.pricing.worstCaseUsd(chat), limits: limits! });
         limitHeaders = rateLimitHeaders(admission, s.style);
         if (admission.decision !== Decision.ALLOWED) throw admissionError(admission);
-        twin = policy.lookup ? flights.get(flightKey) : undefined;
-        if (twin) {
-          const shared = await twin;
-          if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
-        }
       }
       // No await between the lookup above and this: two identical requests cannot both miss it.
-      let land: (c: Completion | undefined) => void = () => {};
+      let land: (c: Landed) => void = () => {};
       const leader = cached && !flights.has(flightKey);
       if (leader) flights.set(flightKey, new Promise((r) => (land = r)));
       let answer: Completion | undefined;
@@ -281,7 +289,9 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       } finally {
         if (leader) {
           flights.delete(flightKey);
-          land(answer);
+          // Its client left (not the shutdown's cut, which ends the waiters too): a waiter takes over.
+          const abandoned = answer === undefined && res.destroyed && !res.writableFinished && !deps.shutdown?.isCut;
+          land(abandoned ? ABANDONED : answer);
         }
       }
       if (answer && policy.store) store(deps, scope, answer, policy);

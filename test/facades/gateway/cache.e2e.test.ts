@@ -227,6 +227,23 @@ for (const mode of ["memory", "redis"] as const) {
       assert.equal(all.filter((r) => r.headers["x-svc-cache"] === "MISS").length, 1);
     });
 
+    it("when the client of the request in flight leaves, one waiter takes its place and the others wait on that one", async () => {
+      const p = fresh("[[fake:delay=500]]");
+      const left = new Promise<void>((resolve) => {
+        const req = request(url, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": keys.live } });
+        req.on("error", () => {});
+        req.once("close", resolve);
+        req.end(JSON.stringify(chat(p)));
+        setTimeout(() => req.destroy(), 250);
+      });
+      await new Promise((r) => setTimeout(r, 100));
+      const waiters = await Promise.all(Array.from({ length: 4 }, (_, i) => postJson(url, keys.live, chat(p, i % 2 ? { stream: true } : {}))));
+      await left;
+      assert.deepEqual(waiters.map((w) => w.status), [200, 200, 200, 200]);
+      assert.equal(waiters.filter((w) => w.headers["x-svc-cache"] === "MISS").length, 1, "one waiter called the upstream, the others were served its answer");
+      assert.equal(upstreamCalls(p), 2, "the abandoned call and the one that took its place");
+    });
+
     it("logs a request that waited on an identical one and lost its client meanwhile as 499, not as a hit", async () => {
       const own = await gw.project(Plan.ENTERPRISE);
       const p = fresh("[[fake:delay=800]]");
