@@ -127,22 +127,24 @@ export class SvcClient {
 }
 
 /**
- * A time as the API reads it: a Date or epoch milliseconds as ISO 8601, a string as given. One that
- * is no time (an invalid Date, NaN) is sent as written, for the API to refuse naming the parameter,
- * rather than thrown here as a RangeError or dropped.
+ * A time as the API reads it: a Date or whole epoch milliseconds (0 or more) as ISO 8601, anything
+ * else as written: a string as given, and a value that is no such time (an invalid Date, NaN, a
+ * fraction, a negative number, a null from untyped code) for the API to refuse naming the parameter,
+ * rather than thrown here as a RangeError, dropped, or made into some other time.
  */
 function toIso(t: Date | string | number): string {
-  if (typeof t === "string") return t;
-  const d = t instanceof Date ? t : new Date(t);
-  return Number.isNaN(d.getTime()) ? String(t) : d.toISOString();
+  const d = t instanceof Date ? t : typeof t === "number" && Number.isSafeInteger(t) && t >= 0 ? new Date(t) : undefined;
+  return d && !Number.isNaN(d.getTime()) ? d.toISOString() : String(t);
 }
 
 /**
- * An id or name as one path segment. An empty one is refused here, as the API refuses a bad id
- * (400 invalid_parameter): `/v1/logs/` would be the listing, answered as if it were the record.
+ * An id or name as one path segment. An empty one, `.` or `..` is refused here, as the API refuses a
+ * bad id (400 invalid_parameter): URL parsing drops such a segment (encoded or not), so
+ * `/v1/logs/.` would reach the API as the listing, answered as if it were the record.
  */
 function pathSegment(value: string, name: string): string {
   if (value === "") throw new SvcApiError(400, "invalid_request_error", "invalid_parameter", `'${name}' must not be empty.`);
+  if (value === "." || value === "..") throw new SvcApiError(400, "invalid_request_error", "invalid_parameter", `'${name}' must not be '${value}'.`);
   return encodeURIComponent(value);
 }
 

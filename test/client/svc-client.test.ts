@@ -76,6 +76,16 @@ describe("client library: SvcClient and createCoreClients against a running gate
       ["version", () => svc.prompts.get("empty-values", 0)],
       ["id", () => svc.logs.get("")],
       ["name", () => svc.prompts.get("")],
+      // A dot segment would be dropped by URL parsing: the listing, taken for the record.
+      ["id", () => svc.logs.get(".")],
+      ["id", () => svc.logs.get("..")],
+      ["name", () => svc.prompts.get(".")],
+      ["name", () => svc.prompts.get("..")],
+      // Not a time: sent as written, refused by the API, never made into another time.
+      ["start", () => svc.logs.list({ start: 1.5 })],
+      ["start", () => svc.logs.list({ start: -1 })],
+      ["start", () => svc.logs.list({ start: null as unknown as number })],
+      ["end", () => svc.analytics({ end: -1 })],
     ];
     for (const [param, call] of cases) await assert.rejects(call(), refused(param), `${param}: ${call}`);
     // 0 is a time like any other (the epoch), not "no start".
