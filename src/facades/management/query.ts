@@ -89,6 +89,9 @@ export class Query {
 /** Whole seconds, then the fraction (`.` or `,`), then the rest (a zone): ISO 8601 with a fraction. */
 const FRACTION = /^(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2})[.,](\d+)(.*)$/;
 
+/** The whole text of an ISO 8601 date, or date and time (minutes, seconds, a fraction), with an optional zone. */
+const ISO_TIME = /^\d{4}-\d{2}-\d{2}(?:[Tt ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:[Zz]|[+-]\d{2}(?::?\d{2})?)?)?$/;
+
 /** A date with a time of day (which Date.parse reads as local time when no zone follows). */
 const HAS_TIME = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}/;
 /** A zone designator at the end: `Z`, or an offset `+hh`, `+hhmm`, `+hh:mm`. */
@@ -106,8 +109,9 @@ export function parseMicros(v: string): number | undefined {
 function readMicros(v: string): number | undefined {
   // Milliseconds since the epoch: any whole number, `0` included (no sign, no fraction).
   if (/^\d{1,16}$/.test(v)) return Number(v) * 1000;
-  // An ISO time must name a real day: Date.parse rolls 2026-02-30 over to March 2.
-  if (!startsWithCalendarDate(v)) return undefined;
+  // An ISO time must name a real day: Date.parse rolls 2026-02-30 over to March 2. And it must be
+  // one whole: Date.parse reads on past some characters it stops at (a NUL: "2026-11-27\0junk").
+  if (!ISO_TIME.test(v) || !startsWithCalendarDate(v)) return undefined;
   // Date.parse keeps milliseconds only: the fraction is read here, the rest (whole seconds) there.
   const m = FRACTION.exec(v);
   const whole = m ? m[1]! + m[3]! : v;

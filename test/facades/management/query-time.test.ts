@@ -44,6 +44,8 @@ describe("management API times", () => {
       "-1", "+1", "1.5", "1e3", "0x10", " 1", "", "12345678901234567", "253402300800000", "9999999999999999",
       // An offset that carries the last day of 9999 into the year 10000, in UTC.
       "9999-12-31T23:00:00-05:00",
+      // Only a whole time: Date.parse stops at a NUL and reads what came before it.
+      "2026-11-27T05:12:30Z\u0000junk", "2026-11-27\u0000anything", "2026-11-27T05:12:30Z junk", "2026-11-27T05",
     ]) assert.equal(parseMicros(v), undefined, v);
   });
 });
