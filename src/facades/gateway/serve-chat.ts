@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { equals } from "@bufbuild/protobuf";
-import { type Client, type ConnectError, createContextValues } from "@connectrpc/connect";
+import { type Client, Code, ConnectError, createContextValues } from "@connectrpc/connect";
 import type { AuthService } from "../../gen/svc/auth/v1/auth_service_pb.js";
 import type { CacheService, GetEntryRequest, GetEntryResponse } from "../../gen/svc/cache/v1/cache_service_pb.js";
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
@@ -99,6 +99,14 @@ export interface Surface {
 
 /** What a request in flight gave the requests waiting on it (Flights): ABANDONED when its client left. */
 export const ABANDONED = Symbol("abandoned");
+/** What `clientGone` gives. */
+const GONE = Symbol("gone");
+
+/** Resolves when the client of a response not yet written goes away (at once when it has). */
+function clientGone(res: ServerResponse): Promise<typeof GONE> {
+  if (res.destroyed) return Promise.resolve(GONE);
+  return new Promise((resolve) => res.once("close", () => resolve(GONE)));
+}
 type Landed = Completion | undefined | typeof ABANDONED;
 
 /**
@@ -245,13 +253,19 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     let cost = "0";
     try {
       if (hit) return await serveHit(res, svc, limitHeaders, s.codec, parsed, hit, trace, bodies);
+      let gone: Promise<typeof GONE> | undefined;
       for (;;) {
         // An identical request in flight: its answer, served as a hit. When its client left (which
         // aborts its upstream call), the first waiter back takes its place and the others wait on
         // that one; when it failed, each waiter calls the upstream itself.
         let twin = policy.lookup ? flights.get(flightKey) : undefined;
         while (twin) {
-          const shared = await twin;
+          // A waiter whose own client leaves stops waiting then (logged 499 at once), and never takes over.
+          const shared = await Promise.race([twin, (gone ??= clientGone(res))]);
+          if (shared === GONE || res.destroyed) {
+            trace.failed({ status: 499, type: "", code: "" });
+            return;
+          }
           if (shared === ABANDONED) twin = flights.get(flightKey);
           else if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
           else twin = undefined;
@@ -562,6 +576,8 @@ async function callUpstream(
   if (shutdown?.isCut) throw shuttingDown();
   // A client that goes away aborts the upstream call (a Cancellation, not an AbortSignal:
   // core/cancel.ts), and so does the shutdown's cut, until the answer is written.
+  // A client already gone (it left while the request waited its turn) is never called for.
+  if (res.destroyed) throw new ConnectError("The client closed the request.", Code.Canceled);
   const cancel = new Cancellation();
   const unwatch = shutdown?.watch(cancel);
   res.once("close", () => {

@@ -227,21 +227,38 @@ for (const mode of ["memory", "redis"] as const) {
       assert.equal(all.filter((r) => r.headers["x-svc-cache"] === "MISS").length, 1);
     });
 
-    it("when the client of the request in flight leaves, one waiter takes its place and the others wait on that one", async () => {
-      const p = fresh("[[fake:delay=500]]");
-      const left = new Promise<void>((resolve) => {
-        const req = request(url, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": keys.live } });
+    /** Sends `body` and leaves after `ms`, before any answer; resolves once the connection is closed. */
+    const sendAndLeave = (key: string, body: object, ms: number) =>
+      new Promise<void>((resolve) => {
+        const req = request(url, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": key } });
         req.on("error", () => {});
         req.once("close", resolve);
-        req.end(JSON.stringify(chat(p)));
-        setTimeout(() => req.destroy(), 250);
+        req.end(JSON.stringify(body));
+        setTimeout(() => req.destroy(), ms);
       });
+
+    it("when the client of the request in flight leaves, a waiter still there takes its place and the others wait on that one; waiters that left do not", async () => {
+      const own = await gw.project(Plan.ENTERPRISE);
+      const p = fresh("[[fake:delay=500]]");
+      const leader = sendAndLeave(own.live, chat(p), 300);
       await new Promise((r) => setTimeout(r, 100));
-      const waiters = await Promise.all(Array.from({ length: 4 }, (_, i) => postJson(url, keys.live, chat(p, i % 2 ? { stream: true } : {}))));
-      await left;
+      // Two waiters whose clients leave before the leader's does (one streamed), then four that stay.
+      const departed = [sendAndLeave(own.live, chat(p), 100), sendAndLeave(own.live, chat(p, { stream: true }), 100)];
+      const waiters = await Promise.all(Array.from({ length: 4 }, (_, i) => postJson(url, own.live, chat(p, i % 2 ? { stream: true } : {}))));
+      await Promise.all([leader, ...departed]);
       assert.deepEqual(waiters.map((w) => w.status), [200, 200, 200, 200]);
       assert.equal(waiters.filter((w) => w.headers["x-svc-cache"] === "MISS").length, 1, "one waiter called the upstream, the others were served its answer");
-      assert.equal(upstreamCalls(p), 2, "the abandoned call and the one that took its place");
+      assert.equal(upstreamCalls(p), 2, "the abandoned call and the one that took its place, none for the waiters that left");
+      let logs: Array<{ status: number; cache: string; costUsd: string; latencyMs: number }> = [];
+      await eventually(async () => {
+        logs = (await gw.telemetry.listLogs({ projectId: own.projectId, keyMode: KeyMode.LIVE, pageSize: 20 })).logs;
+        return logs.length === 7;
+      }, 5_000, "all seven requests logged");
+      const left = logs.filter((l) => l.status === 499);
+      assert.equal(left.length, 3, "the leader and the two waiters that left");
+      // The waiters that left are logged when they left, not when the answer they waited on came.
+      assert.equal(left.filter((l) => l.latencyMs < 400).length, 3, JSON.stringify(left.map((l) => l.latencyMs)));
+      assert.deepEqual(logs.filter((l) => l.status === 200).map((l) => l.cache).sort(), ["HIT", "HIT", "HIT", "MISS"]);
     });
 
     it("logs a request that waited on an identical one and lost its client meanwhile as 499, not as a hit", async () => {
