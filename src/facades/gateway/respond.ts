@@ -137,6 +137,11 @@ export async function writeStream(
     for (let r = await rest.next(); !r.done; r = await rest.next()) {
       emit(r.value);
       if (res.destroyed) break;
+      // A client that reads slower than the upstream sends: the upstream is not read further (and
+      // is paused in turn: core/proxy/upstream-http.ts) until the client's socket takes what is
+      // written, so a slow or stalled reader holds a bounded buffer, not the whole answer.
+      if (pending.length >= res.writableHighWaterMark) flush();
+      if (res.writableNeedDrain) await drained(res);
     }
   } catch (err) {
     // A client that left has no reader for an error event; its answer is still priced below.
@@ -157,4 +162,17 @@ export async function writeStream(
     res.end();
   }
   return failure;
+}
+
+/** Resolves once `res` can take more (drain), or its client is gone (close). */
+function drained(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off("drain", done);
+      res.off("close", done);
+      resolve();
+    };
+    res.on("drain", done);
+    res.on("close", done);
+  });
 }
