@@ -192,7 +192,11 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     const pre = await early;
     // The body as sent, also when it is refused (not JSON, not sent as JSON).
     if (bodies && pre.text !== undefined) trace.requestBody = pre.text;
-    if (!pre.body) throw pre.error;
+    if (!pre.body) {
+      // A body refused or broken off: its log still has what the headers said, where they are good.
+      headersForLog(req, trace);
+      throw pre.error;
+    }
     const body = pre.body;
     const v = body.value as { model?: unknown; stream?: unknown } | null;
     if (typeof v?.model === "string") {
@@ -324,6 +328,20 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
   } finally {
     // An admission made ahead that the request never came to (its key or its headers refused).
     if (early && deps.admitAhead) void early.then((pre) => dropAhead(deps, pre.admitting));
+  }
+}
+
+/** The metadata and user id of a request whose body is refused, for its log; a bad header is left out (the body's error is the answer). */
+function headersForLog(req: IncomingMessage, trace: RequestTrace): void {
+  try {
+    trace.metadata = metadataOf(req);
+  } catch {
+    // refused in its turn only when the body is good
+  }
+  try {
+    trace.userId = userIdOf(req);
+  } catch {
+    // as above
   }
 }
 

@@ -81,6 +81,18 @@ describe("X-Svc-Metadata and X-Svc-User-Id with raw UTF-8 are logged as the char
     assert.equal(log.userId, "josé");
   });
 
+  it("logs the metadata and user id of a request whose body is refused", async () => {
+    const res = await rawRequest(`${gw.gatewayUrl}/v1/chat/completions`, {
+      headers: { "content-type": "application/json", "x-svc-api-key": keys.live, "x-svc-metadata": '{"team":"search"}', "x-svc-user-id": "u-7" },
+      body: "{not json",
+    });
+    assert.equal(res.status, 400);
+    const log = await logOf(res);
+    assert.deepEqual({ ...log.metadata }, { team: "search" });
+    assert.equal(log.userId, "u-7");
+    assert.equal(log.errorCode, "invalid_json");
+  });
+
   it("quotes a refused header's raw UTF-8 as the characters sent", async () => {
     const version = await post("/v1/messages", { model: "assistant-3-5-haiku-20241022", max_tokens: 5, messages: [{ role: "user", content: "v" }] }, { "provider-version": utf8Bytes("2024-01-01é") });
     assert.equal(version.status, 400);
