@@ -142,6 +142,8 @@ describe("core port: requests checked before they reach the upstream", function 
     ["temperature 5", (m) => chat(m, { temperature: 5 }), "INVALID_ARGUMENT", "invalid_value", "`temperature`"],
     ["max_tokens -1", (m) => chat(m, { max_tokens: -1 }), "INVALID_ARGUMENT", "invalid_value", "`max_tokens`"],
     ["max_tokens 0", (m) => chat(m, { max_tokens: 0 }), "INVALID_ARGUMENT", "invalid_value", "`max_tokens`"],
+    ["max_completion_tokens 0 in extra_json", (m) => chat(m, { extra_json: '{"max_completion_tokens":0}' }), "INVALID_ARGUMENT", "invalid_value", "`max_completion_tokens`"],
+    ["max_completion_tokens 1.5 in extra_json", (m) => chat(m, { extra_json: '{"max_completion_tokens":1.5}' }), "INVALID_ARGUMENT", "invalid_value", "`max_completion_tokens`"],
     ["the role wizard", (m) => chat(m, { messages: [{ role: "wizard", blocks: [text(m)] }] }), "INVALID_ARGUMENT", "invalid_value", "`messages[0].role`"],
     ["an empty role", (m) => chat(m, { messages: [{ role: "", blocks: [text(m)] }] }), "INVALID_ARGUMENT", "missing_required_field", "`messages[0].role`"],
     ["an unspecified block type", (m) => chat(m, { messages: [{ role: "user", blocks: [{ type: "BLOCK_TYPE_UNSPECIFIED", text: m }] }] }), "INVALID_ARGUMENT", "invalid_value", "`messages[0].blocks[0].type`"],
@@ -155,6 +157,7 @@ describe("core port: requests checked before they reach the upstream", function 
     ["a user id over 256 characters", (m) => chat(m, { user_id: "u".repeat(257) }), "INVALID_ARGUMENT", "invalid_user_id", "`user_id`"],
     ["a beta that is not a feature name", (m) => chat(m, { betas: ["a\r\nx-injected: 1"] }), "INVALID_ARGUMENT", "invalid_beta", "`betas`"],
     // Messages style.
+    ["a messages-style request without max_tokens", (m) => messages(m, { max_tokens: undefined }), "INVALID_ARGUMENT", "missing_required_field", "`max_tokens`"],
     ["malformed messages-style extra_json", (m) => messages(m, { extra_json: "{bad" }), "INVALID_ARGUMENT", "invalid_value", "`extra_json`"],
     ["a messages-style extra_json naming max_tokens", (m) => messages(m, { extra_json: '{"max_tokens":100000}' }), "INVALID_ARGUMENT", "invalid_value", "`extra_json`"],
     ["a messages-style temperature of 1.5", (m) => messages(m, { temperature: 1.5 }), "INVALID_ARGUMENT", "invalid_value", "`temperature`"],

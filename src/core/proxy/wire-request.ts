@@ -62,6 +62,8 @@ export function checkWireChatRequest(req: StreamChatRequest): void {
   if (req.maxTokens !== undefined && req.maxTokens < MIN_MAX_TOKENS) {
     fail("invalid_value", `\`max_tokens\` must be an integer between ${MIN_MAX_TOKENS} and 2147483647, got ${req.maxTokens}.`);
   }
+  // As on /v1/messages, where the provider's API requires it.
+  if (style === ApiStyle.MESSAGES && req.maxTokens === undefined) fail("missing_required_field", "`max_tokens` is required.");
   if (req.messages.length === 0) fail("invalid_value", "`messages` must contain at least one message.");
   req.messages.forEach((m, i) => checkMessage(m, `messages[${i}]`, style));
   req.tools.forEach((t, i) => checkTool(t, `tools[${i}]`, style));
@@ -116,6 +118,11 @@ function checkRequestExtra(json: string, style: ApiStyle): void {
   // As on /v1/chat/completions: the gateway answers, caches and prices one choice.
   const n = extra.n;
   if (!messages && n !== undefined && n !== null && n !== 1) fail("unsupported_parameter", `\`n\` must be 1: the gateway returns a single choice, got ${JSON.stringify(n)}.`);
+  // As on /v1/chat/completions: the limit it names is the request's output limit too.
+  const mct = extra.max_completion_tokens;
+  if (!messages && mct !== undefined && mct !== null && !(Number.isInteger(mct) && (mct as number) >= MIN_MAX_TOKENS && (mct as number) <= 2_147_483_647)) {
+    fail("invalid_value", `\`max_completion_tokens\` must be an integer between ${MIN_MAX_TOKENS} and 2147483647, got ${JSON.stringify(mct)}.`);
+  }
 }
 
 function checkMessage(m: ChatMessage, path: string, style: ApiStyle): void {
