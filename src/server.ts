@@ -16,7 +16,7 @@ import { createTelemetryBackend } from "./core/telemetry/telemetry-backend.js";
 import { createDirectClient } from "./core/direct-client.js";
 import { createCoreServer } from "./core/grpc-server.js";
 import { newRequestId } from "./core/ids.js";
-import { internalErrorInterceptor, servedCacheService, servedProxyService, servedTelemetryService } from "./core/served.js";
+import { internalErrorInterceptor, servedCacheService, servedLimitsService, servedProxyService, servedTelemetryService } from "./core/served.js";
 import { createPricing } from "./core/proxy/pricing.js";
 import { createProxyService } from "./core/proxy/proxy-service.js";
 import { createUpstreamHttp } from "./core/proxy/upstream-http.js";
@@ -141,7 +141,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
       router.service(AuthService, authImpl);
       router.service(ProxyService, servedProxyService(proxyImpl, projectExists));
       router.service(CacheService, servedCacheService(cacheBackend.impl, projectExists));
-      router.service(LimitsService, limitsBackend.impl);
+      router.service(LimitsService, servedLimitsService(limitsBackend.impl, projectExists));
       router.service(TelemetryService, servedTelemetryService(telemetryBackend.impl, projectExists));
     }, [internalErrorInterceptor(), adminAuthInterceptor(adminToken)], opts.clientTimeouts, {
       // A call without the token is answered before its body is read, and no message is read past

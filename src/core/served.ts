@@ -1,6 +1,7 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
 import type { CacheService } from "../gen/svc/cache/v1/cache_service_pb.js";
+import type { LimitsService } from "../gen/svc/limits/v1/limits_service_pb.js";
 import { CompletionSchema } from "../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ProxyService } from "../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { TelemetryService } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
@@ -46,6 +47,41 @@ export function servedTelemetryService(impl: ServiceImpl<typeof TelemetryService
         await project(req.log.projectId);
       }
       return impl.recordRequest(req, ctx);
+    },
+    // A listing or analytics of a project that does not exist is NOT_FOUND, not an empty answer.
+    async listLogs(req, ctx) {
+      if (req.projectId) await project(req.projectId);
+      return impl.listLogs(req, ctx);
+    },
+    async getAnalytics(req, ctx) {
+      if (req.projectId) await project(req.projectId);
+      return impl.getAnalytics(req, ctx);
+    },
+  };
+}
+
+/**
+ * LimitsService for the core port: every call names a project that exists (Admit finds its limits
+ * in the registry already); a Settle, Rescind or GetUsage of one that does not is NOT_FOUND
+ * (404 project_not_found) instead of charging, or reading, a project nobody has.
+ */
+export function servedLimitsService(impl: ServiceImpl<typeof LimitsService>, project: ProjectCheck): ServiceImpl<typeof LimitsService> {
+  const checked = async (projectId: string) => {
+    if (projectId) await project(projectId);
+  };
+  return {
+    ...impl,
+    async settle(req, ctx) {
+      await checked(req.projectId);
+      return impl.settle(req, ctx);
+    },
+    async rescind(req, ctx) {
+      await checked(req.projectId);
+      return impl.rescind(req, ctx);
+    },
+    async getUsage(req, ctx) {
+      await checked(req.projectId);
+      return impl.getUsage(req, ctx);
     },
   };
 }

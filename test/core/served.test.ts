@@ -28,7 +28,7 @@ import { captureLog } from "../support/log-capture.js";
 const protoDir = fileURLToPath(new URL("../../proto", import.meta.url));
 
 function loadGrpc(): any {
-  const files = ["svc/auth/v1/auth_service.proto", "svc/proxy/v1/proxy_service.proto", "svc/telemetry/v1/telemetry_service.proto"];
+  const files = ["svc/auth/v1/auth_service.proto", "svc/proxy/v1/proxy_service.proto", "svc/telemetry/v1/telemetry_service.proto", "svc/limits/v1/limits_service.proto"];
   const def = protoLoader.loadSync(files, { includeDirs: [protoDir], keepCase: true, enums: String, longs: String, defaults: true, oneofs: true });
   return grpc.loadPackageDefinition(def);
 }
@@ -65,6 +65,7 @@ describe("core port: requests checked before they reach the upstream", function 
   let proxy: any;
   let auth: any;
   let telemetry: any;
+  let limits: any;
   let projectId: string;
   let keyId: string;
 
@@ -77,6 +78,7 @@ describe("core port: requests checked before they reach the upstream", function 
     proxy = new pkg.svc.proxy.v1.ProxyService(target, grpc.credentials.createInsecure());
     auth = new pkg.svc.auth.v1.AuthService(target, grpc.credentials.createInsecure());
     telemetry = new pkg.svc.telemetry.v1.TelemetryService(target, grpc.credentials.createInsecure());
+    limits = new pkg.svc.limits.v1.LimitsService(target, grpc.credentials.createInsecure());
     const p = await gw.project();
     projectId = p.projectId;
     keyId = p.liveKeyId;
@@ -85,6 +87,7 @@ describe("core port: requests checked before they reach the upstream", function 
     proxy?.close();
     auth?.close();
     telemetry?.close();
+    limits?.close();
     await gw?.close();
   });
 
@@ -269,6 +272,26 @@ describe("core port: requests checked before they reach the upstream", function 
     }
     await new Promise((r) => setTimeout(r, 300)); // anything refused but queued would be written by now
     assert.deepEqual((await list()).logs.map((x) => [x.requestId, x.cache]), [[(ok as { request_id: string }).request_id, "HIT"]], "only the good log was recorded");
+  });
+
+  it("answers NOT_FOUND for Settle, Rescind, GetUsage, ListLogs and GetAnalytics of a project that does not exist, and charges nothing", async () => {
+    const ghost = "proj_ghost0123456789";
+    const calls: Array<[string, any, string, object]> = [
+      ["Settle", limits, "Settle", { project_id: ghost, cost_usd: "3.5" }],
+      ["Rescind", limits, "Rescind", { project_id: ghost, reservation_id: "rsv_2026-11_abc" }],
+      ["GetUsage", limits, "GetUsage", { project_id: ghost }],
+      ["ListLogs", telemetry, "ListLogs", { project_id: ghost, key_mode: "KEY_MODE_LIVE" }],
+      ["GetAnalytics", telemetry, "GetAnalytics", { project_id: ghost, start_time: { seconds: "0" }, end_time: { seconds: "3600" }, granularity: "GRANULARITY_HOUR" }],
+    ];
+    const got: Record<string, unknown> = {};
+    for (const [name, client, method, req] of calls) {
+      const f = failure(await unary(client, method, req, md).then(() => undefined, (e) => e));
+      got[name] = [f?.status, f?.code];
+    }
+    assert.deepEqual(got, Object.fromEntries(calls.map(([name]) => [name, ["NOT_FOUND", "project_not_found"]])));
+    // A real project's usage is still read.
+    const usage = await unary<{ spent_usd: string }>(limits, "GetUsage", { project_id: projectId }, md);
+    assert.match(usage.spent_usd, /^\d/);
   });
 
   it("DeleteKey is not marked idempotent: a second call answers NOT_FOUND", async () => {
