@@ -316,7 +316,8 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     } finally {
       // A degraded admission (store down, failing open) has no reservation id: settling it still
       // charges the month once the store can record it.
-      if (admission) settle(deps, chat.projectId, admission.reservationId, cost);
+      // A re-admission refused here (reserveOwn) reserved nothing and has nothing to settle.
+      if (admission?.decision === Decision.ALLOWED) settle(deps, chat.projectId, admission.reservationId, cost);
     }
   } catch (err) {
     const { info, body } = writeError(res, svc, err, limitHeaders);
