@@ -51,9 +51,11 @@ export function parseJsonBody(text: string): JsonBody {
 
 /**
  * A number literal JSON.parse may have read as ±Infinity: an exponent of three digits or more, or
- * 309 digits in a row. Bodies without one (nearly all) skip the walk below.
+ * 309 digits in a row. Bodies without one (nearly all) skip the walk below. The run is only tried
+ * where one starts (the lookbehind): tried at every digit, runs just short of 309 made the test
+ * quadratic (3.5 s on a 4 MB body of 308-digit numbers, against 41 ms so).
  */
-const MAY_OVERFLOW = /\d[eE][+]?\d{3}|\d{309}/;
+const MAY_OVERFLOW = /\d[eE]\+?\d{3}|(?<!\d)\d{309}/;
 
 /**
  * Refuses a body holding a number too large for a double anywhere (JSON.parse reads `1e400` as
