@@ -35,6 +35,14 @@ export function servedProxyService(impl: ServiceImpl<typeof ProxyService>, proje
 }
 
 /**
+ * Resolves when the project a call names exists (NOT_FOUND otherwise); a call that names none is
+ * left to the implementation, which refuses it as missing.
+ */
+async function existsIfNamed(project: ProjectCheck, projectId: string): Promise<void> {
+  if (projectId) await project(projectId);
+}
+
+/**
  * TelemetryService for the core port: RecordRequest's log must be one the gateway would record
  * (log-row.ts `checkWireLog`) of a project that exists. The other calls are the implementation's.
  */
@@ -50,11 +58,11 @@ export function servedTelemetryService(impl: ServiceImpl<typeof TelemetryService
     },
     // A listing or analytics of a project that does not exist is NOT_FOUND, not an empty answer.
     async listLogs(req, ctx) {
-      if (req.projectId) await project(req.projectId);
+      await existsIfNamed(project, req.projectId);
       return impl.listLogs(req, ctx);
     },
     async getAnalytics(req, ctx) {
-      if (req.projectId) await project(req.projectId);
+      await existsIfNamed(project, req.projectId);
       return impl.getAnalytics(req, ctx);
     },
   };
@@ -66,21 +74,18 @@ export function servedTelemetryService(impl: ServiceImpl<typeof TelemetryService
  * (404 project_not_found) instead of charging, or reading, a project nobody has.
  */
 export function servedLimitsService(impl: ServiceImpl<typeof LimitsService>, project: ProjectCheck): ServiceImpl<typeof LimitsService> {
-  const checked = async (projectId: string) => {
-    if (projectId) await project(projectId);
-  };
   return {
     ...impl,
     async settle(req, ctx) {
-      await checked(req.projectId);
+      await existsIfNamed(project, req.projectId);
       return impl.settle(req, ctx);
     },
     async rescind(req, ctx) {
-      await checked(req.projectId);
+      await existsIfNamed(project, req.projectId);
       return impl.rescind(req, ctx);
     },
     async getUsage(req, ctx) {
-      await checked(req.projectId);
+      await existsIfNamed(project, req.projectId);
       return impl.getUsage(req, ctx);
     },
   };
@@ -103,7 +108,7 @@ export function servedCacheService(impl: ServiceImpl<typeof CacheService>, proje
           throw invalidRequest("invalid_value", "`payload` must be a svc.proxy.v1.Completion in protobuf binary form.");
         }
       }
-      if (req.projectId) await project(req.projectId);
+      await existsIfNamed(project, req.projectId);
       return impl.putEntry(req, ctx);
     },
   };
