@@ -47,6 +47,28 @@ export async function startTestGateway(env: Record<string, string> = {}, demo = 
 }
 
 /**
+ * One gateway on embedded defaults with a pro project and its keys, started before the enclosing
+ * `describe`'s tests and stopped after them. Call it inside a `describe`; read `gw` and `keys` in tests.
+ */
+export function gatewayWithProject(): { readonly gw: TestGateway; readonly keys: Awaited<ReturnType<TestGateway["project"]>> } {
+  let gw: TestGateway;
+  let keys: Awaited<ReturnType<TestGateway["project"]>>;
+  before(async () => {
+    gw = await startTestGateway();
+    keys = await gw.project();
+  });
+  after(() => gw.close());
+  return {
+    get gw() {
+      return gw;
+    },
+    get keys() {
+      return keys;
+    },
+  };
+}
+
+/**
  * Two gateway replicas in cluster mode on one private Redis, started before the enclosing
  * `describe`'s tests and stopped after them. Call it inside a `describe`; read `a` and `b` in tests.
  */

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import net from "node:net";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
-import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { gatewayWithProject } from "../../support/gateway.js";
 import { eventually, sseEvents } from "../../support/http.js";
 
 /** One HTTP/1.0 request over a raw socket (as nginx sends to a backend by default), read until the server closes. */
@@ -26,13 +26,7 @@ function http10(url: string, path: string, headers: Record<string, string>, body
 }
 
 describe("streams over HTTP/1.0 (no chunked framing, so no trailer)", () => {
-  let gw: TestGateway;
-  let keys: Awaited<ReturnType<TestGateway["project"]>>;
-  before(async () => {
-    gw = await startTestGateway();
-    keys = await gw.project();
-  });
-  after(() => gw.close());
+  const setup = gatewayWithProject();
 
   const cases = [
     {
@@ -51,7 +45,7 @@ describe("streams over HTTP/1.0 (no chunked framing, so no trailer)", () => {
 
   for (const c of cases) {
     it(`${c.path}: a live stream and its cached repeat are whole SSE answers ended by the close; the live one is logged with its cost`, async () => {
-      const send = () => http10(gw.gatewayUrl, c.path, { "content-type": "application/json", "x-svc-api-key": keys.live, ...c.headers }, JSON.stringify(c.body));
+      const send = () => http10(setup.gw.gatewayUrl, c.path, { "content-type": "application/json", "x-svc-api-key": setup.keys.live, ...c.headers }, JSON.stringify(c.body));
       const live = await send();
       assert.equal(live.status, 200, live.body);
       assert.match(live.headers["content-type"] ?? "", /^text\/event-stream/);
@@ -67,7 +61,7 @@ describe("streams over HTTP/1.0 (no chunked framing, so no trailer)", () => {
       const id = live.headers["x-svc-request-id"]!;
       let logged: { status: number; costUsd: string } | undefined;
       await eventually(async () => {
-        const { logs } = await gw.telemetry.listLogs({ projectId: keys.projectId, keyMode: KeyMode.LIVE, pageSize: 100 });
+        const { logs } = await setup.gw.telemetry.listLogs({ projectId: setup.keys.projectId, keyMode: KeyMode.LIVE, pageSize: 100 });
         logged = logs.find((l) => l.requestId === id);
         return logged !== undefined;
       }, 10_000, "the live stream's log");

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { gatewayWithProject } from "../../support/gateway.js";
 import { rawRequest } from "../../support/http.js";
 
 /**
@@ -8,13 +8,7 @@ import { rawRequest } from "../../support/http.js";
  * instead, and the field was dropped without a word.
  */
 describe("a body field named __proto__ passes through to a same-style upstream", () => {
-  let gw: TestGateway;
-  let keys: Awaited<ReturnType<TestGateway["project"]>>;
-  before(async () => {
-    gw = await startTestGateway();
-    keys = await gw.project();
-  });
-  after(() => gw.close());
+  const setup = gatewayWithProject();
 
   const cases = [
     { path: "/v1/chat/completions", headers: {} as Record<string, string>, body: '{"model":"chat-4o-mini","messages":[{"role":"user","content":"proto chat"}],"__proto__":{"x":1},"constructor":"c"}', marker: "proto chat" },
@@ -22,9 +16,9 @@ describe("a body field named __proto__ passes through to a same-style upstream",
   ];
   for (const c of cases) {
     it(c.path, async () => {
-      const res = await rawRequest(`${gw.gatewayUrl}${c.path}`, { headers: { "content-type": "application/json", "x-svc-api-key": keys.live, ...c.headers }, body: c.body });
+      const res = await rawRequest(`${setup.gw.gatewayUrl}${c.path}`, { headers: { "content-type": "application/json", "x-svc-api-key": setup.keys.live, ...c.headers }, body: c.body });
       assert.equal(res.status, 200, res.text);
-      const sent = gw.demo!.requests.find((r) => JSON.stringify(r.body).includes(c.marker))!.body;
+      const sent = setup.gw.demo!.requests.find((r) => JSON.stringify(r.body).includes(c.marker))!.body;
       assert.ok(Object.hasOwn(sent, "__proto__"), `the upstream got ${JSON.stringify(sent)}`);
       assert.deepEqual(JSON.parse(JSON.stringify(sent)).__proto__, { x: 1 });
       assert.equal(sent.constructor, "c");
