@@ -165,7 +165,7 @@ export function createClickHouseTelemetryStore(opts: ClickHouseTelemetryStoreOpt
     },
 
     async listLogs(q) {
-      const params: Record<string, unknown> = { project: q.projectId, limit: q.limit + 1 };
+      const params: Record<string, unknown> = { project: q.projectId };
       const where = [`project_id = {project:String}`, ...filterSql(q.filter, params)];
       if (q.after) {
         params.cursor_us = q.after.timeUs;
@@ -173,21 +173,31 @@ export function createClickHouseTelemetryStore(opts: ClickHouseTelemetryStoreOpt
         where.push(`time <= fromUnixTimestamp64Micro({cursor_us:Int64}, 'UTC')`);
         where.push(`(time, request_id) < (fromUnixTimestamp64Micro({cursor_us:Int64}, 'UTC'), {cursor_id:String})`);
       }
-      const rows = await select<RawLog>(
-        `SELECT ${LIST_COLUMNS} FROM ${LOGS[q.mode]} WHERE ${where.join(" AND ")}
-         ORDER BY time DESC, request_id DESC LIMIT {limit:UInt32}`,
-        params,
-      );
-      // A duplicate the ReplacingMergeTree has not merged away yet sits next to its twin in this
-      // order: skipped here, cheaper than LIMIT 1 BY in the query. The page may then be one short.
-      const logs: LogRecord[] = [];
-      for (let i = 0; i < rows.length && logs.length < q.limit; i++) {
-        const r = rows[i]!;
-        const prev = rows[i - 1];
-        if (prev && prev.request_id === r.request_id && Number(prev.time_us) === Number(r.time_us)) continue;
-        logs.push(toRecord(r, false));
+      // One row past the page says whether there is a next one. A duplicate the ReplacingMergeTree
+      // has not merged away yet sits next to its twin in this order and is skipped here (cheaper
+      // than LIMIT 1 BY in the query); when skipping leaves the page or its one row past short,
+      // the rows are read again, twice as many, so that a next page is promised only when it has
+      // a log in it.
+      for (let fetch = q.limit + 1; ; fetch *= 2) {
+        const rows = await select<RawLog>(
+          `SELECT ${LIST_COLUMNS} FROM ${LOGS[q.mode]} WHERE ${where.join(" AND ")}
+           ORDER BY time DESC, request_id DESC LIMIT {limit:UInt32}`,
+          { ...params, limit: fetch },
+        );
+        const logs: LogRecord[] = [];
+        let more = false;
+        for (let i = 0; i < rows.length; i++) {
+          const r = rows[i]!;
+          const prev = rows[i - 1];
+          if (prev && prev.request_id === r.request_id && Number(prev.time_us) === Number(r.time_us)) continue;
+          if (logs.length === q.limit) {
+            more = true;
+            break;
+          }
+          logs.push(toRecord(r, false));
+        }
+        if (more || rows.length < fetch) return { logs, more };
       }
-      return { logs, more: rows.length > q.limit };
     },
 
     async getLog(projectId, mode, requestId) {

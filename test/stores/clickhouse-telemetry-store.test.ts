@@ -120,6 +120,23 @@ describe("ClickHouse telemetry store", function () {
       }
     });
 
+    it("promises a next page only when it has a log: a duplicate not merged yet is not one", async () => {
+      const p = project();
+      const [one, two] = [logRow(1, { project_id: p }), logRow(2, { project_id: p })];
+      await engine().store.insert("live", [one, two], token());
+      // The same log again, under a new token (a RecordRequest retried by its caller): a second row
+      // until the table merges, listed next to its twin.
+      await engine().store.insert("live", [one], token());
+      const list = (limit: number, after?: { timeUs: number; requestId: string }) =>
+        engine().store.listLogs({ projectId: p, mode: "live", filter: {}, limit, after });
+      const whole = await list(2);
+      assert.deepEqual([ids(whole.logs), whole.more], [[two.request_id, one.request_id], false]);
+      const first = await list(1);
+      assert.deepEqual([ids(first.logs), first.more], [[two.request_id], true]);
+      const second = await list(1, { timeUs: first.logs[0]!.time_us, requestId: two.request_id });
+      assert.deepEqual([ids(second.logs), second.more], [[one.request_id], false]);
+    });
+
     it("knows a batch by its token, not its rows: the insert's settings reach the engine", async () => {
       // Rows alike would be dropped by the engine's hash of the block alone; different rows under a
       // used token are dropped only if insert_deduplication_token was applied.
