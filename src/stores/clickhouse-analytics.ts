@@ -23,7 +23,7 @@ const ROLLUP_METRICS = `sum(requests) AS m_requests, sum(errors) AS m_errors, su
   sum(prompt_tokens) AS m_prompt_tokens, sum(completion_tokens) AS m_completion_tokens,
   toString(sum(cost_usd)) AS m_cost_usd, quantilesMerge(0.5, 0.95, 0.99)(latency_ms) AS m_latency`;
 
-const LOG_METRICS = `count() AS m_requests, countIf(status >= 400) AS m_errors, countIf(cache = 'HIT') AS m_cache_hits,
+const LOG_METRICS = `count() AS m_requests, countIf(status >= 400 OR error_type != '') AS m_errors, countIf(cache = 'HIT') AS m_cache_hits,
   sum(toUInt64(prompt_tokens)) AS m_prompt_tokens, sum(toUInt64(completion_tokens)) AS m_completion_tokens,
   toString(sum(toDecimal128(cost_usd, 12))) AS m_cost_usd, quantiles(0.5, 0.95, 0.99)(latency_ms) AS m_latency`;
 

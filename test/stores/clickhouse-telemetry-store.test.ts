@@ -181,6 +181,8 @@ describe("ClickHouse telemetry store", function () {
           user_id: `user_${i % 4}`,
           key_id: i % 2 ? "key_odd" : "key_even",
           status: i % 5 === 0 ? 500 : 200,
+          // A stream the upstream broke off after its 200: an error all the same.
+          ...(i % 7 === 3 ? { stream: true, error_type: "api_error", error_code: "upstream_stream_incomplete" } : {}),
           cache: i % 6 === 0 ? "HIT" : "MISS",
           metadata: i % 2 ? { team: `t${i % 3}` } : {},
           prompt_tokens: i,
@@ -191,7 +193,7 @@ describe("ClickHouse telemetry store", function () {
       );
       const sum = (rs: LogRow[]) => ({
         requests: rs.length,
-        errors: rs.filter((r) => r.status >= 400).length,
+        errors: rs.filter((r) => r.status >= 400 || r.error_type !== "").length,
         cacheHits: rs.filter((r) => r.cache === "HIT").length,
         promptTokens: rs.reduce((a, r) => a + r.prompt_tokens, 0),
         completionTokens: rs.reduce((a, r) => a + r.completion_tokens, 0),
