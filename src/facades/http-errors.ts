@@ -1,3 +1,4 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Middleware } from "koa";
@@ -11,9 +12,10 @@ import { log } from "../logger.js";
  * lets a facade add its own headers.
  *
  * A request answered before its body was all read (refused: no key, an unknown path, a wrong
- * method; none of these apps reads a body) gets `Connection: close`: node:http closes the
- * connection after the answer instead of reading the rest of a body that a client may trickle in
- * until the request timeout (the gateway's own answers do the same, `writeError` in respond.ts).
+ * method; none of these apps reads a body) is answered once the rest of its body has been read and
+ * dropped, within limits (`drainBody`); past them it gets `Connection: close`, and node:http closes
+ * the connection after the answer instead of waiting for a body that a client may trickle in until
+ * the request timeout (the gateway's own answers do the same, `writeError` in respond.ts).
  */
 export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<string, string>) => void): Middleware {
   return async (ctx, next) => {
@@ -35,7 +37,10 @@ export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<stri
       ctx.type = "application/json";
       ctx.body = JSON.stringify(toErrorBody(info));
     }
-    if (ctx.respond !== false && !ctx.headerSent && !ctx.req.complete) ctx.set("Connection", "close");
+    if (ctx.respond !== false && !ctx.headerSent && !ctx.req.complete) {
+      await drainBody(ctx.req, ctx.res);
+      if (!ctx.req.complete) ctx.set("Connection", "close");
+    }
   };
 }
 
@@ -57,6 +62,47 @@ const ANSWERED = Symbol("svc.clientErrorAnswer");
 /** The request id of the request a response answers, for an answer written on its socket instead. */
 const REQUEST_ID = Symbol("svc.requestId");
 /** Set on a socket whose bad request waits for the answer of the whole request before it. */
+/**
+ * How much of a refused request's body is read (and dropped) before its answer is written, and for
+ * how long at most: see `drainBody`.
+ */
+export const DRAIN_LIMITS = { bytes: 64 * 1024 * 1024, ms: 10_000 };
+
+/**
+ * Reads and drops the rest of a request's body, so that the answer written after it reaches the
+ * client: a request refused before its body was read (too large, a bad key, an unknown path).
+ * Answered at once with the body still coming, the connection would be closed under a client still
+ * writing, and the kernel answers the unread bytes with a reset, which takes the answer with it:
+ * the SDKs saw a connection error instead of the 400 or 401, and retried the whole body. Resolves
+ * when the body has ended (the connection can then be kept), the client has gone, or the limits
+ * are passed (DRAIN_LIMITS; a body declared larger is not waited for at all): the answer then goes
+ * out with `Connection: close`, as before. Never rejects.
+ */
+export function drainBody(req: IncomingMessage, res: ServerResponse, limits = DRAIN_LIMITS): Promise<void> {
+  if (req.complete || res.destroyed || req.destroyed || !(Number(req.headers["content-length"] ?? 0) <= limits.bytes)) return Promise.resolve();
+  return new Promise((resolve) => {
+    let read = 0;
+    const done = () => {
+      clearTimeout(timer);
+      req.off("data", onData);
+      req.off("end", done);
+      req.off("error", done);
+      res.off("close", done);
+      resolve();
+    };
+    const onData = (chunk: Buffer) => {
+      read += chunk.length;
+      if (read > limits.bytes) done();
+    };
+    const timer = setTimeout(done, limits.ms);
+    req.on("data", onData);
+    req.once("end", done);
+    req.once("error", done);
+    res.once("close", done);
+    req.resume();
+  });
+}
+
 const BEHIND = Symbol("svc.badRequestBehind");
 
 /**

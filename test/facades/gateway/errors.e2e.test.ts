@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
 import { connect } from "node:net";
+import Anthropic from "@anthropic-ai/sdk";
+import OpenAI from "openai";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { freePort } from "../../support/redis.js";
 import { postJson, rawRequest, sseEvents } from "../../support/http.js";
@@ -306,6 +308,71 @@ describe("gateway errors: the spec's status and error object for every kind of b
     const whole = await rawRequest(`${gw.gatewayUrl}/v1/chat/completions`, { headers: { "content-type": "application/json", "x-svc-api-key": key }, body: "{" });
     assert.equal(whole.status, 400);
     assert.notEqual(String(whole.headers.connection).toLowerCase(), "close");
+  });
+
+  /**
+   * Writes a request's head, then its body in 16 KiB pieces, a turn of the event loop apart (a client
+   * still writing when the gateway has its answer ready), then `after`; reads until the gateway
+   * closes the connection or `answers` answers have come.
+   */
+  const writeSlowly = (head: string, bodyBytes: number, after: string, answers: number) =>
+    new Promise<{ raw: string; error: string }>((resolve) => {
+      const { hostname, port } = new URL(gw.gatewayUrl);
+      let raw = "";
+      let error = "";
+      const socket = connect({ port: Number(port), host: hostname }, async () => {
+        socket.write(head);
+        const piece = Buffer.alloc(16 * 1024, "a");
+        for (let sent = 0; sent < bodyBytes && !socket.destroyed; sent += piece.length) {
+          socket.write(piece.subarray(0, Math.min(piece.length, bodyBytes - sent)));
+          await new Promise((r) => setImmediate(r));
+        }
+        if (!socket.destroyed) socket.write(after);
+      });
+      const end = () => {
+        clearTimeout(timer);
+        socket.destroy();
+        resolve({ raw, error });
+      };
+      const timer = setTimeout(end, 8_000);
+      socket.setEncoding("utf8").on("data", (d: string) => {
+        raw += d;
+        if (statusLines(raw).length >= answers && /\}\s*$/.test(raw)) end();
+      });
+      socket.on("error", (e) => (error = String(e)));
+      socket.on("close", end);
+    });
+
+  it("answers a refused request once its body is in, so a client still writing it gets the answer, and keeps the connection", async () => {
+    const size = 1024 * 1024; // the limit is 20000 bytes
+    const whole = post(JSON.stringify(chat("after a refused one")));
+    const head = (k: string) =>
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${k}\r\nContent-Length: ${size}\r\n\r\n`;
+    // Too large; then a bad key (refused before the body is read at all).
+    for (const [k, code] of [[key, "request_too_large"], [`svc_sk_live_${"x".repeat(40)}`, "invalid_api_key"]] as const) {
+      const { raw, error } = await writeSlowly(head(k), size, whole, 2);
+      assert.equal(error, "", `${code}: the client's writes failed`);
+      assert.deepEqual(statusLines(raw), [code === "invalid_api_key" ? "HTTP/1.1 401" : "HTTP/1.1 400", "HTTP/1.1 200"], raw.slice(0, 600));
+      assert.match(raw, new RegExp(`"code":"${code}"`));
+      assert.doesNotMatch(raw, /\r\nConnection: close\r\n/i);
+    }
+  });
+
+  it("an SDK sending a body over the limit gets the 400 every time, not a connection error", async function () {
+    this.timeout(30_000);
+    const big = "b".repeat(2 * 1024 * 1024);
+    const openai = new OpenAI({ apiKey: key, baseURL: `${gw.gatewayUrl}/v1`, maxRetries: 0 });
+    const anthropic = new Anthropic({ apiKey: key, baseURL: gw.gatewayUrl, maxRetries: 0 });
+    const got: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      for (const call of [
+        () => openai.chat.completions.create({ model: "chat-4o-mini", messages: [{ role: "user", content: big }] }),
+        () => anthropic.messages.create({ model: "assistant-3-haiku-20240307", max_tokens: 5, messages: [{ role: "user", content: big }] }),
+      ]) {
+        got.push(await call().then(() => "ok", (e: { status?: number; constructor: { name: string } }) => String(e.status ?? e.constructor.name)));
+      }
+    }
+    assert.deepEqual(got, Array(8).fill("400"));
   });
 
   it("the health check carries the svc headers too", async () => {
