@@ -118,11 +118,48 @@ type Landed = Completion | undefined | typeof ABANDONED;
 export type Flights = Map<string, Promise<Landed>>;
 
 /**
+ * When identical requests last landed, by flight key: a flight is stamped when it ends with its
+ * answer stored. A request whose cache lookup was made before an identical one's answer was stored
+ * (its lookup missed) and that finds no flight when it comes to call the upstream (the other one
+ * ended meanwhile: on Redis a whole upstream call fits in one request's admission round trip)
+ * looks again instead of calling. Stamps sit in a fixed table of slots by a hash of the key, so
+ * nothing is kept per request; two keys in one slot only cost an extra lookup.
+ */
+export class Landings {
+  static readonly SLOTS = 4096;
+  #clock = 0;
+  readonly #at = new Float64Array(Landings.SLOTS);
+
+  /** The time of a lookup made now, for `since`. */
+  now(): number {
+    return this.#clock;
+  }
+
+  /** Stamps an identical request's answer as stored. */
+  landed(flightKey: string): void {
+    this.#at[slotOf(flightKey)] = ++this.#clock;
+  }
+
+  /** Whether an answer for the key (or one sharing its slot) was stored after a lookup made at `t`. */
+  since(flightKey: string, t: number): boolean {
+    return this.#at[slotOf(flightKey)]! > t;
+  }
+}
+
+/** A slot of Landings: the key's last characters (those of its cache key, a hash) mixed. */
+function slotOf(key: string): number {
+  let h = 0;
+  for (let i = Math.max(0, key.length - 6); i < key.length; i++) h = (h * 31 + key.charCodeAt(i)) | 0;
+  return h & (Landings.SLOTS - 1);
+}
+
+/**
  * What one gateway's requests share: identical requests in flight, the identities of recent keys,
  * and what repeated cache hits reuse.
  */
 export interface GatewayState {
   flights: Flights;
+  landings: Landings;
   identities: Identities;
   /** Bodies of recent hits, parsed (hit-memo.ts). */
   prepared: PreparedRequests;
@@ -132,6 +169,7 @@ export interface GatewayState {
 
 export const newGatewayState = (): GatewayState => ({
   flights: new Map(),
+  landings: new Landings(),
   identities: new Identities(),
   prepared: new PreparedRequests(),
   answers: new CachedAnswers(),
@@ -166,7 +204,7 @@ export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Su
 }
 
 async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, state: GatewayState, trace: RequestTrace): Promise<void> {
-  const { flights, identities, prepared, answers } = state;
+  const { flights, landings, identities, prepared, answers } = state;
   const requestId = trace.requestId;
   const svc = svcHeaders(requestId, s.codec);
   let bodies = false;
@@ -175,7 +213,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
   try {
     const secret = apiKeyOf(req);
     const verifying = deps.auth.verifyKey({ $typeName: "svc.auth.v1.VerifyKeyRequest", secret });
-    early = ahead(req, s, deps, identities.get(secret), prepared);
+    early = ahead(req, s, deps, identities.get(secret), prepared, landings);
     let verified: Awaited<typeof verifying>;
     try {
       verified = await verifying;
@@ -224,10 +262,16 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     const scope: GetEntryRequest = { $typeName: "svc.cache.v1.GetEntryRequest", projectId: chat.projectId, keyMode: chat.keyMode, cacheKey: cached ? pre.cacheKey : "" };
 
     let hit: CachedAnswer | undefined;
+    // When the cache was last looked in for this request (Landings).
+    let lookedAt = 0;
     if (policy.lookup) {
       // The lookup made while the key was verified, when it was made for this key's scope.
-      const guessed = pre.guess?.projectId === scope.projectId && pre.guess.keyMode === scope.keyMode ? await pre.lookup : undefined;
-      const got = guessed ?? (await deps.cache.getEntry(scope));
+      let got = pre.guess?.projectId === scope.projectId && pre.guess.keyMode === scope.keyMode ? await pre.lookup : undefined;
+      if (got) lookedAt = pre.lookedAt;
+      else {
+        lookedAt = landings.now();
+        got = await deps.cache.getEntry(scope);
+      }
       if (got.hit) hit = decodedHit(answers, got.payload, requestId);
       if (hit) {
         if (!pre.prepared) prepared.remember(pre.memoPath, body.text, { value: body.value, parsed, cacheKey: pre.cacheKey });
@@ -258,38 +302,56 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     try {
       if (hit) return await serveHit(res, svc, limitHeaders, s.codec, parsed, hit, trace, bodies);
       let gone: Promise<typeof GONE> | undefined;
-      for (;;) {
-        // An identical request in flight: its answer, served as a hit. When its client left (which
-        // aborts its upstream call), the first waiter back takes its place and the others wait on
-        // that one; when it failed, each waiter calls the upstream itself.
-        let twin = policy.lookup ? flights.get(flightKey) : undefined;
-        while (twin) {
-          // A waiter whose own client leaves stops waiting then (logged 499 at once), and never takes over.
-          const shared = await Promise.race([twin, (gone ??= clientGone(res))]);
-          if (shared === GONE || res.destroyed) {
-            trace.failed({ status: 499, type: "", code: "" });
-            return;
+      lead: for (;;) {
+        for (;;) {
+          // An identical request in flight: its answer, served as a hit. When its client left (which
+          // aborts its upstream call), the first waiter back takes its place and the others wait on
+          // that one; when it failed, each waiter calls the upstream itself.
+          let twin = policy.lookup ? flights.get(flightKey) : undefined;
+          while (twin) {
+            // A waiter whose own client leaves stops waiting then (logged 499 at once), and never takes over.
+            const shared = await Promise.race([twin, (gone ??= clientGone(res))]);
+            if (shared === GONE || res.destroyed) {
+              trace.failed({ status: 499, type: "", code: "" });
+              return;
+            }
+            if (shared === ABANDONED) twin = flights.get(flightKey);
+            else if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
+            else twin = undefined;
           }
-          if (shared === ABANDONED) twin = flights.get(flightKey);
-          else if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
-          else twin = undefined;
+          if (!reservesNothing || !admission) break;
+          // The answer waited for did not come (its request failed, or ended before this one was
+          // admitted): this one calls the upstream, so it reserves its worst case as any miss does,
+          // then looks again for one in flight (a waiter that took over meanwhile).
+          reservesNothing = false;
+          admission = await reserveOwn(deps, admission, { projectId: chat.projectId, userId: admitUser, maxCostUsd: deps.pricing.worstCaseUsd(chat), limits: limits! });
+          limitHeaders = rateLimitHeaders(admission, s.style);
+          if (admission.decision !== Decision.ALLOWED) throw admissionError(admission);
         }
-        if (!reservesNothing || !admission) break;
-        // The answer waited for did not come (its request failed, or ended before this one was
-        // admitted): this one calls the upstream, so it reserves its worst case as any miss does,
-        // then looks again for one in flight (a waiter that took over meanwhile).
-        reservesNothing = false;
-        admission = await reserveOwn(deps, admission, { projectId: chat.projectId, userId: admitUser, maxCostUsd: deps.pricing.worstCaseUsd(chat), limits: limits! });
-        limitHeaders = rateLimitHeaders(admission, s.style);
-        if (admission.decision !== Decision.ALLOWED) throw admissionError(admission);
+        // An identical request ended, its answer stored, after this one's lookup missed: the answer
+        // is in the cache now. Looked up again, then round again (one may have started meanwhile).
+        if (policy.lookup && landings.since(flightKey, lookedAt)) {
+          lookedAt = landings.now();
+          const again = await deps.cache.getEntry(scope);
+          const stored = again.hit ? decodedHit(answers, again.payload, requestId) : undefined;
+          if (stored) return await serveHit(res, svc, limitHeaders, s.codec, parsed, stored, trace, bodies);
+          continue lead;
+        }
+        break;
       }
       // No await between the lookup above and this: two identical requests cannot both miss it.
       let land: (c: Landed) => void = () => {};
       const leader = cached && !flights.has(flightKey);
-      if (leader) flights.set(flightKey, new Promise((r) => (land = r)));
+      const flight = leader ? new Promise<Landed>((r) => (land = r)) : undefined;
+      if (flight) flights.set(flightKey, flight);
       let answer: Completion | undefined;
+      // The answer is stored as soon as it is whole, before its last bytes go to the client: on
+      // Redis, a client that sends the same request on to another replica once it has the answer
+      // finds it there.
+      let storing: Promise<void> | undefined;
+      const keep = policy.store ? (c: Completion) => void (storing ??= store(deps, scope, c, policy)) : undefined;
       try {
-        answer = await callUpstream(res, svc, limitHeaders, s, deps, chat, parsed, trace, bodies);
+        answer = await callUpstream(res, svc, limitHeaders, s, deps, chat, parsed, trace, bodies, keep);
         cost = svc["X-Svc-Cost"];
         trace.costUsd = cost;
       } catch (e) {
@@ -306,13 +368,21 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
         throw e;
       } finally {
         if (leader) {
-          flights.delete(flightKey);
           // Its client left (not the shutdown's cut, which ends the waiters too): a waiter takes over.
           const abandoned = answer === undefined && res.destroyed && !res.writableFinished && !deps.shutdown?.isCut;
           land(abandoned ? ABANDONED : answer);
+          // An answer to store keeps its flight, landed, until it is in the cache: an identical
+          // request arriving meanwhile (the store is a round trip on Redis) is served it as a hit.
+          if (!(answer && policy.store)) flights.delete(flightKey);
         }
       }
-      if (answer && policy.store) store(deps, scope, answer, policy);
+      const stored = storing ?? (answer && policy.store ? store(deps, scope, answer, policy) : undefined);
+      if (stored && flight) {
+        void stored.then(() => {
+          if (flights.get(flightKey) === flight) flights.delete(flightKey);
+          landings.landed(flightKey);
+        });
+      }
     } finally {
       // A degraded admission (store down, failing open) has no reservation id: settling it still
       // charges the month once the store can record it.
@@ -422,6 +492,8 @@ interface Ahead {
   /** The scope the lookup below was made in, from an earlier verification of the same key. */
   guess: Identity | undefined;
   lookup: Promise<GetEntryResponse | undefined> | undefined;
+  /** When that lookup was made (Landings). */
+  lookedAt: number;
   /** The admission made on the guessed identity (GatewayDeps.admitAhead). */
   admitting: AdmittedAhead | undefined;
 }
@@ -442,12 +514,12 @@ interface AdmittedAhead {
  * identity, before the key's verdict. Never rejects: errors are kept and thrown in their turn, after
  * the key is known good (a bad key is a 401 whatever the body).
  */
-async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess: Identity | undefined, prepared: PreparedRequests): Promise<Ahead> {
+async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess: Identity | undefined, prepared: PreparedRequests, landings: Landings): Promise<Ahead> {
   // Betas are part of the cache key (and so of what a prepared body stands for); a bad header is
   // refused in its turn, after the key.
   const betas = s.style === ApiStyle.MESSAGES ? betasOrNone(req) : [];
   const memoPath = betas.length ? `${s.path} ${betas.join(",")}` : s.path;
-  const out: Ahead = { text: undefined, body: undefined, parsed: undefined, error: undefined, cacheKey: "", prepared: false, memoPath, guess: undefined, lookup: undefined, admitting: undefined };
+  const out: Ahead = { text: undefined, body: undefined, parsed: undefined, error: undefined, cacheKey: "", prepared: false, memoPath, guess: undefined, lookup: undefined, lookedAt: 0, admitting: undefined };
   let known: PreparedRequest | undefined;
   try {
     // A body not sent as JSON is read all the same (within the size limit), for the request's log.
@@ -482,6 +554,7 @@ async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess:
     out.cacheKey = known ? known.cacheKey : cacheKeyOf(betas.length ? { ...out.parsed, betas } : out.parsed);
     if (guess && lookupAsked(req)) {
       out.guess = guess;
+      out.lookedAt = landings.now();
       out.lookup = deps.cache.getEntry({ $typeName: "svc.cache.v1.GetEntryRequest", projectId: guess.projectId, keyMode: guess.keyMode, cacheKey: out.cacheKey }).catch(() => undefined);
     }
   }
@@ -578,6 +651,7 @@ function lookupAsked(req: IncomingMessage): boolean {
 /**
  * Calls the core's proxy and writes its answer, JSON or SSE. Returns the whole answer when it is
  * complete and cacheable, undefined otherwise (errors after the first byte are written as SSE).
+ * `keep` is given the whole answer as soon as there is one, before its last bytes are written.
  */
 async function callUpstream(
   res: ServerResponse,
@@ -589,6 +663,7 @@ async function callUpstream(
   parsed: ParsedChatRequest,
   trace: RequestTrace,
   bodies: boolean,
+  keep?: (c: Completion) => void,
 ): Promise<Completion | undefined> {
   const shutdown = deps.shutdown;
   // After the shutdown's cut, no upstream call starts (a request that waited on an identical one
@@ -629,7 +704,11 @@ async function callUpstream(
       // Raw deltas (thinking, signatures) are output the upstream bills too; counted as their JSON.
       if (e.case === "blockDelta") outChars += e.value.text.length + e.value.partialJson.length + e.value.rawJson.length;
       else if (e.case === "messageStart") started = e.value.usage;
-      else if (e.case === "messageEnd") usage = e.value.usage;
+      else if (e.case === "messageEnd") {
+        usage = e.value.usage;
+        const c = keep && whole.result();
+        if (c) keep!(c);
+      }
     };
     const partialCost = () => {
       const part = deps.pricing.partialAnswer(chat, started, outChars);
@@ -656,10 +735,11 @@ async function callUpstream(
     return answer;
   }
   trace.upstreamEnded();
+  const answer = first.value.event.case === "completion" ? first.value.event.value : undefined;
+  if (answer) keep?.(answer);
   const body = writeCompletion(res, svc, extra, s.codec, first.value);
   if (bodies) trace.responseBody = body;
   await events.return?.(); // let the core's stream run its cleanup now, not at garbage collection
-  const answer = first.value.event.case === "completion" ? first.value.event.value : undefined;
   trace.answered(answer);
   return answer;
 }
@@ -732,17 +812,23 @@ const emptyEvents: AsyncIterator<never> = { next: async () => ({ done: true, val
 
 /**
  * Stores an answer off the request's path: the client already has it, and the cache never fails a
- * request. An answer the cache's bytes cannot carry as it is (a lone surrogate: encodeCompletion)
- * is not stored, so its repeats are answered as it was, by the upstream.
+ * request. Resolves when the entry is in the store (or the store failed); never rejects. An answer
+ * the cache's bytes cannot carry as it is (a lone surrogate: encodeCompletion) is not stored, so
+ * its repeats are answered as it was, by the upstream.
  */
-function store(deps: GatewayDeps, scope: GetEntryRequest, c: Completion, policy: CachePolicy): void {
+function store(deps: GatewayDeps, scope: GetEntryRequest, c: Completion, policy: CachePolicy): Promise<void> {
   const { projectId, keyMode, cacheKey } = scope;
   const payload = encodeCompletion(c);
-  if (!payload) return;
-  deps.cache
+  if (!payload) return stored;
+  return deps.cache
     .putEntry({ $typeName: "svc.cache.v1.PutEntryRequest", projectId, keyMode, cacheKey, payload, costUsd: c.costUsd, ttlSeconds: policy.ttlSeconds })
-    .catch((e) => log.warn("cache store failed", { err: String(e) }));
+    .then(
+      () => {},
+      (e) => log.warn("cache store failed", { err: String(e) }),
+    );
 }
+
+const stored = Promise.resolve();
 
 /** Settles a reservation to the real cost ("0" releases it), off the request's path. */
 function settle(deps: GatewayDeps, projectId: string, reservationId: string, costUsd: string): void {

@@ -9,6 +9,8 @@ import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { eventually, postJson, sseEvents } from "../../support/http.js";
 import { startRedis, type TestRedis } from "../../support/redis.js";
+import { startSvcServe, type SvcServe } from "../../support/svc-cli.js";
+import { createAdminClient } from "../../../src/cli/admin-client.js";
 
 let n = 0;
 /** A prompt no other test sends, so its first request is a miss. */
@@ -227,6 +229,28 @@ for (const mode of ["memory", "redis"] as const) {
       assert.equal(all.filter((r) => r.headers["x-svc-cache"] === "MISS").length, 1);
     });
 
+    it("makes one upstream call for identical requests that keep arriving while the first one ends and is stored", async function () {
+      this.timeout(30_000);
+      // Started a millisecond apart against an upstream that answers at once: later ones looked in
+      // the cache before the first answer was stored, and come to call when its flight has ended.
+      const calls: number[] = [];
+      const misses: number[] = [];
+      for (let trial = 0; trial < 8; trial++) {
+        const p = fresh();
+        const all = await Promise.all(
+          Array.from({ length: 30 }, async (_, i) => {
+            await new Promise((r) => setTimeout(r, i));
+            return postJson(url, keys.live, chat(p, i % 3 ? {} : { stream: true }));
+          }),
+        );
+        assert.deepEqual(all.map((r) => r.status), Array(30).fill(200));
+        calls.push(upstreamCalls(p));
+        misses.push(all.filter((r) => r.headers["x-svc-cache"] === "MISS").length);
+      }
+      assert.deepEqual(calls, Array(8).fill(1));
+      assert.deepEqual(misses, Array(8).fill(1));
+    });
+
     /** Sends `body` and leaves after `ms`, before any answer; resolves once the connection is closed. */
     const sendAndLeave = (key: string, body: object, ms: number) =>
       new Promise<void>((resolve) => {
@@ -348,5 +372,43 @@ describe("response cache switched off (SVC_CACHE_DISABLED=1)", () => {
     assert.equal(a.headers["x-svc-cache"], "MISS");
     assert.equal(b.headers["x-svc-cache"], "MISS");
     assert.equal(gw.demo!.requests.filter((r) => JSON.stringify(r.body).includes(p)).length, 2);
+  });
+});
+
+describe("response cache across two gateway processes on one Redis", function () {
+  this.timeout(90_000);
+  let redis: TestRedis;
+  let a: SvcServe;
+  let b: SvcServe;
+  before(async () => {
+    redis = await startRedis();
+    const env = { SVC_REDIS_URL: redis.url, SVC_ADMIN_TOKEN: "cache-admin-token", SVC_LOG_LEVEL: "error" };
+    [a, b] = await Promise.all([startSvcServe(env), startSvcServe(env)]);
+  });
+  after(async () => {
+    await Promise.all([a?.stop(), b?.stop()]);
+    await redis.stop();
+  });
+
+  it("stores an answer before its last bytes go out: the same request sent on at once to the other process hits there", async () => {
+    const admin = createAdminClient({ server: a.grpcUrl, token: "cache-admin-token" });
+    const { project } = await admin.createProject({ name: "sent-on", plan: Plan.ENTERPRISE });
+    const { secret } = await admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE });
+    const msgs = (content: string, stream: boolean) => ({ model: "assistant-3-haiku-20240307", max_tokens: 64, stream, messages: [{ role: "user", content }] });
+    const chats = (content: string, stream: boolean) => chat(content, { stream });
+    const missed: string[] = [];
+    for (const [path, make] of [["/v1/chat/completions", chats], ["/v1/messages", msgs]] as const) {
+      for (const stream of [false, true]) {
+        for (let i = 0; i < 20; i++) {
+          const req = make(fresh(`${path} ${stream}`), stream);
+          const first = await postJson(`${a.gatewayUrl}${path}`, secret, req);
+          assert.equal(first.headers["x-svc-cache"], "MISS", first.text);
+          const again = await postJson(`${b.gatewayUrl}${path}`, secret, req);
+          assert.equal(again.status, 200, again.text);
+          if (again.headers["x-svc-cache"] !== "HIT") missed.push(`${path} stream=${stream} #${i}`);
+        }
+      }
+    }
+    assert.deepEqual(missed, []);
   });
 });
