@@ -10,9 +10,13 @@ import type { AnalyticsQuery, AnalyticsResult, LogPage, LogQuery, LogRecord, Pag
 export interface SvcClientOptions {
   /** The service key; defaults to the SVC_API_KEY environment variable (spec 5.8). */
   apiKey?: string;
-  /** The management API's origin; defaults to SVC_MANAGEMENT_URL, else http://127.0.0.1:8081. */
+  /**
+   * The management API's origin; defaults to SVC_MANAGEMENT_URL, else http://127.0.0.1 on
+   * SVC_MANAGEMENT_PORT (8081), the port `svc serve` takes from the same setting. A trailing `/v1`
+   * (as `svc serve` prints its addresses) is taken off.
+   */
   managementUrl?: string;
-  /** The gateway's origin; defaults to SVC_GATEWAY_URL, else http://127.0.0.1:8080. */
+  /** The gateway's origin; defaults to SVC_GATEWAY_URL, else http://127.0.0.1 on SVC_GATEWAY_PORT (8080). A trailing `/v1` is taken off. */
   gatewayUrl?: string;
 }
 
@@ -29,7 +33,11 @@ export class SvcApiError extends Error {
   }
 }
 
-const trim = (u: string) => u.replace(/\/+$/, "");
+/** An origin as given, without trailing slashes or the API's `/v1` (what `svc serve` prints). */
+const origin = (u: string) => u.replace(/\/+$/, "").replace(/\/v1$/, "");
+
+/** The default address on this machine: the port `svc serve` listens on, from the same setting. */
+const local = (port: string | undefined, fallback: number) => `http://127.0.0.1:${port && /^\d+$/.test(port) && port !== "0" ? port : fallback}`;
 
 /**
  * A typed client for the management API (request logs, analytics, prompts) of the key's project,
@@ -49,8 +57,8 @@ export class SvcClient {
     const key = opts.apiKey ?? env.SVC_API_KEY;
     if (!key) throw new Error("No service API key: pass { apiKey } or set SVC_API_KEY.");
     this.apiKey = key;
-    this.managementUrl = trim(opts.managementUrl ?? env.SVC_MANAGEMENT_URL ?? "http://127.0.0.1:8081");
-    this.gatewayUrl = trim(opts.gatewayUrl ?? env.SVC_GATEWAY_URL ?? "http://127.0.0.1:8080");
+    this.managementUrl = origin(opts.managementUrl ?? env.SVC_MANAGEMENT_URL ?? local(env.SVC_MANAGEMENT_PORT, 8081));
+    this.gatewayUrl = origin(opts.gatewayUrl ?? env.SVC_GATEWAY_URL ?? local(env.SVC_GATEWAY_PORT, 8080));
   }
 
   /** Options for `new OpenAI(...)`: the gateway's /v1 and the service key (sent as Bearer, which the gateway accepts). */
@@ -110,7 +118,16 @@ export class SvcClient {
 
   async #get<T>(path: string, params?: URLSearchParams): Promise<T> {
     const qs = params && [...params.keys()].length ? `?${params}` : "";
-    const res = await fetch(`${this.managementUrl}${path}${qs}`, { headers: { authorization: `Bearer ${this.apiKey}` } });
+    let res: Response;
+    try {
+      res = await fetch(`${this.managementUrl}${path}${qs}`, { headers: { authorization: `Bearer ${this.apiKey}` } });
+    } catch (e) {
+      const why = (e as { cause?: { code?: string; message?: string } }).cause;
+      throw new Error(
+        `Cannot reach the management API at ${this.managementUrl} (${why?.code ?? why?.message ?? String(e)}): is \`svc serve\` running there? Set SVC_MANAGEMENT_URL (or SVC_MANAGEMENT_PORT) or pass { managementUrl }.`,
+        { cause: e },
+      );
+    }
     const text = await res.text();
     let body: unknown;
     try {

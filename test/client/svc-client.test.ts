@@ -4,6 +4,7 @@ import OpenAI from "openai";
 import { createCoreClients, SvcApiError, SvcClient } from "../../src/index.js";
 import { Plan } from "../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
+import { freePort } from "../support/redis.js";
 
 describe("client library: SvcClient and createCoreClients against a running gateway", function () {
   this.timeout(60_000);
@@ -22,6 +23,19 @@ describe("client library: SvcClient and createCoreClients against a running gate
     assert.equal(svc.apiKey, keys.live);
     assert.throws(() => new SvcClient({}, {}), /SVC_API_KEY/);
     assert.equal(new SvcClient({ apiKey: "svc_sk_live_x" }, {}).apiKey, "svc_sk_live_x");
+  });
+
+  it("takes the addresses `svc serve` prints (with /v1) and its ports, and names the address it cannot reach", async () => {
+    const printed = new SvcClient({}, { SVC_API_KEY: keys.live, SVC_MANAGEMENT_URL: `${gw.managementUrl}/v1`, SVC_GATEWAY_URL: `${gw.gatewayUrl}/v1/` });
+    assert.equal(printed.gatewayUrl, gw.gatewayUrl);
+    assert.equal(printed.openaiOptions().baseURL, `${gw.gatewayUrl}/v1`);
+    assert.equal((await printed.logs.list({ limit: 1 })).object, "list");
+    const ports = new SvcClient({}, { SVC_API_KEY: keys.live, SVC_MANAGEMENT_PORT: new URL(gw.managementUrl).port, SVC_GATEWAY_PORT: "18999" });
+    assert.equal(ports.gatewayUrl, "http://127.0.0.1:18999");
+    assert.equal((await ports.logs.list({ limit: 1 })).object, "list");
+    const closed = await freePort();
+    const nowhere = new SvcClient({}, { SVC_API_KEY: keys.live, SVC_MANAGEMENT_URL: `http://127.0.0.1:${closed}` });
+    await assert.rejects(nowhere.logs.list(), new RegExp(`Cannot reach the management API at http://127\\.0\\.0\\.1:${closed} \\(ECONNREFUSED\\).*SVC_MANAGEMENT_URL`));
   });
 
   it("configures the official SDKs for the gateway, and reads their requests back from the logs", async () => {
