@@ -14,6 +14,28 @@ export interface ProviderConfig {
   style: ApiStyle;
   baseUrl: string;
   apiKey: string;
+  /** The setting the API key comes from (SVC_OPENAI_API_KEY, a config file's `apiKeyEnv`), named in errors. */
+  apiKeyEnv?: string;
+  /** The setting the base URL comes from, named in warnings. */
+  baseUrlSetting?: string;
+}
+
+/**
+ * A warning about a provider's base URL that is probably wrong, or undefined: an OpenAI-style one
+ * is the SDK's base, ending in `/v1` (requests go to `{base}/chat/completions`), an Anthropic-style
+ * one is not (requests go to `{base}/v1/messages`). Only warned at start, not refused: a compatible
+ * provider may put its API at another path.
+ */
+export function baseUrlWarning(p: ProviderConfig): string | undefined {
+  const path = new URL(p.baseUrl).pathname.replace(/\/+$/, "");
+  const setting = p.baseUrlSetting ?? `the ${p.name} provider's base URL`;
+  if (p.style === ApiStyle.CHAT_COMPLETIONS && !path.endsWith("/v1")) {
+    return `${setting} (${p.baseUrl}) does not end in /v1: chat requests go to ${p.baseUrl.replace(/\/+$/, "")}/chat/completions (an OpenAI-style base URL is the SDK's, such as https://api.openai.com/v1)`;
+  }
+  if (p.style === ApiStyle.MESSAGES && path.endsWith("/v1")) {
+    return `${setting} (${p.baseUrl}) ends in /v1: messages requests go to ${p.baseUrl.replace(/\/+$/, "")}/v1/messages (an Anthropic-style base URL has no /v1, such as https://api.anthropic.com)`;
+  }
+  return undefined;
 }
 
 /** Upstream timeouts, in milliseconds. */
@@ -266,8 +288,8 @@ function readFileConfig(path: string | undefined): JsonObject {
 
 function providers(env: NodeJS.ProcessEnv, file: JsonObject): Map<string, ProviderConfig> {
   const out = new Map<string, ProviderConfig>([
-    ["openai", { name: "openai", style: ApiStyle.CHAT_COMPLETIONS, baseUrl: url(env.SVC_OPENAI_BASE_URL || "https://api.openai.com/v1", "SVC_OPENAI_BASE_URL"), apiKey: env.SVC_OPENAI_API_KEY ?? "" }],
-    ["anthropic", { name: "anthropic", style: ApiStyle.MESSAGES, baseUrl: url(env.SVC_ANTHROPIC_BASE_URL || "https://api.anthropic.com", "SVC_ANTHROPIC_BASE_URL"), apiKey: env.SVC_ANTHROPIC_API_KEY ?? "" }],
+    ["openai", { name: "openai", style: ApiStyle.CHAT_COMPLETIONS, baseUrl: url(env.SVC_OPENAI_BASE_URL || "https://api.openai.com/v1", "SVC_OPENAI_BASE_URL"), apiKey: env.SVC_OPENAI_API_KEY ?? "", apiKeyEnv: "SVC_OPENAI_API_KEY", baseUrlSetting: "SVC_OPENAI_BASE_URL" }],
+    ["anthropic", { name: "anthropic", style: ApiStyle.MESSAGES, baseUrl: url(env.SVC_ANTHROPIC_BASE_URL || "https://api.anthropic.com", "SVC_ANTHROPIC_BASE_URL"), apiKey: env.SVC_ANTHROPIC_API_KEY ?? "", apiKeyEnv: "SVC_ANTHROPIC_API_KEY", baseUrlSetting: "SVC_ANTHROPIC_BASE_URL" }],
   ]);
   const extra = file.providers;
   if (extra === undefined) return out;
@@ -278,7 +300,7 @@ function providers(env: NodeJS.ProcessEnv, file: JsonObject): Map<string, Provid
     const style = styles[String(p.style)];
     if (!style) throw new ConfigError(`${where}.style must be "chat-completions" or "messages"`);
     const apiKey = typeof p.apiKeyEnv === "string" ? env[p.apiKeyEnv] ?? "" : "";
-    out.set(name, { name, style, baseUrl: url(p.baseUrl, `${where}.baseUrl`), apiKey });
+    out.set(name, { name, style, baseUrl: url(p.baseUrl, `${where}.baseUrl`), apiKey, ...(typeof p.apiKeyEnv === "string" ? { apiKeyEnv: p.apiKeyEnv } : {}), baseUrlSetting: `${where}.baseUrl` });
   }
   return out;
 }

@@ -6,7 +6,7 @@ import { join, resolve } from "node:path";
 import type { Duplex } from "node:stream";
 import type { Client, ConnectRouter } from "@connectrpc/connect";
 import { applyClientTimeouts, clientTimeouts, type ClientTimeouts } from "./client-timeouts.js";
-import { checkAdminToken, type Config, ConfigError, connectHost } from "./config.js";
+import { baseUrlWarning, checkAdminToken, type Config, ConfigError, connectHost } from "./config.js";
 import { toErrorBody, toErrorInfo } from "./core/errors.js";
 import { adminAuthInterceptor, adminTokenCheck } from "./core/admin-auth.js";
 import { createAuthService } from "./core/auth/auth-service.js";
@@ -86,6 +86,12 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     if (!config.redisUrl) cleanups.push(await lockDataDir(config.dataDir));
     const { token: adminToken, path: adminTokenPath } = await loadAdminToken(config);
     let demo: FakeProvider | undefined;
+    if (!opts.demo) {
+      for (const p of config.providers.values()) {
+        const warning = baseUrlWarning(p);
+        if (warning) log.warn(warning);
+      }
+    }
     if (opts.demo) {
       demo = await startFakeProvider(Number(process.env.SVC_DEMO_PORT ?? 0), "127.0.0.1");
       cleanups.push(() => demo!.close());

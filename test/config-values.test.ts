@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ConfigError, loadConfig } from "../src/config.js";
+import { baseUrlWarning, ConfigError, loadConfig } from "../src/config.js";
 
 /** Bad settings stop the server at start with a message naming the setting, never start it quietly wrong. */
 describe("configuration values", () => {
@@ -75,5 +75,20 @@ describe("configuration values", () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe("provider base URLs that are probably wrong are warned about at start", () => {
+  const warningsOf = (env: Record<string, string>) => [...loadConfig(env).providers.values()].map(baseUrlWarning).filter(Boolean);
+
+  it("passes the documented shapes: OpenAI-style ending in /v1, Anthropic-style without it", () => {
+    assert.deepEqual(warningsOf({}), []);
+    assert.deepEqual(warningsOf({ SVC_OPENAI_BASE_URL: "http://127.0.0.1:9/v1/", SVC_ANTHROPIC_BASE_URL: "http://127.0.0.1:9/proxy" }), []);
+  });
+
+  it("names the setting and where requests would go otherwise", () => {
+    const [openai, anthropic] = warningsOf({ SVC_OPENAI_BASE_URL: "http://127.0.0.1:9", SVC_ANTHROPIC_BASE_URL: "http://127.0.0.1:9/v1" });
+    assert.match(openai!, /^SVC_OPENAI_BASE_URL \(http:\/\/127\.0\.0\.1:9\) does not end in \/v1: chat requests go to http:\/\/127\.0\.0\.1:9\/chat\/completions/);
+    assert.match(anthropic!, /^SVC_ANTHROPIC_BASE_URL \(http:\/\/127\.0\.0\.1:9\/v1\) ends in \/v1: messages requests go to http:\/\/127\.0\.0\.1:9\/v1\/v1\/messages/);
   });
 });

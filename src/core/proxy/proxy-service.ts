@@ -56,7 +56,12 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
     if (unserved) throw unserved;
     const { provider } = route!;
     if (!provider.apiKey && PUBLIC_HOSTS.has(new URL(provider.baseUrl).hostname)) {
-      throw apiError(502, "api_error", "upstream_not_configured", `No API key is configured for the ${provider.name} provider; set it, or start the gateway with --demo for the built-in provider.`);
+      const setting = provider.apiKeyEnv ? `set ${provider.apiKeyEnv}` : "set it";
+      // Retrying cannot help until the operator acts: the SDKs are told not to (x-should-retry).
+      throw withRetryGuidance(
+        apiError(502, "api_error", "upstream_not_configured", `No API key is configured for the ${provider.name} provider: ${setting}, or start the gateway with --demo for the built-in provider.`),
+        noRetry,
+      );
     }
     return route!;
   }
@@ -100,13 +105,16 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
   };
 }
 
+/** Retry guidance for an error that only the operator can clear. */
+const noRetry = { "x-should-retry": "false" };
+
 /**
  * An upstream's rejection of the gateway's own credentials is the operator's problem, not the
  * client's: it becomes a 502 rather than a 401 that would read as "your key is wrong".
  */
 function upstreamError(adapter: UpstreamAdapter, status: number, body: string): ConnectError {
   if (status === 401 || status === 403) {
-    return apiError(502, "api_error", "upstream_authentication_failed", `The upstream provider refused the gateway's credentials (HTTP ${status}).`);
+    return withRetryGuidance(apiError(502, "api_error", "upstream_authentication_failed", `The upstream provider refused the gateway's credentials (HTTP ${status}).`), noRetry);
   }
   return adapter.convertError(status, body);
 }

@@ -202,6 +202,7 @@ describe("gateway errors: the spec's status and error object for every kind of b
       const res = await postJson(chatUrl, key, chat("[[fake:status=401]]"));
       assert.equal(res.status, 502);
       assert.equal(res.json().error.code, "upstream_authentication_failed");
+      assert.equal(res.headers["x-should-retry"], "false", "only the operator can clear it: the SDKs do not retry");
     });
 
     it("an upstream that ends a stream early gives the SSE error event, upstream_stream_incomplete", async () => {
@@ -423,13 +424,22 @@ describe("gateway errors: unreachable and slow upstreams", () => {
     }
   });
 
-  it("a provider with no configured key is 502 upstream_not_configured, not a call to the public API", async () => {
+  it("a provider with no configured key is 502 upstream_not_configured, not a call to the public API, naming the setting; the SDKs do not retry it", async () => {
     const gw = await startTestGateway({}, false);
     try {
       const key = (await gw.project()).live;
       const res = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, key, chat());
       assert.equal(res.status, 502);
       assert.equal(res.json().error.code, "upstream_not_configured");
+      assert.match(res.json().error.message, /set SVC_OPENAI_API_KEY/);
+      assert.equal(res.headers["x-should-retry"], "false");
+      const msg = await postJson(`${gw.gatewayUrl}/v1/messages`, key, msgs());
+      assert.match(msg.json().error.message, /set SVC_ANTHROPIC_API_KEY/);
+      // The official SDK, with its default retries, sends it once.
+      let sent = 0;
+      const openai = new OpenAI({ apiKey: key, baseURL: `${gw.gatewayUrl}/v1`, fetch: (url, init) => (sent++, fetch(url, init)) });
+      await assert.rejects(openai.chat.completions.create(chat() as never), (e: { status?: number }) => e.status === 502);
+      assert.equal(sent, 1);
     } finally {
       await gw.close();
     }
