@@ -87,6 +87,9 @@ async function registry<T>(read: Promise<T>): Promise<T> {
 }
 
 /** Creates the AuthService implementation over a registry store. */
+/** C0 control characters and DEL: refused in names and descriptions that tables and logs print. */
+const CONTROL = /[\u0000-\u001f\u007f]/;
+
 export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceImpl<typeof AuthService> {
   async function project(id: string): Promise<ProjectRecord> {
     if (!id) throw invalidRequest("missing_required_field", "`project_id` is required.");
@@ -99,7 +102,7 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
     async createProject(req) {
       const name = req.name.trim();
       if (!name || name.length > 200) throw invalidRequest("invalid_value", "`name` must be 1 to 200 characters.");
-      if (/[\u0000-\u001f\u007f]/.test(name)) throw invalidRequest("invalid_value", "`name` must not hold control characters (newlines, tabs).");
+      if (CONTROL.test(name)) throw invalidRequest("invalid_value", "`name` must not hold control characters (newlines, tabs).");
       const plan = planName(req.plan);
       if (!plan) throw invalidRequest("invalid_value", "`plan` must be one of free, pro, enterprise.");
       // Limits and body logging may be set at creation, checked as UpdateProject checks them: the
@@ -148,6 +151,8 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
       const p = await project(req.projectId);
       if (req.mode !== KeyMode.LIVE && req.mode !== KeyMode.TEST) throw invalidRequest("invalid_value", "`mode` must be live or test.");
       if (req.description.length > 500) throw invalidRequest("invalid_value", "`description` must be at most 500 characters.");
+      // Printed in `svc keys list`'s table: a newline would split its row, an escape reach the terminal.
+      if (CONTROL.test(req.description)) throw invalidRequest("invalid_value", "`description` must not hold control characters (newlines, tabs, escapes).");
       const secret = newSecret(req.mode);
       const record: KeyRecord = {
         id: `key_${randomBase62(16)}`,

@@ -103,12 +103,17 @@ describe("AuthService", () => {
     await auth.createKey({ projectId: project!.id, mode: KeyMode.LIVE });
   });
 
-  it("refuses a project without a plan, a key without a mode and unknown ids", async () => {
+  it("refuses a project without a plan, a key without a mode or with control characters in its description, and unknown ids", async () => {
     await rejects(auth.createProject({ name: "p", plan: Plan.UNSPECIFIED }), 400, "invalid_value");
     await rejects(auth.createProject({ name: " ", plan: Plan.FREE }), 400, "invalid_value");
     await rejects(auth.createProject({ name: "two\nlines", plan: Plan.FREE }), 400, "invalid_value");
     const { project } = await auth.createProject({ name: "p", plan: Plan.FREE });
     await rejects(auth.createKey({ projectId: project!.id, mode: KeyMode.UNSPECIFIED }), 400, "invalid_value");
+    // A description is printed in `svc keys list`'s table: no newline to split its row, no escape for the terminal.
+    for (const description of ["line1\nline2", "\u001b[31mred", "tab\there"]) {
+      await rejects(auth.createKey({ projectId: project!.id, mode: KeyMode.TEST, description }), 400, "invalid_value");
+    }
+    assert.equal((await auth.createKey({ projectId: project!.id, mode: KeyMode.TEST, description: "laptop — é ✓" })).key!.description, "laptop — é ✓");
     await rejects(auth.createKey({ projectId: "proj_nope", mode: KeyMode.LIVE }), 404, "project_not_found");
     await rejects(auth.deleteKey({ keyId: "key_nope" }), 404, "key_not_found");
   });
