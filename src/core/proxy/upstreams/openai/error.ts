@@ -12,6 +12,9 @@ function errorObject(bodyText: string): JsonObject | undefined {
   }
 }
 
+/** The shape of an error type passed on from an upstream (the messages adapter holds it too). */
+export const UPSTREAM_TYPE = /^[a-z_]{1,64}$/;
+
 const str = (v: unknown): string | undefined => (typeof v === "string" && v !== "" ? v : undefined);
 
 /** Upstream messages are short sentences; cap them so a huge body never becomes an error message. */
@@ -30,8 +33,11 @@ export function convertOpenAiError(status: number, bodyText: string): ConnectErr
       `Upstream rate limit: ${clip(upstreamMessage ?? "too many requests.")}`);
   }
   if (status >= 400 && status < 500) {
-    // The code follows one scheme for every upstream style: `upstream_` and the upstream's error type.
-    const type = str(err?.type) ?? "invalid_request_error";
+    // The code follows one scheme for every upstream style: `upstream_` and the upstream's error type,
+    // when it is one (lower-case words joined by `_`, as every provider's are); anything else an
+    // upstream calls its type (spaces, markup) is not passed on as ours.
+    const given = str(err?.type);
+    const type = given && UPSTREAM_TYPE.test(given) ? given : "invalid_request_error";
     return apiError(status, type, `upstream_${type}`,
       `Upstream error: ${clip(upstreamMessage ?? `the provider answered status ${status}.`)}`);
   }

@@ -26,6 +26,18 @@ const cases: { name: string; status: number; body: string; expect: { status: num
     expect: { status: 413, type: "invalid_request_error", code: "upstream_invalid_request_error", message: /status 413/ },
   },
   {
+    name: "a 4xx whose type is not an error type's shape (spaces, markup) is passed on as invalid_request_error",
+    status: 400,
+    body: openAiError("x", "weird type!<script>", null),
+    expect: { status: 400, type: "invalid_request_error", code: "upstream_invalid_request_error", message: /^Upstream error: x$/ },
+  },
+  {
+    name: "a 403 keeps a type of its own (lower-case words)",
+    status: 403,
+    body: openAiError("Country not supported.", "unsupported_country_region_territory", null),
+    expect: { status: 403, type: "unsupported_country_region_territory", code: "upstream_unsupported_country_region_territory", message: /Country/ },
+  },
+  {
     name: "a 429 is a rate_limit_error",
     status: 429,
     body: openAiError("Rate limit reached for gpt-4o on tokens per min (TPM).", "tokens", "rate_limit_exceeded"),
