@@ -101,6 +101,17 @@ export function localInputTokens(req: Pick<ChatRequestBody, "system" | "messages
 }
 
 /** A usage; `inputTokens` counts every input token, the cache's reads and writes (subsets of it) included. */
+/** The most tokens a count holds: Usage's fields are int32 on the wire. */
+export const MAX_TOKENS_COUNT = 2_147_483_647;
+
+/**
+ * A token count an upstream reported, as the canonical count: a whole number from 0 to
+ * MAX_TOKENS_COUNT (anything else, a string or a negative, is 0). No real request comes near the
+ * cap; one from a broken upstream that reports 1e15 tokens is held to it, so its cost stays a
+ * figure the request's log can store (and the core port can send), rather than the log refusing it.
+ */
+export const tokenCount = (v: unknown): number => (typeof v === "number" && v > 0 ? Math.min(Math.floor(v), MAX_TOKENS_COUNT) : 0);
+
 export function usage(u: Fields<Usage>): Usage {
   return {
     $typeName: "svc.proxy.v1.Usage",

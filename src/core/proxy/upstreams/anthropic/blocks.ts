@@ -5,7 +5,7 @@ import {
   type Usage,
 } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject, parseExtra, type JsonObject } from "../../../json.js";
-import { contentBlock, usage } from "../../canonical.js";
+import { contentBlock, MAX_TOKENS_COUNT, tokenCount, usage } from "../../canonical.js";
 
 /**
  * Conversions between messages-style content blocks (https://docs.anthropic.com/en/api/messages) and
@@ -120,9 +120,9 @@ export function usageFromWire(u: unknown): Usage {
 
 /** Canonical usage from a messages-style answer's counts: `uncached` is its `input_tokens`. */
 export const usageFromCounts = (uncached: number, cacheWrite: number, cacheRead: number, output: number, extra: string): Usage =>
-  usage({ inputTokens: uncached + cacheWrite + cacheRead, outputTokens: output, extraJson: extra, cacheReadTokens: cacheRead, cacheWriteTokens: cacheWrite });
+  usage({ inputTokens: Math.min(uncached + cacheWrite + cacheRead, MAX_TOKENS_COUNT), outputTokens: output, extraJson: extra, cacheReadTokens: cacheRead, cacheWriteTokens: cacheWrite });
 
 /** The input tokens a messages-style `input_tokens` counts: those neither read from nor written to the cache. */
 export const uncachedInput = (u: Usage): number => Math.max(0, u.inputTokens - u.cacheReadTokens - u.cacheWriteTokens);
 
-const count = (v: unknown): number => (typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0);
+const count = tokenCount;

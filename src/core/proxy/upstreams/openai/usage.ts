@@ -1,11 +1,11 @@
 import { ApiStyle, FinishReason, type Usage } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject } from "../../../json.js";
-import { usage as canonicalUsage } from "../../canonical.js";
+import { usage as canonicalUsage, tokenCount } from "../../canonical.js";
 
 /** Usage fields the canonical model names; `total_tokens` is derivable, so it is not carried. */
 const kUsageKnown: ReadonlySet<string> = new Set(["prompt_tokens", "completion_tokens", "total_tokens"]);
 
-const count = (v: unknown): number => (typeof v === "number" && Number.isFinite(v) && v > 0 ? Math.trunc(v) : 0);
+const count = tokenCount;
 
 /**
  * Converts an OpenAI `usage` object; undefined when the upstream sent none (the gateway then counts

@@ -3,6 +3,9 @@ import { create, toJson } from "@bufbuild/protobuf";
 import { ApiStyle, CompletionSchema, FinishReason, StreamChatRequestSchema } from "../../../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
 import { toErrorInfo } from "../../../../../src/core/errors.js";
 import { createOpenAiAdapter } from "../../../../../src/core/proxy/upstreams/openai/adapter.js";
+import { MAX_TOKENS_COUNT } from "../../../../../src/core/proxy/canonical.js";
+import { costPico, formatUsd } from "../../../../../src/core/proxy/cost.js";
+import { defaultModels, pricesOf } from "../../../../../src/core/proxy/models.js";
 
 const adapter = createOpenAiAdapter();
 const req = create(StreamChatRequestSchema, { model: "chat-4o", style: ApiStyle.CHAT_COMPLETIONS });
@@ -97,6 +100,14 @@ describe("openai response conversion", () => {
   it("reads choice 0 when the upstream returned several", () => {
     const second = { index: 1, message: { role: "assistant", content: "Other." }, finish_reason: "stop" };
     assert.deepEqual(json({ ...textBody, choices: [second, textBody.choices[0]] }).blocks, [{ type: "BLOCK_TYPE_TEXT", text: "Paris." }]);
+  });
+
+  it("holds absurd token counts from a broken upstream to what a count can carry, so the request's cost stays loggable", () => {
+    const huge = adapter.parseCompletion({ ...textBody, usage: { prompt_tokens: 1e15, completion_tokens: 1e22, prompt_tokens_details: { cached_tokens: 1e400 } } }, req).usage!;
+    assert.deepEqual([huge.inputTokens, huge.outputTokens, huge.cacheReadTokens], [MAX_TOKENS_COUNT, MAX_TOKENS_COUNT, MAX_TOKENS_COUNT]);
+    // The most expensive default prices (assistant-3-opus, 15 / 75 USD per 1M) on those counts: below the log's 1,000,000 USD.
+    const cost = Number(formatUsd(costPico(pricesOf(defaultModels.find((m) => m.id === "assistant-3-opus-20240229")!), huge)));
+    assert.ok(cost > 0 && cost < 1_000_000, String(cost));
   });
 
   it("leaves usage unset when the upstream sent none", () => {
