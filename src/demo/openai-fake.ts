@@ -31,7 +31,7 @@ interface Answer {
   created: number;
   model: string;
   text: string;
-  tool?: { id: string; name: string; arguments: string };
+  tool?: { id: string; name: string; custom: boolean; arguments: string };
   finishReason: "stop" | "length" | "tool_calls";
   promptTokens: number;
   completionTokens: number;
@@ -47,13 +47,13 @@ export async function serveOpenAiFake(_req: IncomingMessage, res: ServerResponse
 
   const limit = typeof body.max_tokens === "number" ? body.max_tokens : typeof body.max_completion_tokens === "number" ? body.max_completion_tokens : undefined;
   const reply = fakeReply(lastUser, limit);
-  const tool = d.tool ? firstToolName(body.tools) : undefined;
+  const tool = d.tool ? firstTool(body.tools) : undefined;
   const answer: Answer = {
     id: newId("chatcmpl-"),
     created: Math.floor(Date.now() / 1000),
     model: typeof body.model === "string" ? body.model : "",
     text: reply.text,
-    tool: tool ? { id: newId("call_"), name: tool, arguments: JSON.stringify({ query: reply.text }) } : undefined,
+    tool: tool ? { id: newId("call_"), name: tool.name, custom: tool.custom, arguments: tool.custom ? reply.text : JSON.stringify({ query: reply.text }) } : undefined,
     finishReason: tool ? "tool_calls" : reply.truncated ? "length" : "stop",
     promptTokens: countTokens(messages.map(messageText).join("")),
     completionTokens: countTokens(reply.text),
@@ -84,7 +84,13 @@ export async function serveOpenAiFake(_req: IncomingMessage, res: ServerResponse
 
 function completion(a: Answer): JsonObject {
   const message: JsonObject = { role: "assistant", content: a.tool ? null : a.text, refusal: null, annotations: [] };
-  if (a.tool) message.tool_calls = [{ id: a.tool.id, type: "function", function: { name: a.tool.name, arguments: a.tool.arguments } }];
+  if (a.tool) {
+    message.tool_calls = [
+      a.tool.custom
+        ? { id: a.tool.id, type: "custom", custom: { name: a.tool.name, input: a.tool.arguments } }
+        : { id: a.tool.id, type: "function", function: { name: a.tool.name, arguments: a.tool.arguments } },
+    ];
+  }
   return {
     id: a.id,
     object: "chat.completion",
@@ -113,10 +119,13 @@ function streamChunks(a: Answer, pieces: number | undefined, includeUsage: boole
     `data: ${JSON.stringify({ ...head, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...tail })}\n\n`;
   const out: string[] = [];
   if (a.tool) {
-    out.push(chunk({ role: "assistant", content: null, tool_calls: [{ index: 0, id: a.tool.id, type: "function", function: { name: a.tool.name, arguments: "" } }], refusal: null }));
-    // Arguments arrive in fragments that are not JSON on their own, as OpenAI sends them.
+    const custom = a.tool.custom;
+    const opening = custom ? { type: "custom", custom: { name: a.tool.name, input: "" } } : { type: "function", function: { name: a.tool.name, arguments: "" } };
+    out.push(chunk({ role: "assistant", content: null, tool_calls: [{ index: 0, id: a.tool.id, ...opening }], refusal: null }));
+    // Arguments arrive in fragments that are not JSON on their own, as OpenAI sends them (a custom
+    // tool's input, free text, the same way under `custom`).
     for (const part of splitPieces(a.tool.arguments, Math.max(2, pieces ?? 3))) {
-      out.push(chunk({ tool_calls: [{ index: 0, function: { arguments: part } }] }));
+      out.push(chunk({ tool_calls: [{ index: 0, ...(custom ? { custom: { input: part } } : { function: { arguments: part } }) }] }));
     }
   } else {
     out.push(chunk({ role: "assistant", content: "", refusal: null }));
@@ -152,8 +161,10 @@ function lastUserText(messages: unknown[]): string {
   return "";
 }
 
-function firstToolName(tools: unknown): string | undefined {
-  if (!Array.isArray(tools)) return undefined;
-  const fn = isObject(tools[0]) ? tools[0].function : undefined;
-  return isObject(fn) && typeof fn.name === "string" ? fn.name : undefined;
+/** The first tool: a function, or a custom tool (free-text input). */
+function firstTool(tools: unknown): { name: string; custom: boolean } | undefined {
+  if (!Array.isArray(tools) || !isObject(tools[0])) return undefined;
+  const custom = tools[0].type === "custom";
+  const def = custom ? tools[0].custom : tools[0].function;
+  return isObject(def) && typeof def.name === "string" ? { name: def.name, custom } : undefined;
 }

@@ -219,7 +219,20 @@ describe("core port: requests checked before they reach the upstream", function 
     const b = await stream(proxy, msgReq, md);
     assert.equal(b.error, undefined, b.error?.details);
     assert.equal(b.events[0].event, "completion");
+    // A custom tool carried whole, and a custom tool's call (free-text input) sent back.
+    const customReq = chat("served-custom", {
+      tools: [{ extra_json: '{"type":"custom","custom":{"name":"grammar"}}' }],
+      messages: [
+        { role: "user", blocks: [text("served-custom", CHAT)] },
+        { role: "assistant", blocks: [{ type: "BLOCK_TYPE_TOOL_USE", tool_call_id: "call_1", tool_name: "grammar", tool_input_json: "free text", extra_json: '{"type":"custom"}', style: CHAT }] },
+        { role: "tool", blocks: [{ type: "BLOCK_TYPE_TOOL_RESULT", tool_call_id: "call_1", text: "r", style: CHAT }] },
+      ],
+    });
+    const c = await stream(proxy, customReq, md);
+    assert.equal(c.error, undefined, c.error?.details);
     const sent = (marker: string) => gw.demo!.requests.find((r) => JSON.stringify(r.body).includes(marker));
+    assert.deepEqual(sent("served-custom")?.body.tools, [{ type: "custom", custom: { name: "grammar" } }]);
+    assert.deepEqual((sent("served-custom")?.body.messages as Array<{ tool_calls?: unknown }>)[1]!.tool_calls, [{ type: "custom", id: "call_1", custom: { name: "grammar", input: "free text" } }]);
     assert.equal(sent("served-chat")?.body.top_p, 0.5);
     assert.equal(sent("served-messages")?.headers["anthropic-beta"], "prompt-caching-2024-07-31");
   });

@@ -1,5 +1,6 @@
 import { BlockType, type Completion, type ContentBlock, type StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { completion, contentBlock } from "./canonical.js";
+import { isCustomCall } from "./upstreams/openai/tool-call.js";
 
 /**
  * Builds the whole answer from a stream's canonical events, so a streamed answer can be cached and
@@ -35,7 +36,8 @@ export class CompletionAssembler {
       case "blockStart": {
         const b = e.value.block;
         if (!b || (b.type !== BlockType.TEXT && b.type !== BlockType.REFUSAL && b.type !== BlockType.TOOL_USE) || b.rawJson !== "") this.#ok = false;
-        else this.#blocks.set(e.value.index, contentBlock({ type: b.type, text: b.text, toolCallId: b.toolCallId, toolName: b.toolName, toolInputJson: b.toolInputJson, style: b.style }));
+        // A custom tool's call keeps its mark (its extra_json); other blocks' extras are per-chunk.
+        else this.#blocks.set(e.value.index, contentBlock({ type: b.type, text: b.text, toolCallId: b.toolCallId, toolName: b.toolName, toolInputJson: b.toolInputJson, style: b.style, ...(isCustomCall(b) ? { extraJson: b.extraJson } : {}) }));
         break;
       }
       case "blockDelta": {

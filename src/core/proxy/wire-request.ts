@@ -15,6 +15,7 @@ import {
   CHAT_FUNCTION_FIELDS,
   CHAT_REQUEST_FIELDS,
   CHAT_TEXT_PART_FIELDS,
+  CHAT_CUSTOM_CALL_FIELDS,
   CHAT_TOOL_CALL_FIELDS,
   MAX_BETAS,
   MAX_USER_ID_CHARS,
@@ -26,6 +27,7 @@ import {
   rolesOf,
   TOOL_NAME,
 } from "./request-rules.js";
+import { isCustomCall } from "./upstreams/openai/tool-call.js";
 import { TEXT_KEYS, TOOL_RESULT_KEYS, TOOL_USE_KEYS } from "./upstreams/anthropic/blocks.js";
 
 /**
@@ -141,7 +143,8 @@ function namedBlockFields(b: ContentBlock): ReadonlySet<string> {
   if (b.style === ApiStyle.MESSAGES) {
     return b.type === BlockType.TEXT ? TEXT_KEYS : b.type === BlockType.TOOL_USE ? TOOL_USE_KEYS : b.type === BlockType.TOOL_RESULT ? TOOL_RESULT_KEYS : TYPE_ONLY;
   }
-  return b.type === BlockType.TEXT ? CHAT_TEXT_PART_FIELDS : b.type === BlockType.TOOL_USE ? CHAT_TOOL_CALL_FIELDS : TYPE_ONLY;
+  if (b.type === BlockType.TOOL_USE) return isCustomCall(b) ? CHAT_CUSTOM_CALL_FIELDS : CHAT_TOOL_CALL_FIELDS;
+  return b.type === BlockType.TEXT ? CHAT_TEXT_PART_FIELDS : TYPE_ONLY;
 }
 
 function checkBlock(b: ContentBlock, path: string): void {
@@ -164,7 +167,8 @@ function checkBlock(b: ContentBlock, path: string): void {
   if (b.type === BlockType.TOOL_USE) {
     if (b.toolCallId === "") fail("missing_required_field", `\`${path}.tool_call_id\` is required.`);
     if (b.toolName === "") fail("missing_required_field", `\`${path}.tool_name\` is required.`);
-    objectText(b.toolInputJson, `${path}.tool_input_json`);
+    // A chat-style custom tool's call (extra_json {"type":"custom"}) takes free text as its input.
+    if (!(b.style === ApiStyle.CHAT_COMPLETIONS && isCustomCall(b))) objectText(b.toolInputJson, `${path}.tool_input_json`);
   } else if (b.type === BlockType.TOOL_RESULT) {
     if (b.toolCallId === "") fail("missing_required_field", `\`${path}.tool_call_id\` is required.`);
   }
@@ -173,10 +177,11 @@ function checkBlock(b: ContentBlock, path: string): void {
 function checkTool(t: ToolDefinition, path: string, style: ApiStyle): void {
   const extra = objectText(t.extraJson, `${path}.extra_json`);
   if (t.name === "") {
-    // A provider's server tool (web search...) has no name of its own and rides whole in extra_json;
-    // only the messages style has them.
+    // A tool that is not a function rides whole in extra_json, with its `type` and no name of its
+    // own: a messages-style server tool (web search...), a chat-style custom tool (`custom`).
     if (style === ApiStyle.MESSAGES && typeof extra?.type === "string" && extra.type !== "custom") return;
-    fail("missing_required_field", `\`${path}.name\` is required (only a messages-style server tool, carried whole in extra_json with its \`type\`, has none).`);
+    if (style === ApiStyle.CHAT_COMPLETIONS && typeof extra?.type === "string" && extra.type !== "function") return;
+    fail("missing_required_field", `\`${path}.name\` is required (only a tool carried whole in extra_json with its \`type\`, a messages-style server tool or a chat-style tool that is not a function, has none).`);
   }
   if (!TOOL_NAME.test(t.name)) fail("invalid_value", `\`${path}.name\` must match ^[a-zA-Z0-9_-]{1,64}$, got '${t.name.slice(0, 80)}'.`);
   objectText(t.inputSchemaJson, `${path}.input_schema_json`);

@@ -6,6 +6,7 @@ import {
   CHAT_REQUEST_FIELDS,
   CHAT_ROLES,
   CHAT_TEXT_PART_FIELDS,
+  CHAT_CUSTOM_CALL_FIELDS,
   CHAT_TOOL_CALL_FIELDS,
   CHAT_TOOL_FIELDS,
   MAX_TEMPERATURE_CHAT,
@@ -143,7 +144,20 @@ function parsePart(v: unknown, path: string): ContentBlock {
 function parseToolCall(v: unknown, path: string): ContentBlock {
   const call = requireObject(v, path);
   const id = requireString(call, "id", `${path}.id`);
-  if (call.type !== undefined) requireOneOf(call, "type", ["function"], `${path}.type`);
+  if (call.type !== undefined) requireOneOf(call, "type", ["function", "custom"], `${path}.type`);
+  if (call.type === "custom") {
+    // A custom tool's call: free-text input, not JSON arguments. Its `type` stays in extra_json,
+    // which marks the block (CUSTOM_CALL_EXTRA).
+    const custom = requireObject(call.custom, `${path}.custom`);
+    return contentBlock({
+      type: BlockType.TOOL_USE,
+      toolCallId: id,
+      toolName: requireString(custom, "name", `${path}.custom.name`),
+      toolInputJson: requireString(custom, "input", `${path}.custom.input`),
+      extraJson: extraJson(call, CHAT_CUSTOM_CALL_FIELDS),
+      style: chat,
+    });
+  }
   const fn = requireObject(call.function, `${path}.function`);
   return contentBlock({
     type: BlockType.TOOL_USE,
@@ -161,7 +175,10 @@ function parseToolCall(v: unknown, path: string): ContentBlock {
  */
 function parseTool(v: unknown, path: string): ToolDefinition {
   const t = requireObject(v, path);
-  requireOneOf(t, "type", ["function"], `${path}.type`);
+  // A tool that is not a function (OpenAI's `custom` tools, and types to come) rides whole, with no
+  // name of its own, to an upstream of this style; the upstream judges it.
+  const type = requireString(t, "type", `${path}.type`);
+  if (type !== "function") return toolDefinition({ name: "", extraJson: JSON.stringify(t) });
   const fn = requireObject(t.function, `${path}.function`);
   const name = requireString(fn, "name", `${path}.function.name`);
   if (!TOOL_NAME.test(name)) {

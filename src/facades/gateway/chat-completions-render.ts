@@ -6,6 +6,7 @@ import {
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { parseExtra, type JsonObject } from "../../core/json.js";
+import { isCustomCall } from "../../core/proxy/upstreams/openai/tool-call.js";
 
 /** Canonical finish reasons in chat-completions words (https://platform.openai.com/docs/api-reference/chat/object). */
 const finishNames: Record<FinishReason, string> = {
@@ -49,7 +50,11 @@ export function answerParts(c: Completion): { text: string; refusal: string; too
     if (b.type === BlockType.TEXT) text += b.text;
     else if (b.type === BlockType.REFUSAL) refusal += b.text;
     else if (b.type === BlockType.TOOL_USE) {
-      toolCalls.push({ id: b.toolCallId, type: "function", function: { name: b.toolName, arguments: b.toolInputJson || "{}" } });
+      toolCalls.push(
+        isCustomCall(b)
+          ? { id: b.toolCallId, type: "custom", custom: { name: b.toolName, input: b.toolInputJson } }
+          : { id: b.toolCallId, type: "function", function: { name: b.toolName, arguments: b.toolInputJson || "{}" } },
+      );
     }
   }
   return { text, refusal, toolCalls };

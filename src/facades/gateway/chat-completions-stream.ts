@@ -12,6 +12,7 @@ import {
 import type { ErrorInfo } from "../../core/errors.js";
 import { isObject, parseExtra, type JsonObject } from "../../core/json.js";
 import { formatSse } from "../../core/sse.js";
+import { isCustomCall } from "../../core/proxy/upstreams/openai/tool-call.js";
 import type { RenderedRequest, StreamRenderer } from "./codec.js";
 import { answerParts, createdOr, finishName, renderUsage, sameStyleExtra } from "./chat-completions-render.js";
 
@@ -50,6 +51,8 @@ class ChatStreamRenderer implements StreamRenderer {
   readonly #toolIndex = new Map<number, number>();
   /** Canonical block indexes of refusal blocks, whose text goes out as `delta.refusal`. */
   readonly #refusals = new Set<number>();
+  /** Canonical block indexes of custom tools' calls, whose input goes out under `custom`. */
+  readonly #customCalls = new Set<number>();
   /**
    * Tool calls from an upstream of another style that have had no arguments yet. A messages-style
    * upstream streams a call without input as `input: {}` and no fragment (or an empty one); OpenAI
@@ -111,7 +114,11 @@ class ChatStreamRenderer implements StreamRenderer {
     if (block?.type === BlockType.TOOL_USE) {
       const k = this.#toolIndex.size;
       this.#toolIndex.set(b.index, k);
-      const call = { index: k, id: block.toolCallId, type: "function", function: { name: block.toolName, arguments: block.toolInputJson } };
+      const custom = isCustomCall(block);
+      if (custom) this.#customCalls.add(b.index);
+      const call = custom
+        ? { index: k, id: block.toolCallId, type: "custom", custom: { name: block.toolName, input: block.toolInputJson } }
+        : { index: k, id: block.toolCallId, type: "function", function: { name: block.toolName, arguments: block.toolInputJson } };
       if (block.toolInputJson === "" && this.#style !== ApiStyle.CHAT_COMPLETIONS) this.#noArguments.add(b.index);
       return this.#chunk({ tool_calls: [call] });
     }
@@ -133,7 +140,10 @@ class ChatStreamRenderer implements StreamRenderer {
       return extra || more ? this.#chunk({ content: d.text, ...more }, null, extra) : this.#content(d.text);
     }
     const k = this.#toolIndex.get(d.index);
-    if (d.partialJson !== "" && k !== undefined) return this.#chunk({ tool_calls: [{ index: k, function: { arguments: d.partialJson } }], ...more }, null, extra);
+    if (d.partialJson !== "" && k !== undefined) {
+      const part = this.#customCalls.has(d.index) ? { index: k, custom: { input: d.partialJson } } : { index: k, function: { arguments: d.partialJson } };
+      return this.#chunk({ tool_calls: [part], ...more }, null, extra);
+    }
     if (extra || more) return this.#chunk({ ...more }, null, extra);
     return ""; // thinking and other deltas of another style have no chat-completions form
   }

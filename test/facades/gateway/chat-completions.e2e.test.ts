@@ -137,6 +137,46 @@ describe("POST /v1/chat/completions (official openai SDK, real HTTP to the demo 
     assert.deepEqual(JSON.parse(call.function.arguments), { query: "Echo: x" });
   });
 
+  it("passes custom tools through and round-trips their calls, free-text input and all: JSON, stream, and both from the cache", async () => {
+    const tools = [
+      { type: "custom" as const, custom: { name: "grammar_tool", description: "Free text", format: { type: "text" as const } } },
+      { type: "function" as const, function: { name: "lookup", parameters: { type: "object" } } },
+    ];
+    const prompt = `write it ${Date.now()} [[fake:tool]]`;
+    const first = await client.chat.completions.create({ model: "chat-4o", messages: userMsg(prompt), tools });
+    assert.deepEqual(gw.demo!.requests.at(-1)!.body.tools, tools, "the tools reach the upstream as sent");
+    const call = first.choices[0]!.message.tool_calls![0]!;
+    const wanted = { id: call.id, type: "custom", custom: { name: "grammar_tool", input: `Echo: ${prompt.replace(" [[fake:tool]]", "")}` } };
+    assert.deepEqual(call, wanted);
+    assert.equal(first.choices[0]!.finish_reason, "tool_calls");
+    // The same answer from the cache, as JSON and as a stream; and a stream from the upstream.
+    const again = await postJson(url, keys.live, { model: "chat-4o", messages: userMsg(prompt), tools });
+    assert.equal(again.headers["x-svc-cache"], "HIT");
+    assert.deepEqual({ ...again.json().choices[0].message.tool_calls[0], id: call.id }, wanted);
+    const streamed = async (content: string) => {
+      const res = await postJson(url, keys.live, { model: "chat-4o", messages: userMsg(content), tools, stream: true });
+      const deltas = sseEvents(res.text).filter((e) => e.data !== "[DONE]").flatMap((e) => JSON.parse(e.data).choices[0]?.delta.tool_calls ?? []);
+      assert.deepEqual({ ...deltas[0], id: "x", custom: { ...deltas[0].custom, input: "" } }, { index: 0, id: "x", type: "custom", custom: { name: "grammar_tool", input: "" } });
+      return { cache: res.headers["x-svc-cache"], input: deltas.map((d: { custom: { input: string } }) => d.custom.input).join("") };
+    };
+    assert.deepEqual(await streamed(prompt), { cache: "HIT", input: wanted.custom.input });
+    const fresh = `stream it ${Date.now()} [[fake:tool]]`;
+    assert.deepEqual(await streamed(fresh), { cache: "MISS", input: `Echo: ${fresh.replace(" [[fake:tool]]", "")}` });
+    assert.deepEqual(await streamed(fresh), { cache: "HIT", input: `Echo: ${fresh.replace(" [[fake:tool]]", "")}` });
+    // The call and its result sent back: the upstream gets the custom call as it was.
+    await client.chat.completions.create({
+      model: "chat-4o",
+      tools,
+      messages: [
+        { role: "user", content: "write it" },
+        { role: "assistant", content: null, tool_calls: [wanted as never] },
+        { role: "tool", tool_call_id: call.id, content: "done" },
+      ],
+    });
+    const sent = gw.demo!.requests.at(-1)!.body.messages as Array<Record<string, unknown>>;
+    assert.deepEqual(sent[1]!.tool_calls, [wanted]);
+  });
+
   it("accepts the key as the SDK's own apiKey (Authorization: Bearer) and test keys", async () => {
     const viaBearer = new OpenAI({ apiKey: keys.test, baseURL: `${gw.gatewayUrl}/v1`, maxRetries: 0 });
     const res = await viaBearer.chat.completions.create({ model: "chat-3.5-turbo", messages: userMsg("hi") });

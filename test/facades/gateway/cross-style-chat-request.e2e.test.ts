@@ -175,6 +175,15 @@ describe("chat-completions requests on an Anthropic-style upstream (official ope
       assert.equal(sent.filter((b) => JSON.stringify(b).includes(`${tag}"`)).length, 0);
     });
 
+    it("refuses a custom tool (no messages-style form) with a 400 saying why", async () => {
+      const tag = nonce();
+      const body = { model: "chat-x", messages: [{ role: "user" as const, content: `write ${tag}` }], tools: [{ type: "custom" as const, custom: { name: "grammar" } }] };
+      const [status, type, code, message] = await refused(body);
+      assert.deepEqual([status, type, code], [400, "invalid_request_error", "unsupported_parameter"]);
+      assert.match(String(message), /^`tools\[0\]\.type` "custom" is not supported: the model 'chat-x' is served by a messages-style \(Anthropic\) upstream, which takes function tools only\.$/);
+      assert.equal(sent.filter((b) => JSON.stringify(b).includes(`${tag}"`)).length, 0);
+    });
+
     it("refuses an input_audio part with a 400 saying why", async () => {
       const tag = nonce();
       const [status, type, code, message] = await refused(only({ type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }, tag));

@@ -49,7 +49,14 @@ export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
   if (system.length) body.system = system.join("\n\n");
   // Chat style allows temperatures up to 2; this style's range is 0..1.
   if (req.temperature !== undefined) body.temperature = Math.min(1, Math.max(0, req.temperature));
-  const tools = req.tools.filter((t) => t.name).map(toolFromChat);
+  // A chat-style tool that is not a function (a custom tool, carried whole) has no messages-style form.
+  req.tools.forEach((t, i) => {
+    if (!t.name) {
+      const type = JSON.stringify(String(parseExtra(t.extraJson).type ?? "").slice(0, 40));
+      throw invalidRequest("unsupported_parameter", `\`tools[${i}].type\` ${type} is not supported: ${routed(req.model)}, which takes function tools only.`);
+    }
+  });
+  const tools = req.tools.map(toolFromChat);
   if (tools.length) body.tools = tools;
   Object.assign(body, samplingFromChat(extra), toolChoiceFromChat(extra, tools.length > 0));
   return body;

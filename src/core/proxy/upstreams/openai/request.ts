@@ -92,6 +92,8 @@ function contentPart(b: ContentBlock): unknown {
  * function's (e.g. `strict`) under its `function` key, so both levels come back where they were.
  */
 function sameStyleTool(t: ToolDefinition): JsonObject {
+  // A tool that is not a function (a custom tool) was carried whole.
+  if (t.name === "") return parseExtra(t.extraJson);
   const { function: fnExtra, ...toolExtra } = parseExtra(t.extraJson);
   const fn: JsonObject = { name: t.name };
   if (t.description) fn.description = t.description;

@@ -11,6 +11,7 @@ import type { SseEvent } from "../../../sse.js";
 import { streamEvent } from "../../canonical.js";
 import type { StreamConverter } from "../adapter.js";
 import { convertOpenAiStreamError, invalidUpstreamResponse } from "./error.js";
+import { CUSTOM_CALL_EXTRA } from "./tool-call.js";
 import { finishForClient, toFinishReason, toUsage } from "./usage.js";
 
 /**
@@ -169,21 +170,26 @@ class OpenAiStreamConverter implements StreamConverter {
 
   #toolCall(call: JsonObject, chunk: JsonObject, out: StreamChatResponse[]): void {
     const key = typeof call.index === "number" ? call.index : 0;
-    const fn = isObject(call.function) ? call.function : {};
+    // A custom tool's call streams its free-text input as a function's arguments stream: under
+    // `custom` instead of `function`.
+    const custom = call.type === "custom" || (call.function === undefined && isObject(call.custom));
+    const fn = isObject(custom ? call.custom : call.function) ? ((custom ? call.custom : call.function) as JsonObject) : {};
+    const input = custom ? fn.input : fn.arguments;
     let index = this.#toolBlocks.get(key);
     if (index === undefined) {
       index = this.#openBlock(BlockType.TOOL_USE, {
         toolCallId: typeof call.id === "string" ? call.id : "",
         toolName: typeof fn.name === "string" ? fn.name : "",
+        ...(custom ? { extraJson: CUSTOM_CALL_EXTRA } : {}),
       }, chunk, out);
       this.#toolBlocks.set(key, index);
     }
-    if (typeof fn.arguments === "string" && fn.arguments !== "") {
-      out.push(streamEvent({ case: "blockDelta", value: { index, partialJson: fn.arguments } }));
+    if (typeof input === "string" && input !== "") {
+      out.push(streamEvent({ case: "blockDelta", value: { index, partialJson: input } }));
     }
   }
 
-  #openBlock(type: BlockType, fields: { toolCallId?: string; toolName?: string }, chunk: JsonObject, out: StreamChatResponse[]): number {
+  #openBlock(type: BlockType, fields: { toolCallId?: string; toolName?: string; extraJson?: string }, chunk: JsonObject, out: StreamChatResponse[]): number {
     if (!this.#started) this.#start(chunk, out);
     this.#closeBlock(out);
     const index = this.#nextIndex++;

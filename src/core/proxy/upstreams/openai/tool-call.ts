@@ -1,13 +1,23 @@
-import type { ContentBlock } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
-import type { JsonObject } from "../../../json.js";
+import { BlockType, type ContentBlock } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { parseExtra, type JsonObject } from "../../../json.js";
+
+/**
+ * The extra_json of a tool-use block that is a call of an OpenAI custom tool
+ * (`{"type":"custom","custom":{"name","input"}}`): its name is the tool's, and its input, free text
+ * rather than JSON arguments, is the block's tool_input_json.
+ */
+export const CUSTOM_CALL_EXTRA = '{"type":"custom"}';
+
+/** Whether a tool-use block is a custom tool's call (CUSTOM_CALL_EXTRA, with any unnamed fields of the call). */
+export const isCustomCall = (b: { type: BlockType; extraJson: string }): boolean =>
+  b.type === BlockType.TOOL_USE && b.extraJson !== "" && parseExtra(b.extraJson).type === "custom";
 
 /**
  * A tool-use block as an OpenAI `tool_calls` item. `extra` holds the call's own unnamed fields, only
- * when the block came from a chat-style client. An empty input becomes "{}": OpenAI rejects "".
+ * when the block came from a chat-style client. An empty input becomes "{}": OpenAI rejects "". A
+ * custom tool's call keeps its shape and its free-text input as it is.
  */
-export const toolCall = (b: ContentBlock, extra: JsonObject = {}): JsonObject => ({
-  ...extra,
-  id: b.toolCallId,
-  type: "function",
-  function: { name: b.toolName, arguments: b.toolInputJson || "{}" },
-});
+export const toolCall = (b: ContentBlock, extra: JsonObject = {}): JsonObject =>
+  extra.type === "custom"
+    ? { ...extra, id: b.toolCallId, type: "custom", custom: { name: b.toolName, input: b.toolInputJson } }
+    : { ...extra, id: b.toolCallId, type: "function", function: { name: b.toolName, arguments: b.toolInputJson || "{}" } };
