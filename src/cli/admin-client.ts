@@ -49,7 +49,7 @@ export function resolveAdminTarget(flags: { server?: string; adminToken?: string
   }
   let token = flags.adminToken || env.SVC_ADMIN_TOKEN || "";
   if (!token) {
-    const path = join(resolve(env.SVC_DATA_DIR || "data"), "admin-token");
+    const path = adminTokenFile(env);
     try {
       token = readFileSync(path, "utf8").trim();
     } catch {
@@ -57,6 +57,16 @@ export function resolveAdminTarget(flags: { server?: string; adminToken?: string
     }
   }
   return { server, token };
+}
+
+/** The file `svc serve` generates the admin token into, when none is configured. */
+const adminTokenFile = (env: NodeJS.ProcessEnv) => join(resolve(env.SVC_DATA_DIR || "data"), "admin-token");
+
+/** Where the CLI took its admin token from, for a refusal's message. */
+export function adminTokenSource(flags: { adminToken?: string }, env = process.env): string {
+  if (flags.adminToken) return "--admin-token";
+  if (env.SVC_ADMIN_TOKEN) return "SVC_ADMIN_TOKEN";
+  return `the file ${adminTokenFile(env)}`;
 }
 
 /** Errors of a TLS handshake with a server that does not speak TLS on that port. */
@@ -68,7 +78,7 @@ const TLS_MISMATCH = /EPROTO|wrong version number|packet length too long|SSL rou
  * the core does not serve) answers without one, and a TLS handshake with a plain-HTTP port fails
  * with OpenSSL's words: both are told as "this is not the core's address", with the default.
  */
-export function adminCallMessage(e: ConnectError, server: string, env = process.env): string {
+export function adminCallMessage(e: ConnectError, server: string, env = process.env, tokenSource?: string): string {
   const where = `the default is ${defaultServerUrl(env)} (the core's gRPC port: SVC_HOST and SVC_GRPC_PORT, as \`svc serve\` reads them); set --server or SVC_SERVER_URL`;
   let url: URL | undefined;
   try {
@@ -91,7 +101,9 @@ export function adminCallMessage(e: ConnectError, server: string, env = process.
     (e.code === Code.Unavailable && !carriesErrorInfo(e)) || (e.code === Code.Unknown && /ECONNREFUSED|fetch failed/.test(e.rawMessage))
       ? " (is `svc serve` running? set --server or SVC_SERVER_URL)"
       : e.code === Code.Unauthenticated
-        ? " (check SVC_ADMIN_TOKEN or --admin-token)"
+        ? tokenSource
+          ? ` (the token from ${tokenSource} was refused; the server's is SVC_ADMIN_TOKEN as it was started, else the file it generated into its data dir: set SVC_ADMIN_TOKEN or --admin-token to it)`
+          : " (check SVC_ADMIN_TOKEN or --admin-token)"
         : "";
   return `${e.rawMessage}${hint}`;
 }

@@ -2,7 +2,7 @@ import { parseArgs } from "node:util";
 import { ConnectError } from "@connectrpc/connect";
 import { ConfigError, loadConfig } from "../config.js";
 import { startServer } from "../server.js";
-import { adminCallMessage, serverOf, UsageError } from "./admin-client.js";
+import { adminCallMessage, adminTokenSource, serverOf, UsageError } from "./admin-client.js";
 import { keysCommand, out, projectsCommand, type Flags } from "./admin-commands.js";
 import { promptsCommand } from "./prompt-commands.js";
 import { packageVersion } from "./version.js";
@@ -260,6 +260,7 @@ async function serve(demo: boolean): Promise<void> {
 
 /** The server the admin command talks to, for its error messages. */
 let server = "";
+let tokenSource: string | undefined;
 
 async function main(argv: string[]): Promise<void> {
   const parsed = parseCommandLine(argv);
@@ -287,6 +288,7 @@ async function main(argv: string[]): Promise<void> {
     version: command === "prompts show" ? str("version") : undefined,
   };
   server = serverOf(flags);
+  tokenSource = adminTokenSource(flags);
   const [group, sub] = command.split(" ");
   if (command === "version") {
     const pkg = packageVersion();
@@ -310,7 +312,7 @@ main(process.argv.slice(2)).catch((e: unknown) => {
     process.exit(2);
   }
   if (e instanceof ConnectError) {
-    process.stderr.write(`error: ${adminCallMessage(e, server)}\n`);
+    process.stderr.write(`error: ${adminCallMessage(e, server, process.env, tokenSource)}\n`);
     process.exit(1);
   }
   process.stderr.write(`error: ${(e as Error)?.message ?? String(e)}\n`);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -124,10 +124,21 @@ describe("the svc CLI against a running `svc serve --demo`", function () {
     assert.match(noSub.stderr, /'projects' needs a subcommand/);
   });
 
-  it("refuses a wrong admin token", async () => {
+  it("refuses a wrong admin token, naming where the CLI took it from", async () => {
     const res = await svc("projects", "list", "--server", grpcUrl, "--admin-token", "wrong");
     assert.equal(res.code, 1);
-    assert.match(res.stderr, /admin token/);
+    assert.match(res.stderr, /admin token.*the token from --admin-token was refused/);
+    // A token file the server no longer uses (it was restarted with SVC_ADMIN_TOKEN, say).
+    const file = join(dataDir, "stale-data");
+    mkdirSync(file);
+    writeFileSync(join(file, "admin-token"), "svc_admin_stale_token_0123456789");
+    const stale = await new Promise<Run>((resolve) => {
+      execFile(process.execPath, [bin, "projects", "list", "--server", grpcUrl], { env: { ...env, SVC_DATA_DIR: file }, cwd: dataDir }, (err, stdout, stderr) => {
+        resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, stdout, stderr });
+      });
+    });
+    assert.equal(stale.code, 1);
+    assert.ok(stale.stderr.includes(`the token from the file ${join(file, "admin-token")} was refused`), stale.stderr);
   });
 
   it("says when no server answers", async () => {
