@@ -180,6 +180,31 @@ function helpFor(words: string[]): string {
  * refuses any option the command does not take, naming it and the command, rather than ignoring it.
  * Returns the help text when help is wanted (--help, -h, `svc help ...`, or no command at all).
  */
+/**
+ * `--rpm -1` and `--description "-x"` as `--rpm=-1` and `--description=-x`: a value that starts with
+ * `-` after an option that takes one is that option's value, unless it is itself an option the CLI
+ * knows (`--name --json` is still a missing value). node's parseArgs refuses such a value as
+ * ambiguous, so a bad number got its words instead of the CLI's own check, and a description that
+ * starts with a dash could only be given with `=`.
+ */
+function dashValuesAttached(argv: string[], options: Record<string, { type: "string" | "boolean"; short?: string }>): string[] {
+  const known = (arg: string) => (arg.startsWith("--") ? arg.slice(2).split("=")[0]! in options : Object.values(options).some((o) => o.short && arg === `-${o.short}`));
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const next = argv[i + 1];
+    if (arg === "--") {
+      out.push(...argv.slice(i));
+      break;
+    }
+    if (arg.startsWith("--") && !arg.includes("=") && options[arg.slice(2)]?.type === "string" && next !== undefined && next.startsWith("-") && next !== "--" && !known(next)) {
+      out.push(`${arg}=${next}`);
+      i++;
+    } else out.push(arg);
+  }
+  return out;
+}
+
 function parseCommandLine(argv: string[]): Parsed | { help: string } {
   const first = parseArgs({ args: argv, allowPositionals: true, strict: false, tokens: true, options: OPTIONS });
   const [cmd, sub] = first.positionals;
@@ -207,7 +232,7 @@ function parseCommandLine(argv: string[]): Parsed | { help: string } {
   const options = command === "prompts show" ? { ...OPTIONS, version: { type: "string" } as const } : OPTIONS;
   let parsed;
   try {
-    parsed = parseArgs({ args: argv, allowPositionals: true, strict: true, tokens: true, options });
+    parsed = parseArgs({ args: dashValuesAttached(argv, options), allowPositionals: true, strict: true, tokens: true, options });
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
     const unknown = err.code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" && /Unknown option '([^']+)'/.exec(err.message);

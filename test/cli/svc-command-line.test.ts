@@ -42,6 +42,20 @@ describe("the svc command line: each command's own options, --version, --server"
     assert.match(same.stderr, /--rpm is given more than once/);
   });
 
+  it("reads a value that starts with a dash as its option's value: the CLI's own check answers a negative, and a description may start with one", async () => {
+    const p = JSON.parse((await srv.svc("projects", "create", "--name", "dashes", "--plan", "enterprise", "--json")).stdout).id;
+    const negative = await srv.svc("projects", "update", p, "--rpm", "-1");
+    assert.equal(negative.code, 2);
+    assert.match(negative.stderr.split("\n")[0]!, /--rpm/);
+    assert.doesNotMatch(negative.stderr, /ambiguous/);
+    const key = await srv.svc("keys", "create", "--project", p, "--mode", "test", "--description", "-laptop-", "--json");
+    assert.equal(key.code, 0, key.stderr);
+    assert.equal(JSON.parse(key.stdout).description, "-laptop-");
+    // An option where the value should be is still a missing value.
+    const missing = await srv.svc("keys", "create", "--project", p, "--mode", "test", "--description", "--json");
+    assert.equal(missing.code, 2);
+  });
+
   it("creates a project with its limits and body logging set, in one step", async () => {
     const res = await srv.svc("projects", "create", "--name", "lim", "--plan", "free", "--rpm", "5", "--rpd", "50", "--user-rpm", "2", "--spend-cap-usd", "1", "--log-bodies", "off", "--json");
     assert.equal(res.code, 0, res.stderr);
