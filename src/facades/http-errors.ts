@@ -1,4 +1,4 @@
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Middleware } from "koa";
@@ -12,10 +12,10 @@ import { log } from "../logger.js";
  * lets a facade add its own headers.
  *
  * A request answered before its body was all read (refused: no key, an unknown path, a wrong
- * method; none of these apps reads a body) is answered once the rest of its body has been read and
- * dropped, within limits (`drainBody`); past them it gets `Connection: close`, and node:http closes
- * the connection after the answer instead of waiting for a body that a client may trickle in until
- * the request timeout (the gateway's own answers do the same, `writeError` in respond.ts).
+ * method; none of these apps reads a body) keeps its connection while the rest of its body comes
+ * in and is dropped, within limits (`lingerOnBody`), so the answer reaches a client still writing
+ * it; one whose body is declared past them gets `Connection: close`, and node:http closes the
+ * connection after the answer (the gateway's own answers do the same, `writeError` in respond.ts).
  */
 export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<string, string>) => void): Middleware {
   return async (ctx, next) => {
@@ -38,8 +38,8 @@ export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<stri
       ctx.body = JSON.stringify(toErrorBody(info));
     }
     if (ctx.respond !== false && !ctx.headerSent && !ctx.req.complete) {
-      await drainBody(ctx.req, ctx.res);
-      if (!ctx.req.complete) ctx.set("Connection", "close");
+      if (lingers(ctx.req)) lingerOnBody(ctx.req);
+      else ctx.set("Connection", "close");
     }
   };
 }
@@ -63,44 +63,60 @@ const ANSWERED = Symbol("svc.clientErrorAnswer");
 const REQUEST_ID = Symbol("svc.requestId");
 /** Set on a socket whose bad request waits for the answer of the whole request before it. */
 /**
- * How much of a refused request's body is read (and dropped) before its answer is written, and for
- * how long at most: see `drainBody`.
+ * What a refused request's body may take to come in after its answer, while its connection is kept
+ * for it (`lingerOnBody`): at most this many bytes, this long, and never slower than this rate over
+ * a second.
  */
-export const DRAIN_LIMITS = { bytes: 64 * 1024 * 1024, ms: 10_000 };
+export const LINGER_LIMITS = { bytes: 64 * 1024 * 1024, ms: 10_000, minBytesPerSecond: 16 * 1024 };
 
 /**
- * Reads and drops the rest of a request's body, so that the answer written after it reaches the
- * client: a request refused before its body was read (too large, a bad key, an unknown path).
- * Answered at once with the body still coming, the connection would be closed under a client still
- * writing, and the kernel answers the unread bytes with a reset, which takes the answer with it:
- * the SDKs saw a connection error instead of the 400 or 401, and retried the whole body. Resolves
- * when the body has ended (the connection can then be kept), the client has gone, or the limits
- * are passed (DRAIN_LIMITS; a body declared larger is not waited for at all): the answer then goes
- * out with `Connection: close`, as before. Never rejects.
+ * Whether a request answered before its body was all read keeps its connection while the rest comes
+ * in (`lingerOnBody`): one whose body is declared larger than LINGER_LIMITS is answered with
+ * `Connection: close` instead.
  */
-export function drainBody(req: IncomingMessage, res: ServerResponse, limits = DRAIN_LIMITS): Promise<void> {
-  if (req.complete || res.destroyed || req.destroyed || !(Number(req.headers["content-length"] ?? 0) <= limits.bytes)) return Promise.resolve();
-  return new Promise((resolve) => {
-    let read = 0;
-    const done = () => {
-      clearTimeout(timer);
-      req.off("data", onData);
-      req.off("end", done);
-      req.off("error", done);
-      res.off("close", done);
-      resolve();
-    };
-    const onData = (chunk: Buffer) => {
-      read += chunk.length;
-      if (read > limits.bytes) done();
-    };
-    const timer = setTimeout(done, limits.ms);
-    req.on("data", onData);
-    req.once("end", done);
-    req.once("error", done);
-    res.once("close", done);
-    req.resume();
-  });
+export const lingers = (req: IncomingMessage): boolean => !req.complete && Number(req.headers["content-length"] ?? 0) <= LINGER_LIMITS.bytes;
+
+/**
+ * Reads and drops the rest of the body of a request answered before its body was read (refused:
+ * too large, a bad key, an unknown path), keeping the connection for it. Closing it under a client
+ * still writing the body made the kernel answer the unread bytes with a reset, which took the
+ * answer with it: the SDKs saw a connection error instead of the 400 or 401, and sent the whole
+ * body again. A body that goes past LINGER_LIMITS (too large, too long, or trickled in slower than
+ * the rate, as a slowloris would) has its connection destroyed instead of waited on until the
+ * request timeout. Once the body has ended, node:http reads the connection's next request.
+ */
+export function lingerOnBody(req: IncomingMessage, limits = LINGER_LIMITS): void {
+  if (req.complete || req.destroyed) return;
+  const socket = req.socket;
+  const t0 = Date.now();
+  let total = 0;
+  let recent = 0;
+  const stop = () => {
+    clearInterval(timer);
+    req.off("data", onData);
+    req.off("end", stop);
+    req.off("error", stop);
+    socket.off("close", stop);
+  };
+  const cut = () => {
+    stop();
+    socket.destroy();
+  };
+  const onData = (chunk: Buffer) => {
+    total += chunk.length;
+    recent += chunk.length;
+    if (total > limits.bytes) cut();
+  };
+  const timer = setInterval(() => {
+    if (Date.now() - t0 >= limits.ms || recent < limits.minBytesPerSecond) cut();
+    recent = 0;
+  }, 1000);
+  timer.unref();
+  req.on("data", onData);
+  req.once("end", stop);
+  req.once("error", stop);
+  socket.once("close", stop);
+  req.resume();
 }
 
 const BEHIND = Symbol("svc.badRequestBehind");

@@ -3,7 +3,7 @@ import type { StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb
 import { retryGuidanceOf, toErrorBody, toErrorInfo, type ErrorInfo } from "../../core/errors.js";
 import { isCanceled } from "../../core/proxy/proxy-service.js";
 import { log } from "../../logger.js";
-import { drainBody } from "../http-errors.js";
+import { lingerOnBody, lingers } from "../http-errors.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 
 /**
@@ -57,33 +57,26 @@ export function writeJson(res: ServerResponse, status: number, headers: object, 
  * and reach the client only as a generic 500. An upstream's refusal keeps its retry guidance
  * (`retry-after`, `retry-after-ms`, `x-should-retry`), which the client's SDK waits on.
  */
-export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, extraHeaders?: Record<string, string>): { info: ErrorInfo; body: string; written: Promise<void> } {
+export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, extraHeaders?: Record<string, string>): { info: ErrorInfo; body: string } {
   const info = toErrorInfo(err);
   if (info.status >= 500 && info.code === "internal_error") {
     log.error("request failed", { requestId: svc["X-Svc-Request-Id"], err: String((err as Error)?.stack ?? err) });
   }
   const body = JSON.stringify(toErrorBody(info));
-  if (res.headersSent || res.destroyed) return { info, body: "", written: done };
+  if (res.headersSent || res.destroyed) return { info, body: "" };
   svc["X-Svc-Cost"] = "0";
-  // 499 (the client went away) has no reader; should one still be there, it gets a plain 400.
-  const status = info.status === 499 ? 400 : info.status;
-  const headers = { ...svc, ...extraHeaders, ...retryGuidanceOf(err) };
-  const req = res.req;
-  if (!req || req.complete) {
-    writeJson(res, status, headers, body);
-    return { info, body, written: done };
-  }
-  // Refused before its body was all read (too large, a bad key): answered once the rest of the body
-  // is read and dropped, so that the answer reaches a client still writing it (drainBody). One
-  // whose body did not end within the limits gets its answer with the connection closed after it,
+  // Refused before its body was all read (too large, a bad key): the connection is kept while the
+  // rest comes in and is dropped (lingerOnBody), so the answer reaches a client still writing it. A
+  // body declared past the limits is not waited for: the connection is closed after the answer
   // rather than kept with the rest of the body unread, which could frame a second answer.
-  const written = drainBody(req, res).then(() => {
-    if (!res.headersSent && !res.destroyed) writeJson(res, status, req.complete ? headers : { ...headers, ...closeConnection }, body);
-  });
-  return { info, body, written };
+  const req = res.req;
+  const linger = req !== undefined && lingers(req);
+  const close = req && !req.complete && !linger ? closeConnection : undefined;
+  // 499 (the client went away) has no reader; should one still be there, it gets a plain 400.
+  writeJson(res, info.status === 499 ? 400 : info.status, { ...svc, ...extraHeaders, ...retryGuidanceOf(err), ...close }, body);
+  if (linger) lingerOnBody(req);
+  return { info, body };
 }
-
-const done = Promise.resolve();
 
 /**
  * Writes a streamed answer as SSE. The cost is only known at the end, so it is sent as the HTTP
