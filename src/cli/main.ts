@@ -175,12 +175,6 @@ function helpFor(words: string[]): string {
 }
 
 /**
- * Reads the command line in two passes: the first finds the command (options typed as any command
- * takes them; unknown ones tolerated), the second reads it strictly with that command's types and
- * refuses any option the command does not take, naming it and the command, rather than ignoring it.
- * Returns the help text when help is wanted (--help, -h, `svc help ...`, or no command at all).
- */
-/**
  * `--rpm -1` and `--description "-x"` as `--rpm=-1` and `--description=-x`: a value that starts with
  * `-` after an option that takes one is that option's value, unless it is itself an option the CLI
  * knows (`--name --json` is still a missing value). node's parseArgs refuses such a value as
@@ -205,6 +199,12 @@ function dashValuesAttached(argv: string[], options: Record<string, { type: "str
   return out;
 }
 
+/**
+ * Reads the command line in two passes: the first finds the command (options typed as any command
+ * takes them; unknown ones tolerated), the second reads it strictly with that command's types and
+ * refuses any option the command does not take, naming it and the command, rather than ignoring it.
+ * Returns the help text when help is wanted (--help, -h, `svc help ...`, or no command at all).
+ */
 function parseCommandLine(argv: string[]): Parsed | { help: string } {
   const first = parseArgs({ args: argv, allowPositionals: true, strict: false, tokens: true, options: OPTIONS });
   const [cmd, sub] = first.positionals;
@@ -227,6 +227,7 @@ function parseCommandLine(argv: string[]): Parsed | { help: string } {
     if (!COMMANDS[command]) throw new UsageError(`unknown command '${command}'`);
   } else throw new UsageError(`unknown command '${cmd}'`);
   const spec = COMMANDS[command]!;
+  commandInError = command;
 
   // `prompts show` reads --version as a version number; elsewhere it is a switch (svc --version).
   const options = command === "prompts show" ? { ...OPTIONS, version: { type: "string" } as const } : OPTIONS;
@@ -285,6 +286,8 @@ async function serve(demo: boolean): Promise<void> {
 
 /** The server the admin command talks to, for its error messages. */
 let server = "";
+/** The command being read, once known: a usage error prints its help rather than the whole CLI's. */
+let commandInError: string | undefined;
 let tokenSource: string | undefined;
 
 async function main(argv: string[]): Promise<void> {
@@ -329,7 +332,8 @@ async function main(argv: string[]): Promise<void> {
 main(process.argv.slice(2)).catch((e: unknown) => {
   const parseError = ["ERR_PARSE_ARGS_UNKNOWN_OPTION", "ERR_PARSE_ARGS_INVALID_OPTION_VALUE"].includes((e as NodeJS.ErrnoException)?.code ?? "");
   if (e instanceof UsageError || parseError) {
-    process.stderr.write(`error: ${(e as Error).message}\n\n${USAGE}`);
+    const help = commandInError && COMMANDS[commandInError] ? commandHelp(commandInError) : USAGE;
+    process.stderr.write(`error: ${(e as Error).message}\n\n${help}`);
     process.exit(2);
   }
   if (e instanceof ConfigError) {

@@ -71,6 +71,9 @@ describe("svc help: each command's own usage and options", function () {
       assert.ok(taken, `${command}: ${refusals[i]!.stderr}`);
       assert.deepEqual(options(help.stdout), taken, `${command}: the help lists the options the command takes`);
       assert.doesNotMatch(help.stdout, /svc gateway is running/);
+      // A usage error prints its message, then that command's own help, not the whole CLI's.
+      assert.equal(refusals[i]!.code, 2);
+      assert.equal(refusals[i]!.stderr.slice(refusals[i]!.stderr.indexOf("\n\n") + 2), help.stdout, `${command}: the command's help after its usage error`);
     });
     const keysCreate = helps[COMMANDS.indexOf("keys create")]!.stdout;
     assert.match(keysCreate, /^Usage: svc keys create --project ID --mode live\|test \[--description D\] \[--json\]$/m);
