@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { startRedis, type TestRedis } from "./redis.js";
 
 const bin = fileURLToPath(new URL("../../bin/svc.js", import.meta.url));
 
@@ -92,4 +93,23 @@ export async function startSvcServe(extraEnv: Record<string, string> = {}, dataD
       await removeDir(dataDir);
     },
   };
+}
+
+/**
+ * Two `svc serve --demo` processes sharing a private Redis and `adminToken`, started before the
+ * calling describe's tests and stopped after them. `redis` may be replaced by a test that restarts
+ * it (on the same port): the one there at the end is stopped.
+ */
+export function processesOnOneRedis(adminToken: string): { readonly a: SvcServe; readonly b: SvcServe; redis: TestRedis } {
+  const pair = {} as { a: SvcServe; b: SvcServe; redis: TestRedis };
+  before(async () => {
+    pair.redis = await startRedis();
+    const env = { SVC_REDIS_URL: pair.redis.url, SVC_ADMIN_TOKEN: adminToken, SVC_LOG_LEVEL: "error" };
+    [pair.a, pair.b] = await Promise.all([startSvcServe(env), startSvcServe(env)]);
+  });
+  after(async () => {
+    await Promise.all([pair.a?.stop(), pair.b?.stop()]);
+    await pair.redis?.stop();
+  });
+  return pair;
 }

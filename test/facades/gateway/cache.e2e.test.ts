@@ -9,7 +9,7 @@ import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { eventually, postJson, sseEvents } from "../../support/http.js";
 import { startRedis, type TestRedis } from "../../support/redis.js";
-import { startSvcServe, type SvcServe } from "../../support/svc-cli.js";
+import { processesOnOneRedis } from "../../support/svc-cli.js";
 import { createAdminClient } from "../../../src/cli/admin-client.js";
 
 let n = 0;
@@ -377,20 +377,10 @@ describe("response cache switched off (SVC_CACHE_DISABLED=1)", () => {
 
 describe("response cache across two gateway processes on one Redis", function () {
   this.timeout(90_000);
-  let redis: TestRedis;
-  let a: SvcServe;
-  let b: SvcServe;
-  before(async () => {
-    redis = await startRedis();
-    const env = { SVC_REDIS_URL: redis.url, SVC_ADMIN_TOKEN: "cache-admin-token", SVC_LOG_LEVEL: "error" };
-    [a, b] = await Promise.all([startSvcServe(env), startSvcServe(env)]);
-  });
-  after(async () => {
-    await Promise.all([a?.stop(), b?.stop()]);
-    await redis.stop();
-  });
+  const processes = processesOnOneRedis("cache-admin-token");
 
   it("stores an answer before its last bytes go out: the same request sent on at once to the other process hits there", async () => {
+    const { a, b } = processes;
     const admin = createAdminClient({ server: a.grpcUrl, token: "cache-admin-token" });
     const { project } = await admin.createProject({ name: "sent-on", plan: Plan.ENTERPRISE });
     const { secret } = await admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE });

@@ -9,7 +9,7 @@ import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { eventually, postJson } from "../../support/http.js";
 import { startRedis, type TestRedis } from "../../support/redis.js";
-import { startSvcServe, type SvcServe } from "../../support/svc-cli.js";
+import { processesOnOneRedis } from "../../support/svc-cli.js";
 
 let n = 0;
 const chat = (more: object = {}) => ({ model: "chat-4o-mini", messages: [{ role: "user", content: `limits ${Date.now()} ${++n}` }], ...more });
@@ -353,25 +353,12 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
   });
 });
 
-/** A real `svc serve --demo` process on free ports, sharing `redisUrl`. */
-const serveProcess = (redisUrl: string) => startSvcServe({ SVC_REDIS_URL: redisUrl, SVC_ADMIN_TOKEN: "limits-admin-token", SVC_LOG_LEVEL: "error" });
-
 describe("rate limits across two gateway processes on one Redis", function () {
   this.timeout(90_000);
-  let redis: TestRedis;
-  let a: SvcServe;
-  let b: SvcServe;
-
-  before(async () => {
-    redis = await startRedis();
-    [a, b] = await Promise.all([serveProcess(redis.url), serveProcess(redis.url)]);
-  });
-  after(async () => {
-    await Promise.all([a?.stop(), b?.stop()]);
-    await redis.stop();
-  });
+  const processes = processesOnOneRedis("limits-admin-token");
 
   it("admits exactly 60 of 200 concurrent requests to a 60/minute project", async () => {
+    const { a, b } = processes;
     const admin = createAdminClient({ server: a.grpcUrl, token: "limits-admin-token" });
     const { project } = await admin.createProject({ name: "exact", plan: Plan.FREE });
     const { secret } = await admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE });
@@ -384,12 +371,13 @@ describe("rate limits across two gateway processes on one Redis", function () {
   });
 
   it("keeps answering while Redis is stalled (connected, answering nothing), each request within the command timeout", async () => {
+    const { a, b } = processes;
     const admin = createAdminClient({ server: a.grpcUrl, token: "limits-admin-token" });
     const { project } = await admin.createProject({ name: "stall", plan: Plan.FREE });
     const { secret } = await admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE });
     const send = () => postJson(`${b.gatewayUrl}/v1/chat/completions`, secret, chat());
     assert.equal((await send()).status, 200); // the key is now known to this replica
-    const raw = new Redis(redis.url);
+    const raw = new Redis(processes.redis.url);
     try {
       await raw.call("CLIENT", "PAUSE", "4000", "ALL");
       const took: number[] = [];
@@ -409,15 +397,16 @@ describe("rate limits across two gateway processes on one Redis", function () {
   });
 
   it("keeps answering while Redis is down (limits fail open) and limits again once it is back", async () => {
+    const { a } = processes;
     const admin = createAdminClient({ server: a.grpcUrl, token: "limits-admin-token" });
     const { project } = await admin.createProject({ name: "outage", plan: Plan.FREE });
     await admin.updateProject({ projectId: project!.id, limitOverrides: { requestsPerMinute: 3 } });
     const { secret } = await admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE });
     const send = () => postJson(`${a.gatewayUrl}/v1/chat/completions`, secret, chat(), noCache);
     assert.equal((await send()).status, 200); // the key is now known to this replica
-    await redis.stop();
+    await processes.redis.stop();
     for (let i = 0; i < 5; i++) assert.equal((await send()).status, 200, "fail open while Redis is down");
-    redis = await startRedis(redis.port);
+    processes.redis = await startRedis(processes.redis.port);
     // Redis came back empty: the registry is gone too, so make projects again. Reconnecting takes
     // a moment (longer on a loaded machine): retry until the admin call and a 1/minute limit work.
     const deadline = Date.now() + 20_000;
