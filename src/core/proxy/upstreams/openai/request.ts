@@ -75,9 +75,12 @@ function chatMessage(m: ChatMessage): JsonObject {
     return out;
   }
   const parts = m.blocks.filter((b) => b.type !== BlockType.TOOL_USE);
-  if (m.contentIsString) out.content = parts.map((b) => b.text).join("");
-  else out.content = parts.length ? parts.map(contentPart).filter((p) => p !== undefined) : null;
   const calls = m.blocks.filter((b) => b.type === BlockType.TOOL_USE);
+  // No parts: the null content of an assistant turn that called tools (or a legacy function), or an
+  // empty array as sent (only such a turn may come without content).
+  const called = calls.length > 0 || out.function_call != null;
+  if (m.contentIsString) out.content = parts.map((b) => b.text).join("");
+  else out.content = parts.length ? parts.map(contentPart).filter((p) => p !== undefined) : m.role === "assistant" && called ? null : [];
   if (calls.length) out.tool_calls = calls.map((b) => toolCall(b, parseExtra(b.extraJson)));
   return out;
 }

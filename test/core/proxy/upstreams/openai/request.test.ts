@@ -87,6 +87,15 @@ describe("openai request: from a chat-completions client (same style)", () => {
     assert.deepEqual(["stream" in body, "stream_options" in body], [false, false]);
   });
 
+  it("sends an empty content array as an empty array, and an assistant tool turn's missing content as null", () => {
+    const messages = [
+      { role: "user", content: [] },
+      { role: "assistant", content: [] },
+      { role: "assistant", content: null, tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: "{}" } }] },
+    ];
+    assert.deepEqual(bodyOf(fromChatBody({ model: "chat-4o", messages })).messages, messages);
+  });
+
   it("gives a tool call with no input the arguments {}", () => {
     const req = canonical({ style: ApiStyle.CHAT_COMPLETIONS, messages: [{ role: "assistant", blocks: [{ type: BlockType.TOOL_USE, toolCallId: "c", toolName: "f" }] }] });
     assert.deepEqual((bodyOf(req).messages as unknown[])[0], { role: "assistant", content: null, tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: "{}" } }] });
