@@ -182,6 +182,18 @@ describe("chat-completions requests on an Anthropic-style upstream (official ope
       assert.deepEqual([status, type, code], [400, "invalid_request_error", "unsupported_parameter"]);
       assert.match(String(message), /^`tools\[0\]\.type` "custom" is not supported: the model 'chat-x' is served by a messages-style \(Anthropic\) upstream, which takes function tools only\.$/);
       assert.equal(sent.filter((b) => JSON.stringify(b).includes(`${tag}"`)).length, 0);
+      // A custom tool's call sent back in the conversation, whatever its input (JSON-looking or not).
+      for (const input of ['{"a":1}', "", "abc"]) {
+        const call = { id: "c1", type: "custom", custom: { name: "grammar", input } };
+        const history = {
+          model: "chat-x",
+          messages: [{ role: "user", content: `write ${tag}` }, { role: "assistant", content: null, tool_calls: [call] }, { role: "tool", tool_call_id: "c1", content: "ok" }],
+        } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming;
+        const [s2, , c2, m2] = await refused(history);
+        assert.deepEqual([s2, c2], [400, "unsupported_parameter"], input);
+        assert.match(String(m2), /^`messages\[1\]\.tool_calls\[0\]` is a custom tool's call: the model 'chat-x' is served by a messages-style \(Anthropic\) upstream/);
+      }
+      assert.equal(sent.filter((b) => JSON.stringify(b).includes(`${tag}"`)).length, 0);
     });
 
     it("refuses an input_audio part with a 400 saying why", async () => {

@@ -1,6 +1,7 @@
 import { BlockType, type ChatMessage, type ContentBlock, type StreamChatRequest, type ToolDefinition } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { invalidRequest } from "../../../errors.js";
 import { isObject, parseExtra, parseObject, type JsonObject } from "../../../json.js";
+import { isCustomCall } from "../openai/tool-call.js";
 import { blockToWire, toolInput } from "./blocks.js";
 
 /**
@@ -71,6 +72,9 @@ function blocksFromChat(m: ChatMessage, path: string, model: string): JsonObject
   const out: JsonObject[] = [];
   let call = 0;
   for (const [k, b] of m.blocks.entries()) {
+    if (isCustomCall(b)) {
+      throw invalidRequest("unsupported_parameter", `\`${path}.tool_calls[${call}]\` is a custom tool's call: ${routed(model)}, which takes function tools only.`);
+    }
     const block =
       b.type === BlockType.TOOL_USE
         ? toolUseFromChat(b, `${path}.tool_calls[${call++}].function.arguments`, model)
