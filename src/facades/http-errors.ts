@@ -1,4 +1,4 @@
-import type { IncomingMessage } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Middleware } from "koa";
@@ -12,10 +12,9 @@ import { log } from "../logger.js";
  * lets a facade add its own headers.
  *
  * A request answered before its body was all read (refused: no key, an unknown path, a wrong
- * method; none of these apps reads a body) keeps its connection while the rest of its body comes
- * in and is dropped, within limits (`lingerOnBody`), so the answer reaches a client still writing
- * it; one whose body is declared past them gets `Connection: close`, and node:http closes the
- * connection after the answer (the gateway's own answers do the same, `writeError` in respond.ts).
+ * method; none of these apps reads a body) is answered so that the answer reaches a client still
+ * writing the body (`answerBeforeBody`; the gateway's own answers do the same, `writeError` in
+ * respond.ts).
  */
 export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<string, string>) => void): Middleware {
   return async (ctx, next) => {
@@ -38,8 +37,12 @@ export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<stri
       ctx.body = JSON.stringify(toErrorBody(info));
     }
     if (ctx.respond !== false && !ctx.headerSent && !ctx.req.complete) {
-      if (lingers(ctx.req)) lingerOnBody(ctx.req);
-      else ctx.set("Connection", "close");
+      // Koa writes the answer once this returns, with the headers answerBeforeBody gives: at once
+      // (a connection kept alive, a body declared too large), or once the body is read.
+      let headers: Record<string, string> | undefined;
+      const answered = answerBeforeBody(ctx.req, ctx.res, (h) => (headers = h));
+      if (!headers) await answered;
+      ctx.set(headers ?? {});
     }
   };
 }
@@ -63,60 +66,82 @@ const ANSWERED = Symbol("svc.clientErrorAnswer");
 const REQUEST_ID = Symbol("svc.requestId");
 /** Set on a socket whose bad request waits for the answer of the whole request before it. */
 /**
- * What a refused request's body may take to come in after its answer, while its connection is kept
- * for it (`lingerOnBody`): at most this many bytes, this long, and never slower than this rate over
- * a second.
+ * What a refused request's body may take to come in (`answerBeforeBody`): at most this many bytes,
+ * this long, and never slower than this rate over a second.
  */
 export const LINGER_LIMITS = { bytes: 64 * 1024 * 1024, ms: 10_000, minBytesPerSecond: 16 * 1024 };
 
-/**
- * Whether a request answered before its body was all read keeps its connection while the rest comes
- * in (`lingerOnBody`): one whose body is declared larger than LINGER_LIMITS is answered with
- * `Connection: close` instead.
- */
-export const lingers = (req: IncomingMessage): boolean => !req.complete && Number(req.headers["content-length"] ?? 0) <= LINGER_LIMITS.bytes;
+/** A socket whose refused request's body is being read and dropped (answerClientError leaves it be). */
+const LINGERING = Symbol("svc.lingering");
 
 /**
- * Reads and drops the rest of the body of a request answered before its body was read (refused:
- * too large, a bad key, an unknown path), keeping the connection for it. Closing it under a client
- * still writing the body made the kernel answer the unread bytes with a reset, which took the
- * answer with it: the SDKs saw a connection error instead of the 400 or 401, and sent the whole
- * body again. A body that goes past LINGER_LIMITS (too large, too long, or trickled in slower than
- * the rate, as a slowloris would) has its connection destroyed instead of waited on until the
- * request timeout. Once the body has ended, node:http reads the connection's next request.
+ * Reads and drops the rest of a request's body. Resolves true once it has ended, false when it went
+ * past LINGER_LIMITS (too large, too long, or trickled in slower than the rate, as a slowloris
+ * would) or its client left. Never rejects.
  */
-export function lingerOnBody(req: IncomingMessage, limits = LINGER_LIMITS): void {
-  if (req.complete || req.destroyed) return;
-  const socket = req.socket;
-  const t0 = Date.now();
-  let total = 0;
-  let recent = 0;
-  const stop = () => {
-    clearInterval(timer);
-    req.off("data", onData);
-    req.off("end", stop);
-    req.off("error", stop);
-    socket.off("close", stop);
-  };
-  const cut = () => {
-    stop();
-    socket.destroy();
-  };
-  const onData = (chunk: Buffer) => {
-    total += chunk.length;
-    recent += chunk.length;
-    if (total > limits.bytes) cut();
-  };
-  const timer = setInterval(() => {
-    if (Date.now() - t0 >= limits.ms || recent < limits.minBytesPerSecond) cut();
-    recent = 0;
-  }, 1000);
-  timer.unref();
-  req.on("data", onData);
-  req.once("end", stop);
-  req.once("error", stop);
-  socket.once("close", stop);
-  req.resume();
+function readRestOfBody(req: IncomingMessage, limits: typeof LINGER_LIMITS): Promise<boolean> {
+  if (req.complete) return Promise.resolve(true);
+  if (req.destroyed) return Promise.resolve(false);
+  const socket = req.socket as IncomingMessage["socket"] & { [LINGERING]?: boolean };
+  socket[LINGERING] = true;
+  return new Promise((resolve) => {
+    const t0 = Date.now();
+    let total = 0;
+    let recent = 0;
+    const finish = (ended: boolean) => {
+      clearInterval(timer);
+      req.off("data", onData);
+      req.off("end", onEnd);
+      req.off("error", onGone);
+      socket.off("close", onGone);
+      socket[LINGERING] = false;
+      resolve(ended);
+    };
+    const onEnd = () => finish(true);
+    const onGone = () => finish(false);
+    const onData = (chunk: Buffer) => {
+      total += chunk.length;
+      recent += chunk.length;
+      if (total > limits.bytes) finish(false);
+    };
+    const timer = setInterval(() => {
+      if (Date.now() - t0 >= limits.ms || recent < limits.minBytesPerSecond) finish(false);
+      recent = 0;
+    }, 1000);
+    timer.unref();
+    req.on("data", onData);
+    req.once("end", onEnd);
+    req.once("error", onGone);
+    socket.once("close", onGone);
+    req.resume();
+  });
+}
+
+/**
+ * Answers a request whose body has not all been read (refused: too large, a bad key, an unknown
+ * path) so that the answer reaches a client still writing that body: closing a connection under
+ * such a client makes the kernel answer the unread bytes with a reset, which takes the answer with
+ * it (the SDKs saw a connection error instead of the 400 or 401, and sent the whole body again).
+ * `answer` is called with the headers to add (`Connection: close` or none).
+ * - On a connection kept alive, the answer goes at once, and the rest of the body is read and
+ *   dropped; past LINGER_LIMITS the connection is destroyed rather than waited on until the
+ *   request timeout. Once the body has ended, node:http reads the connection's next request.
+ * - On a connection that closes after its answer (`Connection: close`, HTTP/1.0), the body is
+ *   read first (within the same limits), then the answer is written, and node:http closes it.
+ * - A body declared larger than LINGER_LIMITS is not waited for: answered at once with
+ *   `Connection: close`.
+ * Resolves once the answer is written (or could not be). Never rejects.
+ */
+export async function answerBeforeBody(req: IncomingMessage, res: ServerResponse, answer: (headers: Record<string, string>) => void, limits = LINGER_LIMITS): Promise<void> {
+  if (req.complete) return answer({});
+  if (!(Number(req.headers["content-length"] ?? 0) <= limits.bytes)) return answer({ Connection: "close" });
+  if (res.shouldKeepAlive) {
+    answer({});
+    if (!(await readRestOfBody(req, limits))) req.socket.destroy();
+    return;
+  }
+  await readRestOfBody(req, limits);
+  if (!res.headersSent && !res.destroyed) answer(req.complete ? {} : { Connection: "close" });
 }
 
 const BEHIND = Symbol("svc.badRequestBehind");
@@ -171,6 +196,12 @@ export function answerClientError(err: Error & { code?: string }, socket: Duplex
   // The response on the socket, if any: the failing request's own (a body that timed out or broke
   // off), or, when that request came in whole, the one before a pipelined bad request.
   const res = inFlight(socket);
+  // The body of a request already answered breaks while it is read and dropped (answerBeforeBody):
+  // that request has its answer, and another here would be read as the next request's.
+  if ((socket as Duplex & { [LINGERING]?: boolean })[LINGERING] && !res) {
+    socket.destroy();
+    return;
+  }
   if (err.code === "ECONNRESET" || !socket.writable) {
     socket.destroy();
     return;

@@ -3,7 +3,7 @@ import type { StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb
 import { retryGuidanceOf, toErrorBody, toErrorInfo, type ErrorInfo } from "../../core/errors.js";
 import { isCanceled } from "../../core/proxy/proxy-service.js";
 import { log } from "../../logger.js";
-import { lingerOnBody, lingers } from "../http-errors.js";
+import { answerBeforeBody } from "../http-errors.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 
 /**
@@ -35,7 +35,6 @@ export const svcHeaders = (requestId: string, codec: ClientCodec): SvcHeaders =>
 
 const hitCost = { "X-Svc-Cost": "0" } as const;
 const costTrailer = { Trailer: "X-Svc-Cost" } as const;
-const closeConnection = { Connection: "close" } as const;
 
 /** Writes a whole answer as JSON, with its cost in `X-Svc-Cost`; returns the body written. */
 export function writeCompletion(res: ServerResponse, svc: SvcHeaders, extra: Record<string, string> | undefined, codec: ClientCodec, ev: StreamChatResponse): string {
@@ -57,26 +56,31 @@ export function writeJson(res: ServerResponse, status: number, headers: object, 
  * and reach the client only as a generic 500. An upstream's refusal keeps its retry guidance
  * (`retry-after`, `retry-after-ms`, `x-should-retry`), which the client's SDK waits on.
  */
-export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, extraHeaders?: Record<string, string>): { info: ErrorInfo; body: string } {
+export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, extraHeaders?: Record<string, string>): { info: ErrorInfo; body: string; written: Promise<void> } {
   const info = toErrorInfo(err);
   if (info.status >= 500 && info.code === "internal_error") {
     log.error("request failed", { requestId: svc["X-Svc-Request-Id"], err: String((err as Error)?.stack ?? err) });
   }
   const body = JSON.stringify(toErrorBody(info));
-  if (res.headersSent || res.destroyed) return { info, body: "" };
+  if (res.headersSent || res.destroyed) return { info, body: "", written: done };
   svc["X-Svc-Cost"] = "0";
-  // Refused before its body was all read (too large, a bad key): the connection is kept while the
-  // rest comes in and is dropped (lingerOnBody), so the answer reaches a client still writing it. A
-  // body declared past the limits is not waited for: the connection is closed after the answer
-  // rather than kept with the rest of the body unread, which could frame a second answer.
-  const req = res.req;
-  const linger = req !== undefined && lingers(req);
-  const close = req && !req.complete && !linger ? closeConnection : undefined;
   // 499 (the client went away) has no reader; should one still be there, it gets a plain 400.
-  writeJson(res, info.status === 499 ? 400 : info.status, { ...svc, ...extraHeaders, ...retryGuidanceOf(err), ...close }, body);
-  if (linger) lingerOnBody(req);
-  return { info, body };
+  const status = info.status === 499 ? 400 : info.status;
+  const headers = { ...svc, ...extraHeaders, ...retryGuidanceOf(err) };
+  const write = (more: Record<string, string>) => writeJson(res, status, { ...headers, ...more }, body);
+  // Refused before its body was all read (too large, a bad key): answered so that the answer
+  // reaches a client still writing the body, which is read and dropped within limits; a body
+  // declared past them is not waited for, and the connection is closed after the answer rather
+  // than kept with the rest of the body unread, which could frame a second answer.
+  const req = res.req;
+  if (!req || req.complete) {
+    write({});
+    return { info, body, written: done };
+  }
+  return { info, body, written: answerBeforeBody(req, res, write) };
 }
+
+const done = Promise.resolve();
 
 /**
  * Writes a streamed answer as SSE. The cost is only known at the end, so it is sent as the HTTP

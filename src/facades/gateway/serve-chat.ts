@@ -390,7 +390,8 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       if (admission?.decision === Decision.ALLOWED) settle(deps, chat.projectId, admission.reservationId, cost);
     }
   } catch (err) {
-    const { info, body } = writeError(res, svc, err, limitHeaders);
+    const { info, body, written } = writeError(res, svc, err, limitHeaders);
+    await written;
     trace.firstByte();
     // An error after the answer's head went out reached the client (if at all) inside it.
     if (res.headersSent && info.status !== 499) trace.failedInStream(info, res.statusCode);

@@ -316,19 +316,23 @@ describe("gateway errors: the spec's status and error object for every kind of b
    * still writing when the gateway has its answer ready), then `after`; reads until the gateway
    * closes the connection or `answers` answers have come.
    */
-  const writeSlowly = (head: string, bodyBytes: number, after: string, answers: number) =>
+  const writeSlowly = (head: string, bodyBytes: number, after: string, answers: number, readAfterWriting = false) =>
     new Promise<{ raw: string; error: string }>((resolve) => {
       const { hostname, port } = new URL(gw.gatewayUrl);
       let raw = "";
       let error = "";
       const socket = connect({ port: Number(port), host: hostname }, async () => {
+        // A client that reads only once it has written the whole request (Python's http.client,
+        // most blocking clients): what came meanwhile waits in the kernel, and a reset drops it.
+        if (readAfterWriting) socket.pause();
         socket.write(head);
         const piece = Buffer.alloc(16 * 1024, "a");
         for (let sent = 0; sent < bodyBytes && !socket.destroyed; sent += piece.length) {
-          socket.write(piece.subarray(0, Math.min(piece.length, bodyBytes - sent)));
-          await new Promise((r) => setImmediate(r));
+          const wrote = new Promise((r) => socket.write(piece.subarray(0, Math.min(piece.length, bodyBytes - sent)), r));
+          await (readAfterWriting ? wrote : new Promise((r) => setImmediate(r)));
         }
         if (!socket.destroyed) socket.write(after);
+        if (readAfterWriting) socket.resume();
       });
       const end = () => {
         clearTimeout(timer);
@@ -357,6 +361,27 @@ describe("gateway errors: the spec's status and error object for every kind of b
       assert.match(raw, new RegExp(`"code":"${code}"`));
       assert.doesNotMatch(raw, /\r\nConnection: close\r\n/i);
     }
+  });
+
+  it("on a connection that closes after its answer (Connection: close, HTTP/1.0), reads the refused body first, then answers", async function () {
+    this.timeout(30_000);
+    // Larger than the socket buffers hold: the client is still writing when the answer is ready.
+    const size = 8 * 1024 * 1024;
+    for (const [version, connection] of [["HTTP/1.1", "Connection: close\r\n"], ["HTTP/1.0", ""]] as const) {
+      for (const [k, code] of [[key, "request_too_large"], [`svc_sk_live_${"x".repeat(40)}`, "invalid_api_key"]] as const) {
+        const head = `POST /v1/chat/completions ${version}\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${k}\r\n${connection}Content-Length: ${size}\r\n\r\n`;
+        const { raw, error } = await writeSlowly(head, size, "", 1, true);
+        assert.equal(error, "", `${version} ${code}: the client's writes failed`);
+        assert.equal(statusLines(raw).length, 1, raw.slice(0, 300));
+        assert.match(raw, new RegExp(`"code":"${code}"`), `${version}: ${raw.slice(0, 300)}`);
+      }
+    }
+  });
+
+  it("gives a refused request one answer only, when its body breaks while it is read and dropped", async () => {
+    const bad = `svc_sk_live_${"x".repeat(40)}`;
+    const raw = await exchange(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${bad}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\nZZZ\r\nnot a chunk\r\n\r\n`);
+    assert.deepEqual(statusLines(raw), ["HTTP/1.1 401"], raw);
   });
 
   it("an SDK sending a body over the limit gets the 400 every time, not a connection error", async function () {
