@@ -295,6 +295,13 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
         reservesNothing = waits;
         admission = await deps.limits.admit({ projectId: chat.projectId, userId: admitUser, maxCostUsd: hit || waits ? "0" : deps.pricing.worstCaseUsd(chat), limits, rescindable: waits });
       }
+      // Refused by the spend cap as a miss, while an identical request took flight meanwhile (it
+      // was admitted first, and the cap had room for one worst case): this one waits on that one,
+      // admitted as the hit it will be, as a request that found it in flight is.
+      if (admission.decision === Decision.SPEND_CAPPED && !hit && !reservesNothing && policy.lookup && flights.has(flightKey)) {
+        reservesNothing = true;
+        admission = await deps.limits.admit({ projectId: chat.projectId, userId: admitUser, maxCostUsd: "0", limits, rescindable: true });
+      }
       limitHeaders = rateLimitHeaders(admission, s.style);
       if (admission.decision !== Decision.ALLOWED) throw admissionError(admission);
     }
@@ -302,48 +309,76 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     try {
       if (hit) return await serveHit(res, svc, limitHeaders, s.codec, parsed, hit, trace, bodies);
       let gone: Promise<typeof GONE> | undefined;
-      lead: for (;;) {
-        for (;;) {
-          // An identical request in flight: its answer, served as a hit. When its client left (which
-          // aborts its upstream call), the first waiter back takes its place and the others wait on
-          // that one; when it failed, each waiter calls the upstream itself.
-          let twin = policy.lookup ? flights.get(flightKey) : undefined;
-          while (twin) {
-            // A waiter whose own client leaves stops waiting then (logged 499 at once), and never takes over.
-            const shared = await Promise.race([twin, (gone ??= clientGone(res))]);
-            if (shared === GONE || res.destroyed) {
-              trace.failed({ status: 499, type: "", code: "" });
-              return;
+      // The flight this request took before its own admission, taking the place of one whose client
+      // left: identical requests wait on it meanwhile. Let go (landed ABANDONED, or with an answer
+      // found in the cache) when this request does not call the upstream after all.
+      let claim: { flight: Promise<Landed>; land: (c: Landed) => void } | undefined;
+      const letGo = (c: Landed) => {
+        if (!claim) return;
+        if (flights.get(flightKey) === claim.flight) flights.delete(flightKey);
+        claim.land(c);
+        claim = undefined;
+      };
+      try {
+        lead: for (;;) {
+          for (;;) {
+            // An identical request in flight: its answer, served as a hit. When its client left (which
+            // aborts its upstream call), the first waiter back takes its place and the others wait on
+            // that one; when it failed, each waiter calls the upstream itself.
+            const other = () => {
+              const f = policy.lookup ? flights.get(flightKey) : undefined;
+              return f === claim?.flight ? undefined : f;
+            };
+            let twin = other();
+            while (twin) {
+              // A waiter whose own client leaves stops waiting then (logged 499 at once), and never takes over.
+              const shared = await Promise.race([twin, (gone ??= clientGone(res))]);
+              if (shared === GONE || res.destroyed) {
+                trace.failed({ status: 499, type: "", code: "" });
+                return;
+              }
+              if (shared === ABANDONED) twin = other();
+              else if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
+              else twin = undefined;
             }
-            if (shared === ABANDONED) twin = flights.get(flightKey);
-            else if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
-            else twin = undefined;
+            if (!reservesNothing || !admission) break;
+            // The answer waited for did not come (its request failed, or its client left): this one
+            // calls the upstream, so it reserves its worst case as any miss does. It takes the flight
+            // first, so the other waiters wait on it rather than each reserving a worst case of its
+            // own (a tight spend cap would refuse them); then it looks again.
+            if (cached && !flights.has(flightKey)) {
+              let land: (c: Landed) => void = () => {};
+              claim = { flight: new Promise<Landed>((r) => (land = r)), land: (c) => land(c) };
+              flights.set(flightKey, claim.flight);
+            }
+            reservesNothing = false;
+            admission = await reserveOwn(deps, admission, { projectId: chat.projectId, userId: admitUser, maxCostUsd: deps.pricing.worstCaseUsd(chat), limits: limits! });
+            limitHeaders = rateLimitHeaders(admission, s.style);
+            if (admission.decision !== Decision.ALLOWED) throw admissionError(admission);
           }
-          if (!reservesNothing || !admission) break;
-          // The answer waited for did not come (its request failed, or ended before this one was
-          // admitted): this one calls the upstream, so it reserves its worst case as any miss does,
-          // then looks again for one in flight (a waiter that took over meanwhile).
-          reservesNothing = false;
-          admission = await reserveOwn(deps, admission, { projectId: chat.projectId, userId: admitUser, maxCostUsd: deps.pricing.worstCaseUsd(chat), limits: limits! });
-          limitHeaders = rateLimitHeaders(admission, s.style);
-          if (admission.decision !== Decision.ALLOWED) throw admissionError(admission);
+          // An identical request ended, its answer stored, after this one's lookup missed: the answer
+          // is in the cache now. Looked up again, then round again (one may have started meanwhile).
+          if (policy.lookup && landings.since(flightKey, lookedAt)) {
+            lookedAt = landings.now();
+            const again = await deps.cache.getEntry(scope);
+            const stored = again.hit ? decodedHit(answers, again.payload, requestId) : undefined;
+            if (stored) {
+              letGo(stored.completion);
+              return await serveHit(res, svc, limitHeaders, s.codec, parsed, stored, trace, bodies);
+            }
+            continue lead;
+          }
+          break;
         }
-        // An identical request ended, its answer stored, after this one's lookup missed: the answer
-        // is in the cache now. Looked up again, then round again (one may have started meanwhile).
-        if (policy.lookup && landings.since(flightKey, lookedAt)) {
-          lookedAt = landings.now();
-          const again = await deps.cache.getEntry(scope);
-          const stored = again.hit ? decodedHit(answers, again.payload, requestId) : undefined;
-          if (stored) return await serveHit(res, svc, limitHeaders, s.codec, parsed, stored, trace, bodies);
-          continue lead;
-        }
-        break;
+      } catch (e) {
+        letGo(ABANDONED);
+        throw e;
       }
       // No await between the lookup above and this: two identical requests cannot both miss it.
-      let land: (c: Landed) => void = () => {};
-      const leader = cached && !flights.has(flightKey);
-      const flight = leader ? new Promise<Landed>((r) => (land = r)) : undefined;
-      if (flight) flights.set(flightKey, flight);
+      let land: (c: Landed) => void = claim?.land ?? (() => {});
+      const leader = claim !== undefined || (cached && !flights.has(flightKey));
+      const flight = claim?.flight ?? (leader ? new Promise<Landed>((r) => (land = r)) : undefined);
+      if (flight && !claim) flights.set(flightKey, flight);
       let answer: Completion | undefined;
       // The answer is stored as soon as it is whole, before its last bytes go to the client: on
       // Redis, a client that sends the same request on to another replica once it has the answer

@@ -306,6 +306,45 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     assert.ok(spent > 0 && spent <= cap, `spent ${spent} of a ${cap} cap`);
   });
 
+  it("when the answer waited on does not come (its client left), one waiter takes its place and the others wait on it, even under a cap with room for one worst case", async () => {
+    const keys = await gw.project(Plan.PRO);
+    // chat-4o-mini: its worst case (16,384 output tokens at $0.60 per million, and the prompt) fits once, not twice.
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "0.012" } });
+    const body = chat({ messages: [{ role: "user", content: `taken over [[fake:delay=300]] ${++n}` }] });
+    const left = new Promise<void>((resolve) => {
+      const req = request(url, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": keys.live } });
+      req.on("error", () => {});
+      req.once("close", resolve);
+      req.end(JSON.stringify(body));
+      setTimeout(() => req.destroy(), 100);
+    });
+    await new Promise((r) => setTimeout(r, 30));
+    const waiters = await Promise.all(Array.from({ length: 12 }, () => postJson(url, keys.live, body)));
+    await left;
+    const seen = waiters.map((w) => (w.status === 200 ? String(w.headers["x-svc-cache"]) : `${w.status} ${w.json().error.code}`));
+    assert.deepEqual(seen.filter((x) => x === "MISS"), ["MISS"], seen.join(", "));
+    assert.deepEqual(seen.filter((x) => x !== "MISS" && x !== "HIT"), [], seen.join(", "));
+    await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd === "0", 3_000, "no reservation left");
+  });
+
+  it("serves a burst of identical requests under a cap with room for one worst case: one miss, the rest hits, none refused", async function () {
+    // On Redis, admitted ahead of the key's verdict, the burst's first requests are admitted before
+    // any of them has taken flight, and one can still be refused (README, Cache).
+    if (setup.redis) this.skip();
+    const keys = await gw.project(Plan.PRO);
+    await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "0.012" } });
+    const body = chat({ messages: [{ role: "user", content: `burst under a cap [[fake:delay=30]] ${++n}` }] });
+    const all = await Promise.all(
+      Array.from({ length: 30 }, async (_, i) => {
+        await new Promise((r) => setTimeout(r, i));
+        return postJson(url, keys.live, body);
+      }),
+    );
+    const seen = all.map((w) => (w.status === 200 ? String(w.headers["x-svc-cache"]) : `${w.status} ${w.json().error.code}`));
+    assert.deepEqual(seen.filter((x) => x === "MISS"), ["MISS"], seen.join(", "));
+    assert.deepEqual(seen.filter((x) => x !== "MISS" && x !== "HIT"), [], seen.join(", "));
+  });
+
   it("serves a cache hit when the spend cap has no room left for a miss's worst case", async () => {
     const keys = await gw.project(Plan.PRO);
     await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "1" } });
