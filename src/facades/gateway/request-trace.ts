@@ -3,6 +3,7 @@ import type { Completion, Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.
 import type { RequestLog } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { arrivalMicros, timestampFromMicros } from "../../core/telemetry/micros.js";
 import { cutText } from "../../core/text.js";
+import { log } from "../../logger.js";
 
 /**
  * Bodies longer than this many characters (UTF-16 code units) are logged cut, with a note of how
@@ -16,6 +17,25 @@ const cut = (s: string): string => {
   const kept = cutText(s, MAX_LOGGED_BODY_CHARS);
   return `${kept}…[truncated ${s.length - kept.length} characters]`;
 };
+
+/** The largest cost a log holds (Decimal(18, 12): six integer digits). */
+export const MAX_LOGGED_COST_USD = "999999.999999999999";
+let lastOverflow = -Infinity;
+
+/**
+ * A cost as its log can hold it: one of a million USD or more (a broken upstream's usage priced at
+ * a costly model's prices) is logged as MAX_LOGGED_COST_USD, with a warning at most once a minute,
+ * rather than the log refused and lost. The client's X-Svc-Cost says the cost as priced.
+ */
+function loggable(costUsd: string, requestId: string): string {
+  if (!/^\d{7}/.test(costUsd)) return costUsd;
+  const at = Date.now();
+  if (at - lastOverflow >= 60_000) {
+    lastOverflow = at;
+    log.warn("a request's cost is beyond what its log holds: logged as the most it holds", { requestId, costUsd, logged: MAX_LOGGED_COST_USD });
+  }
+  return MAX_LOGGED_COST_USD;
+}
 
 /**
  * What one gateway request did, gathered as it goes and turned into its log record at the end
@@ -117,8 +137,8 @@ export class RequestTrace {
       metadata: this.metadata,
       promptTokens: this.promptTokens,
       completionTokens: this.completionTokens,
-      costUsd: this.costUsd,
-      costSavedUsd: this.costSavedUsd,
+      costUsd: loggable(this.costUsd, this.requestId),
+      costSavedUsd: loggable(this.costSavedUsd, this.requestId),
       latencyMs,
       ttfbMs: this.#ttfbMs || latencyMs,
       upstreamLatencyMs: this.#upstreamMs,
