@@ -176,8 +176,9 @@ function helpFor(words: string[]): string {
 
 /**
  * `--rpm -1` and `--description "-x"` as `--rpm=-1` and `--description=-x`: a value that starts with
- * `-` after an option that takes one is that option's value, unless it is itself an option the CLI
- * knows (`--name --json` is still a missing value). node's parseArgs refuses such a value as
+ * one `-` after an option that takes one is that option's value, unless it is an option the CLI
+ * knows (`-h`). A word that starts with `--` never is (`--name --json` is still a missing value, and
+ * a mistyped option is refused, not taken as a name). node's parseArgs refuses such a value as
  * ambiguous, so a bad number got its words instead of the CLI's own check, and a description that
  * starts with a dash could only be given with `=`.
  */
@@ -191,7 +192,7 @@ function dashValuesAttached(argv: string[], options: Record<string, { type: "str
       out.push(...argv.slice(i));
       break;
     }
-    if (arg.startsWith("--") && !arg.includes("=") && options[arg.slice(2)]?.type === "string" && next !== undefined && next.startsWith("-") && next !== "--" && !known(next)) {
+    if (arg.startsWith("--") && !arg.includes("=") && options[arg.slice(2)]?.type === "string" && next !== undefined && next.startsWith("-") && !next.startsWith("--") && !known(next)) {
       out.push(`${arg}=${next}`);
       i++;
     } else out.push(arg);
@@ -222,6 +223,7 @@ function parseCommandLine(argv: string[]): Parsed | { help: string } {
     command = "version";
   } else if (SINGLE.has(cmd)) command = cmd;
   else if (GROUPS.has(cmd)) {
+    groupInError = cmd;
     if (sub === undefined) throw new UsageError(`'${cmd}' needs a subcommand`);
     command = `${cmd} ${sub}`;
     if (!COMMANDS[command]) throw new UsageError(`unknown command '${command}'`);
@@ -288,6 +290,8 @@ async function serve(demo: boolean): Promise<void> {
 let server = "";
 /** The command being read, once known: a usage error prints its help rather than the whole CLI's. */
 let commandInError: string | undefined;
+/** The command group being read, once known: its help, when the command in it is not. */
+let groupInError: string | undefined;
 let tokenSource: string | undefined;
 
 async function main(argv: string[]): Promise<void> {
@@ -332,7 +336,7 @@ async function main(argv: string[]): Promise<void> {
 main(process.argv.slice(2)).catch((e: unknown) => {
   const parseError = ["ERR_PARSE_ARGS_UNKNOWN_OPTION", "ERR_PARSE_ARGS_INVALID_OPTION_VALUE"].includes((e as NodeJS.ErrnoException)?.code ?? "");
   if (e instanceof UsageError || parseError) {
-    const help = commandInError && COMMANDS[commandInError] ? commandHelp(commandInError) : USAGE;
+    const help = commandInError && COMMANDS[commandInError] ? commandHelp(commandInError) : groupInError ? groupHelp(groupInError) : USAGE;
     process.stderr.write(`error: ${(e as Error).message}\n\n${help}`);
     process.exit(2);
   }

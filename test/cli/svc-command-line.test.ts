@@ -51,9 +51,15 @@ describe("the svc command line: each command's own options, --version, --server"
     const key = await srv.svc("keys", "create", "--project", p, "--mode", "test", "--description", "-laptop-", "--json");
     assert.equal(key.code, 0, key.stderr);
     assert.equal(JSON.parse(key.stdout).description, "-laptop-");
-    // An option where the value should be is still a missing value.
-    const missing = await srv.svc("keys", "create", "--project", p, "--mode", "test", "--description", "--json");
-    assert.equal(missing.code, 2);
+    // An option where the value should be is still a missing value, and so is a mistyped one.
+    for (const word of ["--json", "--jsn"]) {
+      const missing = await srv.svc("keys", "create", "--project", p, "--mode", "test", "--description", word);
+      assert.equal(missing.code, 2, word);
+    }
+    // An unknown command of a group gets the group's help.
+    const unknown = await srv.svc("keys", "frob");
+    assert.equal(unknown.code, 2);
+    assert.match(unknown.stderr, /^error: unknown command 'keys frob'\n\nsvc keys: /);
   });
 
   it("creates a project with its limits and body logging set, in one step", async () => {

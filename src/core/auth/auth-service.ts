@@ -87,8 +87,12 @@ async function registry<T>(read: Promise<T>): Promise<T> {
 }
 
 /** Creates the AuthService implementation over a registry store. */
-/** C0 control characters and DEL: refused in names and descriptions that tables and logs print. */
-const CONTROL = /[\u0000-\u001f\u007f]/;
+/**
+ * Characters refused in names and descriptions, which tables and logs print: C0 and C1 controls and
+ * DEL (a terminal acts on ESC and CSI), line and paragraph separators, and the bidirectional
+ * overrides and isolates (which reorder what a terminal shows).
+ */
+const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
 
 export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceImpl<typeof AuthService> {
   async function project(id: string): Promise<ProjectRecord> {

@@ -110,7 +110,7 @@ describe("AuthService", () => {
     const { project } = await auth.createProject({ name: "p", plan: Plan.FREE });
     await rejects(auth.createKey({ projectId: project!.id, mode: KeyMode.UNSPECIFIED }), 400, "invalid_value");
     // A description is printed in `svc keys list`'s table: no newline to split its row, no escape for the terminal.
-    for (const description of ["line1\nline2", "\u001b[31mred", "tab\there"]) {
+    for (const description of ["line1\nline2", "\u001b[31mred", "tab\there", "\u009b31mred", "a\u2028b", "\u202egnp.exe"]) {
       await rejects(auth.createKey({ projectId: project!.id, mode: KeyMode.TEST, description }), 400, "invalid_value");
     }
     assert.equal((await auth.createKey({ projectId: project!.id, mode: KeyMode.TEST, description: "laptop — é ✓" })).key!.description, "laptop — é ✓");
