@@ -130,14 +130,18 @@ function readRestOfBody(req: IncomingMessage, limits: typeof LINGER_LIMITS): Pro
  *   read first (within the same limits), then the answer is written, and node:http closes it.
  * - A body declared larger than LINGER_LIMITS is not waited for: answered at once with
  *   `Connection: close`.
- * Resolves once the answer is written (or could not be). Never rejects.
+ * Resolves once the answer is written (or could not be), not waiting for a body read after it.
+ * Never rejects.
  */
 export async function answerBeforeBody(req: IncomingMessage, res: ServerResponse, answer: (headers: Record<string, string>) => void, limits = LINGER_LIMITS): Promise<void> {
   if (req.complete) return answer({});
   if (!(Number(req.headers["content-length"] ?? 0) <= limits.bytes)) return answer({ Connection: "close" });
   if (res.shouldKeepAlive) {
     answer({});
-    if (!(await readRestOfBody(req, limits))) req.socket.destroy();
+    // The rest of the body is read off the request's path: it is answered (and logged) now.
+    void readRestOfBody(req, limits).then((ended) => {
+      if (!ended) req.socket.destroy();
+    });
     return;
   }
   await readRestOfBody(req, limits);
