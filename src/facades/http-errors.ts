@@ -64,7 +64,6 @@ export const methodNotAllowed = (method: string, path: string, allow: string) =>
 const ANSWERED = Symbol("svc.clientErrorAnswer");
 /** The request id of the request a response answers, for an answer written on its socket instead. */
 const REQUEST_ID = Symbol("svc.requestId");
-/** Set on a socket whose bad request waits for the answer of the whole request before it. */
 /**
  * What a refused request's body may take to come in (`answerBeforeBody`): at most this many bytes,
  * this long, and never slower than this rate over a second.
@@ -148,6 +147,7 @@ export async function answerBeforeBody(req: IncomingMessage, res: ServerResponse
   if (!res.headersSent && !res.destroyed) answer(req.complete ? {} : { Connection: "close" });
 }
 
+/** Set on a socket whose bad request waits for the answer of the whole request before it. */
 const BEHIND = Symbol("svc.badRequestBehind");
 
 /**
