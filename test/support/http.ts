@@ -52,3 +52,13 @@ export async function eventually(cond: () => boolean | Promise<boolean>, ms = 30
     await new Promise((r) => setTimeout(r, 20));
   }
 }
+
+/** POSTs `body` as JSON with `key` and leaves after `ms`, before any answer; resolves once the connection is closed. */
+export const sendAndLeave = (url: string, key: string, body: object, ms: number) =>
+  new Promise<void>((resolve) => {
+    const req = http.request(url, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": key } });
+    req.on("error", () => {});
+    req.once("close", resolve);
+    req.end(JSON.stringify(body));
+    setTimeout(() => req.destroy(), ms);
+  });

@@ -7,7 +7,7 @@ import { chatCompletionsCodec } from "../../../src/facades/gateway/chat-completi
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
-import { eventually, postJson, sseEvents } from "../../support/http.js";
+import { eventually, postJson, sendAndLeave, sseEvents } from "../../support/http.js";
 import { startRedis, type TestRedis } from "../../support/redis.js";
 import { processesOnOneRedis } from "../../support/svc-cli.js";
 import { createAdminClient } from "../../../src/cli/admin-client.js";
@@ -251,23 +251,14 @@ for (const mode of ["memory", "redis"] as const) {
       assert.deepEqual(misses, Array(8).fill(1));
     });
 
-    /** Sends `body` and leaves after `ms`, before any answer; resolves once the connection is closed. */
-    const sendAndLeave = (key: string, body: object, ms: number) =>
-      new Promise<void>((resolve) => {
-        const req = request(url, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": key } });
-        req.on("error", () => {});
-        req.once("close", resolve);
-        req.end(JSON.stringify(body));
-        setTimeout(() => req.destroy(), ms);
-      });
 
     it("when the client of the request in flight leaves, a waiter still there takes its place and the others wait on that one; waiters that left do not", async () => {
       const own = await gw.project(Plan.ENTERPRISE);
       const p = fresh("[[fake:delay=500]]");
-      const leader = sendAndLeave(own.live, chat(p), 300);
+      const leader = sendAndLeave(url, own.live, chat(p), 300);
       await new Promise((r) => setTimeout(r, 100));
       // Two waiters whose clients leave before the leader's does (one streamed), then four that stay.
-      const departed = [sendAndLeave(own.live, chat(p), 100), sendAndLeave(own.live, chat(p, { stream: true }), 100)];
+      const departed = [sendAndLeave(url, own.live, chat(p), 100), sendAndLeave(url, own.live, chat(p, { stream: true }), 100)];
       const waiters = await Promise.all(Array.from({ length: 4 }, (_, i) => postJson(url, own.live, chat(p, i % 2 ? { stream: true } : {}))));
       await Promise.all([leader, ...departed]);
       assert.deepEqual(waiters.map((w) => w.status), [200, 200, 200, 200]);

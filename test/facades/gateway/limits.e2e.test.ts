@@ -7,7 +7,7 @@ import { createAdminClient } from "../../../src/cli/admin-client.js";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
-import { eventually, postJson } from "../../support/http.js";
+import { eventually, postJson, sendAndLeave } from "../../support/http.js";
 import { startRedis, type TestRedis } from "../../support/redis.js";
 import { processesOnOneRedis } from "../../support/svc-cli.js";
 
@@ -279,22 +279,13 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     await eventually(async () => (await gw.limits.getUsage({ projectId: keys.projectId })).reservedUsd === "0", 3_000, "no reservation left");
   });
 
-  /** Sends `body` and leaves after `ms`, before any answer; resolves once the connection is closed. */
-  const sendAndLeave = (key: string, body: object, ms: number) =>
-    new Promise<void>((resolve) => {
-      const req = request(url, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": key } });
-      req.on("error", () => {});
-      req.once("close", resolve);
-      req.end(JSON.stringify(body));
-      setTimeout(() => req.destroy(), ms);
-    });
 
   it("when the answer waited on does not come (its client left), each waiter that calls the upstream reserves its own worst case: the cap is never passed", async () => {
     const keys = await gw.project(Plan.PRO);
     const cap = 0.0001;
     await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: String(cap) } });
     const body = chat({ max_tokens: 100, messages: [{ role: "user", content: `abandoned answer [[fake:delay=600]] ${++n}` }] });
-    const left = sendAndLeave(keys.live, body, 300);
+    const left = sendAndLeave(url, keys.live, body, 300);
     await new Promise((r) => setTimeout(r, 150));
     const waiters = await Promise.all(Array.from({ length: 4 }, () => postJson(url, keys.live, body)));
     await left;
@@ -315,7 +306,7 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     // chat-4o-mini: its worst case (16,384 output tokens at $0.60 per million, and the prompt) fits once, not twice.
     await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "0.012" } });
     const body = chat({ messages: [{ role: "user", content: `taken over [[fake:delay=300]] ${++n}` }] });
-    const left = sendAndLeave(keys.live, body, 100);
+    const left = sendAndLeave(url, keys.live, body, 100);
     await new Promise((r) => setTimeout(r, 30));
     const waiters = await Promise.all(Array.from({ length: 12 }, () => postJson(url, keys.live, body)));
     await left;
