@@ -12,6 +12,20 @@ function write(level: Level, msg: string, fields?: Record<string, unknown>): voi
   process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields })}\n`);
 }
 
+/**
+ * A gate that opens at most once per `intervalMs` (true then, false until the interval has passed):
+ * for a message that would otherwise be logged once per request while its cause lasts.
+ */
+export function atMostEvery(intervalMs: number): () => boolean {
+  let last = -Infinity;
+  return () => {
+    const at = Date.now();
+    if (at - last < intervalMs) return false;
+    last = at;
+    return true;
+  };
+}
+
 export const log = {
   debug: (msg: string, fields?: Record<string, unknown>) => write("debug", msg, fields),
   info: (msg: string, fields?: Record<string, unknown>) => write("info", msg, fields),

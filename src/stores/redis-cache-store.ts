@@ -1,4 +1,4 @@
-import { log } from "../logger.js";
+import { atMostEvery, log } from "../logger.js";
 import type { CacheEntry, CacheStore } from "./cache-store.js";
 import type { RedisConnection } from "./redis-connection.js";
 
@@ -25,12 +25,10 @@ import type { RedisConnection } from "./redis-connection.js";
  * refused writes.
  */
 export function createRedisCacheStore(conn: RedisConnection): CacheStore {
-  let lastUnreadable = -Infinity;
+  const unreadableLogged = atMostEvery(UNREADABLE_LOG_INTERVAL_MS);
   /** A value this build cannot read: a miss, stored over by the fresh answer; logged at most once a minute. */
   const unreadable = (key: string): undefined => {
-    const at = Date.now();
-    if (at - lastUnreadable >= UNREADABLE_LOG_INTERVAL_MS) {
-      lastUnreadable = at;
+    if (unreadableLogged()) {
       log.warn("a cached entry in Redis could not be read (another format, or damaged): answered as a miss", { key });
     }
     return undefined;

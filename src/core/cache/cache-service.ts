@@ -1,7 +1,7 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { CacheService } from "../../gen/svc/cache/v1/cache_service_pb.js";
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
-import { log } from "../../logger.js";
+import { atMostEvery, log } from "../../logger.js";
 import type { CacheStore } from "../../stores/cache-store.js";
 import { invalidRequest } from "../errors.js";
 
@@ -39,13 +39,11 @@ const noPayload = new Uint8Array(0);
  * Only malformed requests (a caller's bug) are refused.
  */
 export function createCacheService({ store, defaultTtlSeconds, maxEntryBytes }: CacheDeps): ServiceImpl<typeof CacheService> {
-  let lastStoreError = -Infinity;
+  const storeErrorLogged = atMostEvery(STORE_ERROR_LOG_INTERVAL_MS);
   // Stores handle their own outages (the Redis one logs once per outage); anything that still
   // escapes is a bug, logged at most once a minute so that a broken store cannot flood the log.
   const storeFailed = (op: string, err: unknown) => {
-    const at = Date.now();
-    if (at - lastStoreError < STORE_ERROR_LOG_INTERVAL_MS) return;
-    lastStoreError = at;
+    if (!storeErrorLogged()) return;
     log.error("cache store failed: answering without the cache", { op, err: String((err as Error)?.stack ?? err) });
   };
 

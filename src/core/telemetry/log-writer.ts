@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { log } from "../../logger.js";
+import { atMostEvery, log } from "../../logger.js";
 import type { ModeName } from "../../stores/registry-store.js";
 import { distinctRows, type LogRow, type TelemetryStore, TelemetryUnavailableError } from "../../stores/telemetry-store.js";
 import type { LogBatch, LogSpool } from "./log-spool.js";
@@ -101,7 +101,7 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
   let again = false;
   let closing = false;
   let closed = false;
-  let lastRefusalLog = -Infinity;
+  const refusalLogged = atMostEvery(REFUSAL_LOG_INTERVAL_MS);
   let dropLogged = false;
 
   const up = () => {
@@ -122,8 +122,7 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
         stats.outage = true;
         log.warn("telemetry store unreachable: spooling logs to disk until it is back", { err: err.message, spool: spool.dir });
       }
-    } else if (Date.now() - lastRefusalLog > REFUSAL_LOG_INTERVAL_MS) {
-      lastRefusalLog = Date.now();
+    } else if (refusalLogged()) {
       log.error("telemetry store refused a batch of logs", { err: String((err as Error)?.message ?? err) });
     }
   };

@@ -3,7 +3,7 @@ import type { Completion, Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.
 import type { RequestLog } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { arrivalMicros, timestampFromMicros } from "../../core/telemetry/micros.js";
 import { cutText } from "../../core/text.js";
-import { log } from "../../logger.js";
+import { atMostEvery, log } from "../../logger.js";
 
 /**
  * Bodies longer than this many characters (UTF-16 code units) are logged cut, with a note of how
@@ -20,7 +20,7 @@ const cut = (s: string): string => {
 
 /** The largest cost a log holds (Decimal(18, 12): six integer digits). */
 export const MAX_LOGGED_COST_USD = "999999.999999999999";
-let lastOverflow = -Infinity;
+const overflowLogged = atMostEvery(60_000);
 
 /**
  * A cost as its log can hold it: one of a million USD or more (a broken upstream's usage priced at
@@ -29,9 +29,7 @@ let lastOverflow = -Infinity;
  */
 function loggable(costUsd: string, requestId: string): string {
   if (!/^\d{7}/.test(costUsd)) return costUsd;
-  const at = Date.now();
-  if (at - lastOverflow >= 60_000) {
-    lastOverflow = at;
+  if (overflowLogged()) {
     log.warn("a request's cost is beyond what its log holds: logged as the most it holds", { requestId, costUsd, logged: MAX_LOGGED_COST_USD });
   }
   return MAX_LOGGED_COST_USD;

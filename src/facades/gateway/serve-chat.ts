@@ -24,7 +24,7 @@ import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
 import type { Pricing } from "../../core/proxy/pricing.js";
 import { toErrorInfo } from "../../core/errors.js";
 import { Lru } from "../../core/lru.js";
-import { log } from "../../logger.js";
+import { atMostEvery, log } from "../../logger.js";
 import { shuttingDown } from "../http-errors.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
@@ -452,7 +452,7 @@ function headersForLog(req: IncomingMessage, trace: RequestTrace): void {
   }
 }
 
-let lastUndecodable = -Infinity;
+const undecodableLogged = atMostEvery(60_000);
 
 /**
  * A stored answer, decoded; undefined (a miss, answered by the upstream and stored anew) when its
@@ -463,9 +463,7 @@ function decodedHit(answers: CachedAnswers, payload: Uint8Array, requestId: stri
   try {
     return answers.of(payload);
   } catch (e) {
-    const at = Date.now();
-    if (at - lastUndecodable >= 60_000) {
-      lastUndecodable = at;
+    if (undecodableLogged()) {
       log.warn("a cached answer could not be decoded: answered as a miss", { requestId, err: String(e) });
     }
     return undefined;
