@@ -1,7 +1,7 @@
 import type { ConnectError } from "@connectrpc/connect";
 import { apiError } from "../../../errors.js";
 import { isObject } from "../../../json.js";
-import { UPSTREAM_TYPE } from "../openai/error.js";
+import { passedOnType } from "../openai/error.js";
 
 /**
  * Messages-style upstream errors (https://docs.anthropic.com/en/api/errors) as the core's error.
@@ -54,7 +54,7 @@ function upstreamError(status: number, type: string | undefined, message: string
     return apiError(502, "api_error", "upstream_overloaded", detail);
   }
   if (status >= 400 && status < 500) {
-    const t = type && UPSTREAM_TYPE.test(type) ? type : "invalid_request_error";
+    const t = passedOnType(type);
     return apiError(status, t, `upstream_${t}`, detail);
   }
   if (status >= 500) return apiError(502, "api_error", "upstream_error", detail);

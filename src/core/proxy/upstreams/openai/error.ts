@@ -12,8 +12,12 @@ function errorObject(bodyText: string): JsonObject | undefined {
   }
 }
 
-/** The shape of an error type passed on from an upstream (the messages adapter holds it too). */
-export const UPSTREAM_TYPE = /^[a-z_]{1,64}$/;
+/**
+ * An upstream's error type as passed on to the client (the code is `upstream_` and it, in every
+ * upstream style): the upstream's own when it is one (lower-case words joined by `_`, as every
+ * provider's are), `invalid_request_error` for none or anything else (spaces, markup).
+ */
+export const passedOnType = (type: string | undefined): string => (type && /^[a-z_]{1,64}$/.test(type) ? type : "invalid_request_error");
 
 const str = (v: unknown): string | undefined => (typeof v === "string" && v !== "" ? v : undefined);
 
@@ -33,11 +37,7 @@ export function convertOpenAiError(status: number, bodyText: string): ConnectErr
       `Upstream rate limit: ${clip(upstreamMessage ?? "too many requests.")}`);
   }
   if (status >= 400 && status < 500) {
-    // The code follows one scheme for every upstream style: `upstream_` and the upstream's error type,
-    // when it is one (lower-case words joined by `_`, as every provider's are); anything else an
-    // upstream calls its type (spaces, markup) is not passed on as ours.
-    const given = str(err?.type);
-    const type = given && UPSTREAM_TYPE.test(given) ? given : "invalid_request_error";
+    const type = passedOnType(str(err?.type));
     return apiError(status, type, `upstream_${type}`,
       `Upstream error: ${clip(upstreamMessage ?? `the provider answered status ${status}.`)}`);
   }
