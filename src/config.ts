@@ -21,7 +21,8 @@ export interface ProviderConfig {
 }
 
 /**
- * A warning about a provider's base URL that is probably wrong, or undefined: an OpenAI-style one
+ * A warning about a provider's base URL (as config.ts keeps it, without a trailing slash) that is
+ * probably wrong, or undefined: an OpenAI-style one
  * is the SDK's base, ending in `/v1` (requests go to `{base}/chat/completions`), an Anthropic-style
  * one is not (requests go to `{base}/v1/messages`). Only warned at start, not refused: a compatible
  * provider may put its API at another path.
@@ -30,10 +31,10 @@ export function baseUrlWarning(p: ProviderConfig): string | undefined {
   const path = new URL(p.baseUrl).pathname.replace(/\/+$/, "");
   const setting = p.baseUrlSetting ?? `the ${p.name} provider's base URL`;
   if (p.style === ApiStyle.CHAT_COMPLETIONS && !path.endsWith("/v1")) {
-    return `${setting} (${p.baseUrl}) does not end in /v1: chat requests go to ${p.baseUrl.replace(/\/+$/, "")}/chat/completions (an OpenAI-style base URL is the SDK's, such as https://api.openai.com/v1)`;
+    return `${setting} (${p.baseUrl}) does not end in /v1: chat requests go to ${p.baseUrl}/chat/completions (an OpenAI-style base URL is the SDK's, such as https://api.openai.com/v1)`;
   }
   if (p.style === ApiStyle.MESSAGES && path.endsWith("/v1")) {
-    return `${setting} (${p.baseUrl}) ends in /v1: messages requests go to ${p.baseUrl.replace(/\/+$/, "")}/v1/messages (an Anthropic-style base URL has no /v1, such as https://api.anthropic.com)`;
+    return `${setting} (${p.baseUrl}) ends in /v1: messages requests go to ${p.baseUrl}/v1/messages (an Anthropic-style base URL has no /v1, such as https://api.anthropic.com)`;
   }
   return undefined;
 }

@@ -91,8 +91,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         const warning = baseUrlWarning(p);
         if (warning) log.warn(warning);
       }
-    }
-    if (opts.demo) {
+    } else {
       demo = await startFakeProvider(Number(process.env.SVC_DEMO_PORT ?? 0), "127.0.0.1");
       cleanups.push(() => demo!.close());
       for (const p of config.providers.values()) {

@@ -86,7 +86,6 @@ async function registry<T>(read: Promise<T>): Promise<T> {
   }
 }
 
-/** Creates the AuthService implementation over a registry store. */
 /**
  * Characters refused in names and descriptions, which tables and logs print: C0 and C1 controls and
  * DEL (a terminal acts on ESC and CSI), line and paragraph separators, and the bidirectional
@@ -94,6 +93,7 @@ async function registry<T>(read: Promise<T>): Promise<T> {
  */
 const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
 
+/** Creates the AuthService implementation over a registry store. */
 export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceImpl<typeof AuthService> {
   async function project(id: string): Promise<ProjectRecord> {
     if (!id) throw invalidRequest("missing_required_field", "`project_id` is required.");

@@ -100,7 +100,6 @@ export function localInputTokens(req: Pick<ChatRequestBody, "system" | "messages
   return localTokens(chars);
 }
 
-/** A usage; `inputTokens` counts every input token, the cache's reads and writes (subsets of it) included. */
 /** The most tokens a count holds: Usage's fields are int32 on the wire. */
 export const MAX_TOKENS_COUNT = 2_147_483_647;
 
@@ -112,6 +111,7 @@ export const MAX_TOKENS_COUNT = 2_147_483_647;
  */
 export const tokenCount = (v: unknown): number => (typeof v === "number" && v > 0 ? Math.min(Math.floor(v), MAX_TOKENS_COUNT) : 0);
 
+/** A usage; `inputTokens` counts every input token, the cache's reads and writes (subsets of it) included. */
 export function usage(u: Fields<Usage>): Usage {
   return {
     $typeName: "svc.proxy.v1.Usage",

@@ -115,7 +115,7 @@ export function blockToWire(b: ContentBlock): JsonObject | undefined {
  */
 export function usageFromWire(u: unknown): Usage {
   if (!isObject(u)) return usage({});
-  return usageFromCounts(count(u.input_tokens), count(u.cache_creation_input_tokens), count(u.cache_read_input_tokens), count(u.output_tokens), extraJson(u, USAGE_KEYS));
+  return usageFromCounts(tokenCount(u.input_tokens), tokenCount(u.cache_creation_input_tokens), tokenCount(u.cache_read_input_tokens), tokenCount(u.output_tokens), extraJson(u, USAGE_KEYS));
 }
 
 /** Canonical usage from a messages-style answer's counts: `uncached` is its `input_tokens`. */
@@ -125,4 +125,3 @@ export const usageFromCounts = (uncached: number, cacheWrite: number, cacheRead:
 /** The input tokens a messages-style `input_tokens` counts: those neither read from nor written to the cache. */
 export const uncachedInput = (u: Usage): number => Math.max(0, u.inputTokens - u.cacheReadTokens - u.cacheWriteTokens);
 
-const count = tokenCount;

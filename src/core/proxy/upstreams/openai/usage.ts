@@ -5,7 +5,6 @@ import { usage as canonicalUsage, tokenCount } from "../../canonical.js";
 /** Usage fields the canonical model names; `total_tokens` is derivable, so it is not carried. */
 const kUsageKnown: ReadonlySet<string> = new Set(["prompt_tokens", "completion_tokens", "total_tokens"]);
 
-const count = tokenCount;
 
 /**
  * Converts an OpenAI `usage` object; undefined when the upstream sent none (the gateway then counts
@@ -16,13 +15,13 @@ const count = tokenCount;
  */
 export function toUsage(usage: unknown): Usage | undefined {
   if (!isObject(usage)) return undefined;
-  const inputTokens = count(usage.prompt_tokens);
+  const inputTokens = tokenCount(usage.prompt_tokens);
   const details = isObject(usage.prompt_tokens_details) ? usage.prompt_tokens_details : {};
   return canonicalUsage({
     inputTokens,
-    outputTokens: count(usage.completion_tokens),
+    outputTokens: tokenCount(usage.completion_tokens),
     extraJson: extraJson(usage, kUsageKnown),
-    cacheReadTokens: Math.min(count(details.cached_tokens), inputTokens),
+    cacheReadTokens: Math.min(tokenCount(details.cached_tokens), inputTokens),
   });
 }
 
