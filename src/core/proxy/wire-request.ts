@@ -27,6 +27,7 @@ import {
   rolesOf,
   TOOL_NAME,
 } from "./request-rules.js";
+import { MAX_TOKENS_COUNT } from "./canonical.js";
 import { isCustomCall } from "./upstreams/openai/tool-call.js";
 import { TEXT_KEYS, TOOL_RESULT_KEYS, TOOL_USE_KEYS } from "./upstreams/anthropic/blocks.js";
 
@@ -62,7 +63,7 @@ export function checkWireChatRequest(req: StreamChatRequest): void {
     if (!(req.temperature >= 0 && req.temperature <= max)) fail("invalid_value", `\`temperature\` must be between 0 and ${max}, got ${req.temperature}.`);
   }
   if (req.maxTokens !== undefined && req.maxTokens < MIN_MAX_TOKENS) {
-    fail("invalid_value", `\`max_tokens\` must be an integer between ${MIN_MAX_TOKENS} and 2147483647, got ${req.maxTokens}.`);
+    fail("invalid_value", `\`max_tokens\` must be an integer between ${MIN_MAX_TOKENS} and ${MAX_TOKENS_COUNT}, got ${req.maxTokens}.`);
   }
   // As on /v1/messages, where the provider's API requires it.
   if (style === ApiStyle.MESSAGES && req.maxTokens === undefined) fail("missing_required_field", "`max_tokens` is required.");
@@ -122,8 +123,8 @@ function checkRequestExtra(json: string, style: ApiStyle): void {
   if (!messages && n !== undefined && n !== null && n !== 1) fail("unsupported_parameter", `\`n\` must be 1: the gateway returns a single choice, got ${JSON.stringify(n)}.`);
   // As on /v1/chat/completions: the limit it names is the request's output limit too.
   const mct = extra.max_completion_tokens;
-  if (!messages && mct !== undefined && mct !== null && !(Number.isInteger(mct) && (mct as number) >= MIN_MAX_TOKENS && (mct as number) <= 2_147_483_647)) {
-    fail("invalid_value", `\`max_completion_tokens\` must be an integer between ${MIN_MAX_TOKENS} and 2147483647, got ${JSON.stringify(mct)}.`);
+  if (!messages && mct !== undefined && mct !== null && !(Number.isInteger(mct) && (mct as number) >= MIN_MAX_TOKENS && (mct as number) <= MAX_TOKENS_COUNT)) {
+    fail("invalid_value", `\`max_completion_tokens\` must be an integer between ${MIN_MAX_TOKENS} and ${MAX_TOKENS_COUNT}, got ${JSON.stringify(mct)}.`);
   }
 }
 
