@@ -13,11 +13,12 @@ export const isCustomCall = (b: { type: BlockType; extraJson: string }): boolean
   b.type === BlockType.TOOL_USE && b.extraJson !== "" && parseExtra(b.extraJson).type === "custom";
 
 /**
- * A tool-use block as an OpenAI `tool_calls` item. `extra` holds the call's own unnamed fields, only
- * when the block came from a chat-style client. An empty input becomes "{}": OpenAI rejects "". A
- * custom tool's call keeps its shape and its free-text input as it is.
+ * A tool-use block as an OpenAI `tool_calls` item, in a request or an answer. `extra` holds the
+ * call's own unnamed fields (a custom tool's call's `type` among them), only when the block came
+ * from a chat-style client. An empty input becomes "{}": OpenAI rejects "". A custom tool's call
+ * keeps its shape and its free-text input as it is.
  */
 export const toolCall = (b: ContentBlock, extra: JsonObject = {}): JsonObject =>
-  extra.type === "custom"
+  extra.type === "custom" || isCustomCall(b)
     ? { ...extra, id: b.toolCallId, type: "custom", custom: { name: b.toolName, input: b.toolInputJson } }
     : { ...extra, id: b.toolCallId, type: "function", function: { name: b.toolName, arguments: b.toolInputJson || "{}" } };
