@@ -80,8 +80,12 @@ function checkChoiceCount(b: JsonObject): void {
 function checkStreamOptions(b: JsonObject, stream: boolean): void {
   const opts = b.stream_options;
   if (opts === undefined || opts === null) return;
-  if (!isObject(opts)) wrongType("stream_options", "an object", opts);
+  if (!isObject(opts)) return wrongType("stream_options", "an object", opts);
   if (!stream) fail("invalid_value", "`stream_options` is only allowed when `stream` is true.");
+  // Read by the gateway itself (the upstream is always asked for usage): a value it would take as
+  // false without a word (`"true"`, 1) is refused instead.
+  const usage = opts.include_usage;
+  if (usage !== undefined && usage !== null && typeof usage !== "boolean") wrongType("stream_options.include_usage", "a boolean", usage);
 }
 
 function parseMessage(v: unknown, path: string): ChatMessage {

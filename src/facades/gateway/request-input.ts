@@ -189,6 +189,9 @@ export function metadataOf(req: IncomingMessage): Record<string, string> {
   if (nestedDeeperThan(parsed, MAX_JSON_DEPTH, text.length)) {
     throw invalidRequest("invalid_metadata", `X-Svc-Metadata must not nest arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
   }
+  // A value is logged as its JSON text, where `1e400` (read as Infinity) would become "null".
+  const overflow = MAY_OVERFLOW.test(text) ? overflowAt(parsed, "") : undefined;
+  if (overflow !== undefined) throw invalidRequest("invalid_metadata", `X-Svc-Metadata \`${overflow}\` is a number too large to represent (beyond ±1.8e308).`);
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(parsed)) {
     if (!k) throw invalidRequest("invalid_metadata", "X-Svc-Metadata keys must not be empty.");

@@ -53,6 +53,8 @@ describe("chat-completions codec: invalid requests", () => {
     ["n of 2", valid({ n: 2 }), "unsupported_parameter", "`n`"],
     ["stream_options without stream", valid({ stream_options: { include_usage: true } }), "invalid_value", "`stream_options`"],
     ["stream_options not an object", valid({ stream: true, stream_options: true }), "invalid_type", "`stream_options`"],
+    ["stream_options.include_usage a string", valid({ stream: true, stream_options: { include_usage: "true" } }), "invalid_type", "`stream_options.include_usage`"],
+    ["stream_options.include_usage a number", valid({ stream: true, stream_options: { include_usage: 1 } }), "invalid_type", "`stream_options.include_usage`"],
     ["tools not an array", valid({ tools: {} }), "invalid_type", "`tools`"],
     ["a tool whose type is not a string", valid({ tools: [{ type: 3 }] }), "invalid_type", "`tools[0].type`"],
     ["a tool without a type", valid({ tools: [{ function: { name: "f" } }] }), "missing_required_field", "`tools[0].type`"],

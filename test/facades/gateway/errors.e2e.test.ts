@@ -144,6 +144,16 @@ describe("gateway errors: the spec's status and error object for every kind of b
     assert.equal(ok.status, 200);
   });
 
+  it("X-Svc-Metadata holding a number beyond a double's range -> 400 invalid_metadata naming it (it would be logged as null)", async () => {
+    for (const [value, at] of [['{"a":1e400}', "`a`"], ['{"b":{"c":[1,-2E+999]}}', "`b.c[1]`"]] as const) {
+      const res = await postJson(chatUrl, key, chat(), { "x-svc-metadata": value });
+      assert.equal(res.status, 400, value);
+      assert.equal(res.json().error.code, "invalid_metadata");
+      assert.ok(res.json().error.message.includes(at), res.json().error.message);
+    }
+    assert.equal((await postJson(chatUrl, key, chat(), { "x-svc-metadata": '{"a":1e300,"t":"9e999"}' })).status, 200);
+  });
+
   it("provider-version must be a real YYYY-MM-DD date", async () => {
     for (const v of ["2023-6-1", "yesterday", "2024-02-30"]) {
       const res = await postJson(msgUrl, key, msgs(), { "provider-version": v });
