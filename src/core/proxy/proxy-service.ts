@@ -16,7 +16,7 @@ import { completionEvent, localInputTokens, localTokens, nowSeconds, usage as ca
 import { costPico, formatUsd, type Prices } from "./cost.js";
 import { type ModelRoute, pricesOf, unservedModel } from "./models.js";
 import type { UpstreamHttp, UpstreamResponse } from "./upstream-http.js";
-import type { StreamConverter, UpstreamAdapter, UpstreamTarget } from "./upstreams/adapter.js";
+import { type StreamConverter, UPSTREAM_SAID, type UpstreamAdapter, type UpstreamTarget } from "./upstreams/adapter.js";
 
 export interface ProxyDeps {
   models: Map<string, ModelRoute>;
@@ -109,14 +109,18 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
 const noRetry = { "x-should-retry": "false" };
 
 /**
- * An upstream's rejection of the gateway's own credentials is the operator's problem, not the
- * client's: it becomes a 502 rather than a 401 that would read as "your key is wrong".
+ * An upstream's rejection of the gateway's own credentials (401), or of what they may use (403: a
+ * model the provider account may not sample, a region it does not serve), is the operator's
+ * problem, not the client's: it becomes a 502 rather than a 401 or 403 that would read as "your
+ * key is wrong". The upstream's own words are kept in the message, for the operator to act on.
  */
 function upstreamError(adapter: UpstreamAdapter, status: number, body: string): ConnectError {
+  const passed = adapter.convertError(status, body);
   if (status === 401 || status === 403) {
-    return withRetryGuidance(apiError(502, "api_error", "upstream_authentication_failed", `The upstream provider refused the gateway's credentials (HTTP ${status}).`), noRetry);
+    const said = passed.rawMessage.startsWith(UPSTREAM_SAID) ? `: ${passed.rawMessage.slice(UPSTREAM_SAID.length)}` : ".";
+    return withRetryGuidance(apiError(502, "api_error", "upstream_authentication_failed", `The upstream provider refused the gateway's credentials (HTTP ${status})${said}`), noRetry);
   }
-  return adapter.convertError(status, body);
+  return passed;
 }
 
 async function completion(route: Route, req: StreamChatRequest, res: UpstreamResponse): Promise<Completion> {

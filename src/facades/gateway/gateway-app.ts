@@ -50,6 +50,9 @@ export function createGatewayApp(deps: GatewayDeps, state: GatewayState = newGat
     // Every response, errors and health included, carries the request id, cache status and cost.
     ctx.state.requestId = newRequestId();
     ctx.set("X-Svc-Request-Id", ctx.state.requestId);
+    // Also under the names each provider SDK reads it from (`requestID` of an error): an SDK call
+    // to a path the gateway does not serve (count_tokens, models) still names its log line.
+    for (const s of surfaces) ctx.set(s.codec.requestIdHeader, ctx.state.requestId);
     ctx.set("X-Svc-Cache", "MISS");
     ctx.set("X-Svc-Cost", "0");
     await next();
@@ -73,7 +76,6 @@ export function createGatewayApp(deps: GatewayDeps, state: GatewayState = newGat
     });
     router.all(s.path, (ctx) => {
       ctx.set("Allow", "POST");
-      ctx.set(s.codec.requestIdHeader, ctx.state.requestId as string);
       throw methodNotAllowed(ctx.method, s.path, "POST");
     });
   }

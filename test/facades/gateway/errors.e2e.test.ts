@@ -172,6 +172,13 @@ describe("gateway errors: the spec's status and error object for every kind of b
     assert.equal(unknown.status, 404);
     assertErrorShape(unknown.json());
     assert.equal(unknown.json().error.type, "not_found_error");
+    // The request id under each SDK's own name too: the anthropic SDK's count_tokens, which the
+    // gateway does not serve, reports it as the error's requestID.
+    for (const r of [get, unknown, await rawRequest(`${gw.gatewayUrl}/v1/messages/count_tokens`, { headers: { "content-type": "application/json" }, body: "{}" })]) {
+      assert.match(String(r.headers["x-svc-request-id"]), /^req_/);
+      assert.equal(r.headers["request-id"], r.headers["x-svc-request-id"]);
+      assert.equal(r.headers["x-request-id"], r.headers["x-svc-request-id"]);
+    }
   });
 
   describe("upstream failures", () => {
@@ -213,6 +220,13 @@ describe("gateway errors: the spec's status and error object for every kind of b
       assert.equal(res.status, 502);
       assert.equal(res.json().error.code, "upstream_authentication_failed");
       assert.equal(res.headers["x-should-retry"], "false", "only the operator can clear it: the SDKs do not retry");
+      // A 403 (what the provider account may use) is the operator's too; the upstream's words stay.
+      for (const [url, body] of [[chatUrl, chat("[[fake:status=403]]")], [msgUrl, msgs("[[fake:status=403]]")]] as const) {
+        const denied = await postJson(url, key, body);
+        assert.equal(denied.status, 502);
+        assert.equal(denied.json().error.code, "upstream_authentication_failed");
+        assert.equal(denied.json().error.message, "The upstream provider refused the gateway's credentials (HTTP 403): Scripted failure 403.");
+      }
     });
 
     it("an upstream that ends a stream early gives the SSE error event, upstream_stream_incomplete", async () => {

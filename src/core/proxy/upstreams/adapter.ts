@@ -2,6 +2,9 @@ import type { ConnectError } from "@connectrpc/connect";
 import type { ApiStyle, Completion, StreamChatRequest, StreamChatResponse } from "../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { SseEvent } from "../../sse.js";
 
+/** How an adapter's error message begins when it carries the upstream's own words after it. */
+export const UPSTREAM_SAID = "Upstream error: ";
+
 /** Where one request goes: the provider's base URL and key, and the provider's model name. */
 export interface UpstreamTarget {
   /** Provider name from configuration, e.g. "openai". */

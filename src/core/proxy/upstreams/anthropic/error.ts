@@ -2,6 +2,7 @@ import type { ConnectError } from "@connectrpc/connect";
 import { apiError } from "../../../errors.js";
 import { isObject } from "../../../json.js";
 import { passedOnType } from "../openai/error.js";
+import { UPSTREAM_SAID } from "../adapter.js";
 
 /**
  * Messages-style upstream errors (https://docs.anthropic.com/en/api/errors) as the core's error.
@@ -46,7 +47,7 @@ export function convertStreamError(data: unknown): ConnectError {
 }
 
 function upstreamError(status: number, type: string | undefined, message: string | undefined): ConnectError {
-  const detail = message ? `Upstream error: ${message}` : `The upstream provider answered with HTTP ${status}.`;
+  const detail = message ? `${UPSTREAM_SAID}${message}` : `The upstream provider answered with HTTP ${status}.`;
   if (status === 429 || type === "rate_limit_error") {
     return apiError(429, "rate_limit_error", "upstream_rate_limited", detail);
   }

@@ -1,6 +1,7 @@
 import type { ConnectError } from "@connectrpc/connect";
 import { apiError } from "../../../errors.js";
 import { isObject, type JsonObject } from "../../../json.js";
+import { UPSTREAM_SAID } from "../adapter.js";
 
 /** The `{error:{message,type,code,param}}` body OpenAI answers errors with, when the text is one. */
 function errorObject(bodyText: string): JsonObject | undefined {
@@ -39,7 +40,7 @@ export function convertOpenAiError(status: number, bodyText: string): ConnectErr
   if (status >= 400 && status < 500) {
     const type = passedOnType(str(err?.type));
     return apiError(status, type, `upstream_${type}`,
-      `Upstream error: ${clip(upstreamMessage ?? `the provider answered status ${status}.`)}`);
+      upstreamMessage ? `${UPSTREAM_SAID}${clip(upstreamMessage)}` : `The upstream provider answered status ${status}.`);
   }
   const detail = upstreamMessage ? `: ${clip(upstreamMessage)}` : ".";
   return apiError(502, "api_error", "upstream_error", `The upstream provider failed with status ${status}${detail}`);
@@ -48,7 +49,7 @@ export function convertOpenAiError(status: number, bodyText: string): ConnectErr
 /** An `{"error":{...}}` object OpenAI sends inside a stream that already started (always a 502 here). */
 export function convertOpenAiStreamError(err: JsonObject): ConnectError {
   const message = str(err.message) ?? "the provider reported an error mid-stream.";
-  return apiError(502, "api_error", "upstream_error", `Upstream error: ${clip(message)}`);
+  return apiError(502, "api_error", "upstream_error", `${UPSTREAM_SAID}${clip(message)}`);
 }
 
 /** A body that is not the JSON OpenAI documents. */
