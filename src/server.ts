@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { link, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { chmod, link, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { type AddressInfo, createServer as createNetServer } from "node:net";
 import { join, resolve } from "node:path";
@@ -375,14 +375,28 @@ async function loadAdminToken(config: Config): Promise<{ token: string; path: st
   const path = join(config.dataDir, "admin-token");
   try {
     const token = (await readFile(path, "utf8")).trim();
-    // A token written there by hand is held to the same rule as SVC_ADMIN_TOKEN.
-    if (token) return { token: checkAdminToken(token, `the admin token in ${path}`), path };
+    // A token written there by hand is held to the same rule as SVC_ADMIN_TOKEN, and to the file
+    // mode of a generated one: readable by other local users, it would open every project to them.
+    if (token) {
+      checkAdminToken(token, `the admin token in ${path}`);
+      await ownerOnly(path);
+      return { token, path };
+    }
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
   }
   const token = `svc_admin_${randomBytes(24).toString("base64url")}`;
   await writeFile(path, `${token}\n`, { mode: 0o600 });
   return { token, path };
+}
+
+/** Makes a secret's file 0600, saying so when it was not. */
+async function ownerOnly(path: string): Promise<void> {
+  if (process.platform === "win32") return; // no POSIX modes to hold it to
+  const mode = (await stat(path)).mode & 0o777;
+  if ((mode & 0o077) === 0) return;
+  await chmod(path, 0o600);
+  log.warn("the admin token file was readable by others: made it owner-only (0600)", { path, was: `0${mode.toString(8)}` });
 }
 
 /** Data dirs this process holds: a second server in this process must not take one over. */

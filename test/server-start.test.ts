@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -43,10 +43,13 @@ describe("the admin token", function () {
     writeFileSync(join(dir, "admin-token"), "short\n");
     await assert.rejects(start(), (e: Error) => e instanceof ConfigError && /admin-token is 5 characters long; an admin token must be at least 16/.test(e.message));
     // The file's own token is taken when long enough, and one is generated when there is none.
-    writeFileSync(join(dir, "admin-token"), "a-long-enough-admin-token\n");
+    // Written by hand readable by others, it is made owner-only, as a generated one is.
+    writeFileSync(join(dir, "admin-token"), "a-long-enough-admin-token\n", { mode: 0o644 });
+    chmodSync(join(dir, "admin-token"), 0o644);
     const running = await start();
     try {
       assert.equal(running.adminToken, "a-long-enough-admin-token");
+      assert.equal(statSync(join(dir, "admin-token")).mode & 0o777, 0o600);
     } finally {
       await running.close();
     }

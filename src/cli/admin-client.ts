@@ -53,7 +53,7 @@ export function resolveAdminTarget(flags: { server?: string; adminToken?: string
     try {
       token = readFileSync(path, "utf8").trim();
     } catch {
-      throw new UsageError(`no admin token: set SVC_ADMIN_TOKEN, pass --admin-token, or run where ${path} exists (svc serve writes it at first start)`);
+      throw new UsageError(`no admin token: set SVC_ADMIN_TOKEN or pass --admin-token (the server's own SVC_ADMIN_TOKEN, when it has one), or run where ${path} exists (svc serve without SVC_ADMIN_TOKEN writes it at first start; set SVC_DATA_DIR to the server's data dir)`);
     }
   }
   return { server, token };

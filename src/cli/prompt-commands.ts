@@ -5,6 +5,9 @@ import { createTelemetryAdminClient, resolveAdminTarget, UsageError } from "./ad
 import { type Flags, need, out } from "./admin-commands.js";
 import { table } from "./table.js";
 
+/** Strict UTF-8: refuses malformed bytes; a leading BOM is kept, as the file has it. */
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
 /** A prompt as the CLI prints it with --json. */
 const promptJson = (p: Prompt, withContent: boolean) => ({
   name: p.name,
@@ -30,11 +33,19 @@ export async function promptsCommand(sub: string | undefined, args: string[], fl
       const name = need(args[0], "NAME");
       const path = need(flags.file, "--file");
       const projectId = project();
-      let content: string;
+      let bytes: Buffer;
       try {
-        content = path === "-" ? readFileSync(0, "utf8") : readFileSync(path, "utf8");
+        bytes = path === "-" ? readFileSync(0) : readFileSync(path);
       } catch (e) {
         throw new UsageError(`cannot read --file ${path}: ${(e as Error).message}`);
+      }
+      // Stored as UTF-8 text: a file in another encoding (Latin-1, UTF-16) is refused rather than
+      // stored with its bytes replaced by U+FFFD.
+      let content: string;
+      try {
+        content = utf8.decode(bytes);
+      } catch {
+        throw new UsageError(`--file ${path} is not UTF-8 text: convert it first (e.g. iconv -t UTF-8)`);
       }
       const { prompt } = await client.putPrompt({ projectId, name, content, description: flags.description ?? "" });
       return out(flags, promptJson(prompt!, false), `Stored prompt ${prompt!.name} version ${prompt!.version} in project ${projectId}.`);

@@ -24,3 +24,10 @@ export function cutText(s: string, n: number): string {
   const last = s.charCodeAt(n - 1);
   return s.slice(0, last >= 0xd800 && last <= 0xdbff ? n - 1 : n);
 }
+
+/**
+ * Characters refused in names and descriptions, which tables and logs print: C0 and C1 controls and
+ * DEL (a terminal acts on ESC and CSI), line and paragraph separators, and the bidirectional
+ * overrides and isolates (which reorder what a terminal shows).
+ */
+export const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;

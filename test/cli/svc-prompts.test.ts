@@ -43,6 +43,18 @@ describe("svc prompts and body logging against a running `svc serve --demo`", fu
     assert.equal(badVersion.code, 2);
     const unknown = await server.svc("prompts", "show", "nope", "--project", projectId);
     assert.notEqual(unknown.code, 0);
+    // A file that is not UTF-8 (Latin-1 here) would be stored with U+FFFD in place of its bytes.
+    const latin1 = join(dir, "latin1.txt");
+    writeFileSync(latin1, Buffer.from("caf\xe9 cr\xe8me", "latin1"));
+    const notUtf8 = await server.svc("prompts", "put", "latin", "--project", projectId, "--file", latin1);
+    assert.equal(notUtf8.code, 2);
+    assert.match(notUtf8.stderr, /is not UTF-8 text/);
+    const missing = await server.svc("prompts", "put", "latin", "--project", projectId, "--file", join(dir, "missing.txt"));
+    assert.equal(missing.code, 2, "an unreadable file is a usage error");
+    writeFileSync(latin1, "café crème");
+    const described = await server.svc("prompts", "put", "latin", "--project", projectId, "--file", latin1, "--description", "two\nlines");
+    assert.equal(described.code, 1);
+    assert.match(described.stderr, /control characters/);
   });
 
   it("refuses a project id that names no project, rather than filing prompts under it", async () => {

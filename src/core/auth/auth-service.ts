@@ -11,6 +11,7 @@ import {
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
 import { type KeyRecord, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "../../stores/registry-store.js";
 import { apiError, invalidApiKey, invalidRequest, notFound, withRetryGuidance } from "../errors.js";
+import { CONTROL } from "../text.js";
 import { randomBase62 } from "../ids.js";
 import { displayPrefix, hashSecret, hashSecretForLookup, modeOfSecret, newSecret } from "./keys.js";
 import { planLimits, planName, planOf } from "./plans.js";
@@ -86,13 +87,6 @@ async function registry<T>(read: Promise<T>): Promise<T> {
   }
 }
 
-/**
- * Characters refused in names and descriptions, which tables and logs print: C0 and C1 controls and
- * DEL (a terminal acts on ESC and CSI), line and paragraph separators, and the bidirectional
- * overrides and isolates (which reorder what a terminal shows).
- */
-const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
-
 /** Creates the AuthService implementation over a registry store. */
 export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceImpl<typeof AuthService> {
   async function project(id: string): Promise<ProjectRecord> {
@@ -105,7 +99,8 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
   return {
     async createProject(req) {
       const name = req.name.trim();
-      if (!name || name.length > 200) throw invalidRequest("invalid_value", "`name` must be 1 to 200 characters.");
+      if (!name) throw invalidRequest(req.name ? "invalid_value" : "missing_required_field", req.name ? "`name` must not be blank." : "`name` is required.");
+      if (name.length > 200) throw invalidRequest("invalid_value", "`name` must be 1 to 200 characters.");
       if (CONTROL.test(name)) throw invalidRequest("invalid_value", "`name` must not hold control characters (newlines, tabs).");
       const plan = planName(req.plan);
       if (!plan) throw invalidRequest("invalid_value", "`plan` must be one of free, pro, enterprise.");

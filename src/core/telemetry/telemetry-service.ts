@@ -6,6 +6,7 @@ import { log } from "../../logger.js";
 import type { PromptRecord, PromptStore, PromptSummary } from "../../stores/prompt-store.js";
 import { type LogFilter, type TelemetryStore, TelemetryUnavailableError } from "../../stores/telemetry-store.js";
 import { apiError, invalidRequest, notFound } from "../errors.js";
+import { CONTROL } from "../text.js";
 import { analyticsQueryOf, analyticsResponseOf } from "./analytics-request.js";
 import { checkId, logOfRecord, modeName, rowOfLog } from "./log-row.js";
 import { microsAtOrAfter } from "./micros.js";
@@ -94,6 +95,7 @@ export function createTelemetryService({ store, writer, prompts, checkProject, b
       if (!req.content) throw invalidRequest("missing_required_field", "`content` is required.");
       if (Buffer.byteLength(req.content) > MAX_PROMPT_BYTES) throw invalidRequest("invalid_value", "`content` must be at most 1 MiB.");
       if (req.description.length > 1024) throw invalidRequest("invalid_value", "`description` must be at most 1024 characters.");
+      if (CONTROL.test(req.description)) throw invalidRequest("invalid_value", "`description` must not hold control characters (newlines, tabs, escapes).");
       await checkProject(projectId);
       const p = await prompts.put({ projectId, name, content: req.content, description: req.description, createdAt: now() });
       return { prompt: promptMessage(p, true) };

@@ -26,12 +26,13 @@ describe("AuthService", () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const rejects = async (p: Promise<unknown>, status: number, code: string) => {
+  const rejects = async (p: Promise<unknown>, status: number, code: string, message?: string) => {
     await assert.rejects(p, (e: unknown) => {
       assert.ok(e instanceof ConnectError);
       const info = toErrorInfo(e);
       assert.equal(info.status, status);
       assert.equal(info.code, code);
+      if (message !== undefined) assert.equal(info.message, message);
       return true;
     });
   };
@@ -105,7 +106,8 @@ describe("AuthService", () => {
 
   it("refuses a project without a plan, a key without a mode or with control characters in its description, and unknown ids", async () => {
     await rejects(auth.createProject({ name: "p", plan: Plan.UNSPECIFIED }), 400, "invalid_value");
-    await rejects(auth.createProject({ name: " ", plan: Plan.FREE }), 400, "invalid_value");
+    await rejects(auth.createProject({ name: " ", plan: Plan.FREE }), 400, "invalid_value", "`name` must not be blank.");
+    await rejects(auth.createProject({ name: "", plan: Plan.FREE }), 400, "missing_required_field", "`name` is required.");
     await rejects(auth.createProject({ name: "two\nlines", plan: Plan.FREE }), 400, "invalid_value");
     const { project } = await auth.createProject({ name: "p", plan: Plan.FREE });
     await rejects(auth.createKey({ projectId: project!.id, mode: KeyMode.UNSPECIFIED }), 400, "invalid_value");

@@ -249,6 +249,12 @@ describe("TelemetryService", function () {
     await refuses(t.getPrompt({ projectId: own, name: "greeting", version: 3 }), 404, "prompt_not_found");
     await refuses(t.putPrompt({ projectId: own, name: "../etc", content: "x" }), 400, "invalid_value");
     await refuses(t.putPrompt({ projectId: own, name: "empty", content: "" }), 400, "missing_required_field");
+    // A description is printed by `svc prompts list`, as key descriptions are: no control characters.
+    for (const description of ["two\nlines", "\u001b[31mred", "tab\there", "\u202eabc"]) {
+      await refuses(t.putPrompt({ projectId: own, name: "described", content: "x", description }), 400, "invalid_value");
+    }
+    await refuses(t.putPrompt({ projectId: own, name: "described", content: "x", description: "d".repeat(1025) }), 400, "invalid_value");
+    await t.putPrompt({ projectId: own, name: "described", content: "x", description: "plain, with é and emoji 🙂" });
   });
 
   it("refuses a project that does not exist on every prompt call, as CreateKey does", async () => {

@@ -102,6 +102,15 @@ describe("management API /v1/analytics: the same ranges as GetAnalytics, and how
     const equal = await get("/v1/analytics?granularity=minute&start=2026-11-20T10:01:00.0004Z&end=2026-11-20T10:01:00.0004Z");
     assert.equal(equal.status, 400, equal.text);
     assert.match(equal.json().error.message, /'start' must be before 'end'/);
+    // The series' end is a time the API reads back: within the year 9999, never "+010000-...".
+    const last = await get("/v1/analytics?granularity=day&end=9999-12-31T00:00:00Z");
+    assert.equal(last.status, 200, last.text);
+    assert.equal(last.json().end, "9999-12-31T00:00:00.000Z");
+    for (const g of ["day", "hour", "minute"]) {
+      const late = await get(`/v1/analytics?granularity=${g}&end=9999-12-31T23:59:59.999Z`);
+      assert.equal(late.status, 400, late.text);
+      assert.match(late.json().error.message, /year 9999/);
+    }
   });
 
   it("reads milliseconds since the epoch of any number of digits, down to 0, and refuses what is neither form naming both", async () => {
