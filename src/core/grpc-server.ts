@@ -39,7 +39,11 @@ export interface CoreServerOptions {
 
 export function createCoreServer(routes: (router: ConnectRouter) => void, interceptors: Interceptor[], timeouts?: Partial<ClientTimeouts>, opts: CoreServerOptions = {}): CoreServer {
   const t = clientTimeouts(timeouts);
-  const connect = connectNodeAdapter({ routes, interceptors, ...(opts.readMaxBytes ? { readMaxBytes: opts.readMaxBytes } : {}) });
+  // JSON requests (Connect and gRPC-Web in JSON) with a field or enum name the services do not know
+  // are refused, INVALID_ARGUMENT naming it, rather than Connect's default of dropping it: an admin
+  // call whose change sits under a misspelt name (`requestsPerMinuet`, `PLAN_GOLD`) would otherwise
+  // succeed having changed nothing. Binary protobuf keeps protobuf's own rule (unknown fields kept).
+  const connect = connectNodeAdapter({ routes, interceptors, jsonOptions: { ignoreUnknownFields: false }, ...(opts.readMaxBytes ? { readMaxBytes: opts.readMaxBytes } : {}) });
   const authorize = opts.authorize;
   const handler: typeof connect = authorize
     ? (req, res) => {

@@ -307,6 +307,29 @@ describe("core port: requests checked before they reach the upstream", function 
     assert.match(usage.spent_usd, /^\d/);
   });
 
+  it("refuses a Connect JSON request with a field or enum name it does not know, rather than dropping it and changing nothing", async () => {
+    const call = (body: object) =>
+      fetch(`${gw.grpcUrl}/svc.auth.v1.AuthService/UpdateProject`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${gw.adminToken}` },
+        body: JSON.stringify(body),
+      });
+    for (const body of [
+      { projectId, limitOverrides: { requestsPerMinuet: 5 } },
+      { projectId, limitOverride: { requestsPerMinute: 5 } },
+      { projectId, plan: "PLAN_GOLD" },
+    ]) {
+      const res = await call(body);
+      assert.equal(res.status, 400, JSON.stringify(body));
+      const err = (await res.json()) as { code: string; message: string };
+      assert.equal(err.code, "invalid_argument");
+      assert.match(err.message, /requestsPerMinuet|limitOverride|PLAN_GOLD/);
+    }
+    const ok = await call({ projectId, limitOverrides: { requestsPerMinute: 500 } });
+    assert.equal(ok.status, 200, await ok.clone().text());
+    assert.equal(((await ok.json()) as { project: { limitOverrides: { requestsPerMinute: number } } }).project.limitOverrides.requestsPerMinute, 500);
+  });
+
   it("DeleteKey is not marked idempotent: a second call answers NOT_FOUND", async () => {
     const created = await unary<any>(auth, "CreateKey", { project_id: projectId, mode: "KEY_MODE_TEST" }, md);
     await unary(auth, "DeleteKey", { key_id: created.key.id }, md);
