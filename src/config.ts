@@ -16,6 +16,12 @@ export interface ProviderConfig {
   apiKey: string;
   /** The setting the API key comes from (SVC_OPENAI_API_KEY, a config file's `apiKeyEnv`), named in errors. */
   apiKeyEnv?: string;
+  /**
+   * Whether a request needs the key wherever the provider is: a config file's provider that names an
+   * `apiKeyEnv` says it takes one. The built-in two need it only at their public addresses (a
+   * compatible server on another address, a local one, may take none).
+   */
+  keyRequired?: boolean;
   /** The setting the base URL comes from, named in warnings. */
   baseUrlSetting?: string;
 }
@@ -28,6 +34,9 @@ export interface ProviderConfig {
  * provider may put its API at another path.
  */
 export function baseUrlWarning(p: ProviderConfig): string | undefined {
+  if (p.keyRequired && !p.apiKey) {
+    return `the ${p.name} provider names its key's variable ${p.apiKeyEnv}, which is unset or empty: its models are answered 502 upstream_not_configured until it is set`;
+  }
   const path = new URL(p.baseUrl).pathname.replace(/\/+$/, "");
   const setting = p.baseUrlSetting ?? `the ${p.name} provider's base URL`;
   if (p.style === ApiStyle.CHAT_COMPLETIONS && !path.endsWith("/v1")) {
@@ -183,6 +192,8 @@ function url(v: unknown, name: string): string {
   } catch {
     throw new ConfigError(`${name} must be an http(s) URL, got ${JSON.stringify(v)}`);
   }
+  // The endpoint's path is appended to the base: a query or fragment would end up before it.
+  if (/[?#]/.test(v)) throw new ConfigError(`${name} must not hold a query string or fragment (requests go to the base URL with the endpoint's path appended), got ${JSON.stringify(v)}`);
   return v.replace(/\/+$/, "");
 }
 
@@ -300,8 +311,11 @@ function providers(env: NodeJS.ProcessEnv, file: JsonObject): Map<string, Provid
     if (!isObject(p)) throw new ConfigError(`${where} must be an object`);
     const style = styles[String(p.style)];
     if (!style) throw new ConfigError(`${where}.style must be "chat-completions" or "messages"`);
+    if (p.apiKeyEnv !== undefined && (typeof p.apiKeyEnv !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(p.apiKeyEnv))) {
+      throw new ConfigError(`${where}.apiKeyEnv must name an environment variable (letters, digits and _), got ${JSON.stringify(p.apiKeyEnv)}`);
+    }
     const apiKey = typeof p.apiKeyEnv === "string" ? env[p.apiKeyEnv] ?? "" : "";
-    out.set(name, { name, style, baseUrl: url(p.baseUrl, `${where}.baseUrl`), apiKey, ...(typeof p.apiKeyEnv === "string" ? { apiKeyEnv: p.apiKeyEnv } : {}), baseUrlSetting: `${where}.baseUrl` });
+    out.set(name, { name, style, baseUrl: url(p.baseUrl, `${where}.baseUrl`), apiKey, ...(typeof p.apiKeyEnv === "string" ? { apiKeyEnv: p.apiKeyEnv, keyRequired: true } : {}), baseUrlSetting: `${where}.baseUrl` });
   }
   return out;
 }

@@ -70,6 +70,14 @@ describe("configuration values", () => {
         writeFileSync(file, JSON.stringify(content));
         assert.throws(() => loadConfig({ SVC_CONFIG: file }), (e: Error) => e instanceof ConfigError && e.message.includes(`"${key}"`), key);
       }
+      for (const [content, says] of [
+        [{ providers: { p: { style: "messages", baseUrl: "http://x", apiKeyEnv: 5 } } }, "providers.p.apiKeyEnv must name an environment variable"],
+        [{ providers: { p: { style: "messages", baseUrl: "http://x", apiKeyEnv: "MY KEY" } } }, "providers.p.apiKeyEnv must name an environment variable"],
+        [{ providers: { p: { style: "chat-completions", baseUrl: "http://x/v1?api-version=1" } } }, "providers.p.baseUrl must not hold a query string"],
+      ] as const) {
+        writeFileSync(file, JSON.stringify(content));
+        assert.throws(() => loadConfig({ SVC_CONFIG: file }), (e: Error) => e instanceof ConfigError && e.message.includes(says), says);
+      }
       writeFileSync(file, JSON.stringify({ timeouts: { firstByteMs: 5000 }, maxRequestBytes: 1024 }));
       assert.equal(loadConfig({ SVC_CONFIG: file }).timeouts.firstByteMs, 5000);
     } finally {
@@ -84,6 +92,24 @@ describe("provider base URLs that are probably wrong are warned about at start",
   it("passes the documented shapes: OpenAI-style ending in /v1, Anthropic-style without it", () => {
     assert.deepEqual(warningsOf({}), []);
     assert.deepEqual(warningsOf({ SVC_OPENAI_BASE_URL: "http://127.0.0.1:9/v1/", SVC_ANTHROPIC_BASE_URL: "http://127.0.0.1:9/proxy" }), []);
+  });
+
+  it("refuses a base URL with a query string or fragment, which the endpoint's path would follow", () => {
+    for (const [env, setting] of [[{ SVC_OPENAI_BASE_URL: "http://127.0.0.1:9/v1?x=1" }, "SVC_OPENAI_BASE_URL"], [{ SVC_ANTHROPIC_BASE_URL: "http://127.0.0.1:9/#a" }, "SVC_ANTHROPIC_BASE_URL"]] as const) {
+      assert.throws(() => loadConfig(env), (e: Error) => e instanceof ConfigError && e.message.startsWith(`${setting} must not hold a query string or fragment`), setting);
+    }
+  });
+
+  it("warns of a config file's provider whose key variable is unset, wherever it is", () => {
+    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
+    try {
+      const file = join(dir, "svc.config.json");
+      writeFileSync(file, JSON.stringify({ providers: { local: { style: "chat-completions", baseUrl: "http://127.0.0.1:9/v1", apiKeyEnv: "SVC_TEST_NO_SUCH_KEY" } } }));
+      assert.deepEqual(warningsOf({ SVC_CONFIG: file }), ["the local provider names its key's variable SVC_TEST_NO_SUCH_KEY, which is unset or empty: its models are answered 502 upstream_not_configured until it is set"]);
+      assert.deepEqual(warningsOf({ SVC_CONFIG: file, SVC_TEST_NO_SUCH_KEY: "k" }), []);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("names the setting and where requests would go otherwise", () => {

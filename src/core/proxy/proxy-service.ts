@@ -55,7 +55,7 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
     const unserved = unservedModel(route?.model, req.model, req.style);
     if (unserved) throw unserved;
     const { provider } = route!;
-    if (!provider.apiKey && PUBLIC_HOSTS.has(new URL(provider.baseUrl).hostname)) {
+    if (!provider.apiKey && (provider.keyRequired || PUBLIC_HOSTS.has(new URL(provider.baseUrl).hostname))) {
       const setting = provider.apiKeyEnv ? `set ${provider.apiKeyEnv}` : "set it";
       // Retrying cannot help until the operator acts: the SDKs are told not to (x-should-retry).
       throw withRetryGuidance(

@@ -1,5 +1,9 @@
 import assert from "node:assert/strict";
-import { connect } from "node:net";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import { type AddressInfo, connect } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
@@ -491,6 +495,31 @@ describe("gateway errors: unreachable and slow upstreams", () => {
       assert.equal(sent, 1);
     } finally {
       await gw.close();
+    }
+  });
+
+  it("a config file's provider whose key variable is unset is 502 upstream_not_configured naming it, at any address, and nothing is sent", async () => {
+    let reached = 0;
+    const upstream = createServer((_req, res) => {
+      reached++;
+      res.writeHead(500).end();
+    });
+    await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
+    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
+    const file = join(dir, "svc.config.json");
+    const baseUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/v1`;
+    writeFileSync(file, JSON.stringify({ providers: { local: { style: "chat-completions", baseUrl, apiKeyEnv: "SVC_TEST_NO_SUCH_KEY" } }, models: { "chat-4o": { provider: "local" } } }));
+    const gw = await startTestGateway({ SVC_CONFIG: file }, false);
+    try {
+      const res = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, (await gw.project()).live, chat());
+      assert.equal(res.status, 502);
+      assert.equal(res.json().error.code, "upstream_not_configured");
+      assert.match(res.json().error.message, /set SVC_TEST_NO_SUCH_KEY/);
+      assert.equal(reached, 0);
+    } finally {
+      await gw.close();
+      upstream.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
