@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { chmod, link, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, link, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { type AddressInfo, createServer as createNetServer } from "node:net";
 import { join, resolve } from "node:path";
@@ -35,6 +35,7 @@ import { TelemetryService } from "./gen/svc/telemetry/v1/telemetry_service_pb.js
 import { log } from "./logger.js";
 import { createFileRegistryStore } from "./stores/file-registry-store.js";
 import { createRedisRegistryStore } from "./stores/redis-registry-store.js";
+import { dirProblem, makeDir } from "./stores/make-dir.js";
 
 export interface ServeOptions {
   /** Run the built-in demo provider and send every provider's traffic to it. */
@@ -222,17 +223,10 @@ async function checkHost(host: string): Promise<void> {
  */
 async function makeDataDir(dir: string): Promise<void> {
   try {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
+    await makeDir(dir, 0o700);
     return;
   } catch (e) {
-    const err = e as NodeJS.ErrnoException;
-    const why =
-      err.code === "EEXIST" ? "it exists and is not a directory"
-      : err.code === "ENOTDIR" ? "a part of its path is a file, not a directory"
-      : err.code === "EACCES" || err.code === "EPERM" ? "permission denied"
-      : err.code === "EROFS" ? "the file system is read-only"
-      : err.message;
-    throw new ConfigError(`SVC_DATA_DIR ${dir} cannot be used as the data directory: ${why}`, { cause: e });
+    throw new ConfigError(`SVC_DATA_DIR ${dir} cannot be used as the data directory: ${dirProblem(e)}`, { cause: e });
   }
 }
 

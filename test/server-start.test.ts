@@ -181,6 +181,24 @@ describe("settings only the machine can judge stop `svc serve` as configuration 
     }
   });
 
+  it("stops at once, naming the setting, where a directory's parent exists but takes none (Node's recursive mkdir spins there)", async () => {
+    const file = join(dir, "a-file");
+    writeFileSync(file, "");
+    for (const [env, setting, why] of [
+      [{ SVC_DATA_DIR: "/proc/svc-no-such-dir/data" }, "SVC_DATA_DIR", /cannot be created there/],
+      [{ SVC_DATA_DIR: join(dir, "data"), SVC_TELEMETRY_SPOOL_DIR: "/proc/svc-no-such-dir" }, "SVC_TELEMETRY_SPOOL_DIR", /cannot be created there/],
+      [{ SVC_DATA_DIR: join(dir, "data"), SVC_TELEMETRY_SPOOL_DIR: file }, "SVC_TELEMETRY_SPOOL_DIR", /it exists and is not a directory/],
+      [{ SVC_DATA_DIR: join(dir, "data"), SVC_TELEMETRY_SPOOL_DIR: join(file, "spool") }, "SVC_TELEMETRY_SPOOL_DIR", /a part of its path is a file/],
+    ] as const) {
+      const started = Date.now();
+      const res = await serveUntilExit({ ...ports, ...env }, ["--demo"]);
+      assert.equal(res.code, 2, `${setting}: ${res.stdout}${res.stderr}`);
+      assert.match(res.stderr, new RegExp(`^configuration error: ${setting} `, "m"));
+      assert.match(res.stderr, why);
+      assert.ok(Date.now() - started < 20_000, "not after the 30 s stop of a server that started anyway");
+    }
+  });
+
   it("names SVC_HOST when it is not an address of this machine, before the data dir is touched", async () => {
     const dataDir = join(dir, "data");
     for (const [host, why] of [

@@ -1,9 +1,10 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmod, mkdir } from "node:fs/promises";
+import { chmod } from "node:fs/promises";
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { TelemetryUnavailableError } from "./telemetry-store.js";
+import { makeDir } from "./make-dir.js";
 
 /** The embedded engine's process (chdb-server.ts), its ClickHouse HTTP address and password. */
 export interface ChdbProcess {
@@ -46,7 +47,7 @@ export const newChdbPassword = (): string => randomBytes(32).toString("base64url
 export async function startChdbProcess(dataDir: string, port = 0, opts: ChdbOptions = {}): Promise<ChdbProcess> {
   const dir = resolve(dataDir); // the child runs in another working directory
   const password = opts.password ?? newChdbPassword();
-  await mkdir(dir, { recursive: true, mode: 0o700 });
+  await makeDir(dir, 0o700);
   await chmod(dir, 0o700);
   const ts = import.meta.url.endsWith(".ts");
   const script = fileURLToPath(new URL(ts ? "./chdb-server.ts" : "./chdb-server.js", import.meta.url));

@@ -1,4 +1,4 @@
-import { mkdir } from "node:fs/promises";
+import { makeDir } from "./make-dir.js";
 import { ClickHouseLogLevel, createClient, type ClickHouseClient } from "@clickhouse/client";
 import { TelemetryUnavailableError } from "./telemetry-store.js";
 
@@ -50,7 +50,7 @@ export async function openChdb(dir: string): Promise<ClickHouseHandle> {
   } catch (e) {
     throw new TelemetryUnavailableError("chDB is not installed (the optional dependency `chdb`); install it or set SVC_CLICKHOUSE_URL", { cause: e });
   }
-  await mkdir(dir, { recursive: true });
+  await makeDir(dir);
   let connection: unknown;
   try {
     connection = connectionModule.createChdbConnection({ path: dir });

@@ -1,8 +1,9 @@
-import { type FileHandle, mkdir, open, rename, stat } from "node:fs/promises";
+import { type FileHandle, open, rename, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { log } from "../logger.js";
 import { readJsonFile } from "./json-file.js";
 import type { PromptRecord, PromptStore, PromptSummary } from "./prompt-store.js";
+import { makeDir } from "./make-dir.js";
 
 /** The log of every version, one JSON object a line, appended to and never rewritten. */
 export const PROMPT_LOG = "prompts.jsonl";
@@ -52,7 +53,7 @@ interface Pending {
  * `prompts.json.imported` and never read again.
  */
 export async function createFilePromptStore(dataDir: string): Promise<PromptStore> {
-  await mkdir(dataDir, { recursive: true });
+  await makeDir(dataDir);
   const path = join(dataDir, PROMPT_LOG);
   if (!(await exists(path))) await importLegacy(dataDir, path);
   else if (await exists(join(dataDir, LEGACY_PROMPT_FILE))) {

@@ -1,4 +1,4 @@
-import { mkdir } from "node:fs/promises";
+import { makeDir } from "./make-dir.js";
 import { join } from "node:path";
 import { createJsonFileWriter, readJsonFile } from "./json-file.js";
 import type { KeyRecord, ProjectRecord, RegistryStore } from "./registry-store.js";
@@ -15,7 +15,7 @@ interface FileShape {
  * leaves either the old or the new file, never half of one. Writes are serialised.
  */
 export async function createFileRegistryStore(dataDir: string): Promise<RegistryStore> {
-  await mkdir(dataDir, { recursive: true });
+  await makeDir(dataDir);
   const path = join(dataDir, "registry.json");
   const projects = new Map<string, ProjectRecord>();
   const keys = new Map<string, KeyRecord>();

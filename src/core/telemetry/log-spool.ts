@@ -1,7 +1,8 @@
-import { mkdir, open, readdir, readFile, rename, rm, stat } from "node:fs/promises";
+import { open, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { ModeName } from "../../stores/registry-store.js";
 import type { LogRow } from "../../stores/telemetry-store.js";
+import { makeDir } from "../../stores/make-dir.js";
 
 /** A batch of logs of one mode, as written to the store or kept on disk until it can be. */
 export interface LogBatch {
@@ -48,7 +49,7 @@ const name = (seq: number) => `${String(seq).padStart(16, "0")}.jsonl`;
 
 export async function openLogSpool(dir: string, opts: { maxBytes: number }): Promise<LogSpool> {
   // Created for the gateway user alone (its batches are 0600 too); an existing one is left as it is.
-  await mkdir(dir, { recursive: true, mode: 0o700 });
+  await makeDir(dir, 0o700);
   const sizes = new Map<number, number>();
   for (const f of await readdir(dir)) {
     const m = FILE.exec(f);
@@ -104,7 +105,7 @@ export async function openLogSpool(dir: string, opts: { maxBytes: number }): Pro
           return { seq, mode: header.mode, token: header.token, rows: rest.map((l) => JSON.parse(l) as LogRow) };
         } catch {
           // Not a batch this version wrote: keep it for a person, out of the replay's way.
-          await mkdir(join(dir, "rejected"), { recursive: true, mode: 0o700 });
+          await makeDir(join(dir, "rejected"), 0o700);
           await rename(join(dir, name(seq)), join(dir, "rejected", name(seq)));
           drop(seq);
         }
@@ -118,7 +119,7 @@ export async function openLogSpool(dir: string, opts: { maxBytes: number }): Pro
     },
 
     async reject(batch, rows) {
-      await mkdir(join(dir, "rejected"), { recursive: true, mode: 0o700 });
+      await makeDir(join(dir, "rejected"), 0o700);
       if (rows && rows.length < batch.rows.length) {
         // Written whole before the batch goes: a crash between the two replays the batch, which
         // writes this file again.

@@ -1,12 +1,13 @@
 import { join } from "node:path";
 import type { ServiceImpl } from "@connectrpc/connect";
-import type { TelemetryConfig } from "../../config.js";
+import { ConfigError, type TelemetryConfig } from "../../config.js";
 import type { TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "../../logger.js";
 import { superviseChdb } from "../../stores/chdb-process.js";
 import { connectClickHouseServer } from "../../stores/clickhouse-client.js";
 import { createClickHouseTelemetryStore } from "../../stores/clickhouse-telemetry-store.js";
 import { createFilePromptStore } from "../../stores/file-prompt-store.js";
+import { dirProblem } from "../../stores/make-dir.js";
 import type { PromptStore } from "../../stores/prompt-store.js";
 import { createRedisPromptStore } from "../../stores/redis-prompt-store.js";
 import type { TelemetryStore } from "../../stores/telemetry-store.js";
@@ -41,12 +42,15 @@ export async function createTelemetryBackend(
 ): Promise<TelemetryBackend> {
   const { telemetry: config } = opts;
   const url = config.clickhouseUrl;
+  // First, before the engine starts: a spool dir that cannot be used stops the server.
+  const spool = await openLogSpool(config.spoolDir, { maxBytes: config.spoolMaxBytes }).catch((e: unknown) => {
+    throw new ConfigError(`SVC_TELEMETRY_SPOOL_DIR ${config.spoolDir} cannot be used as the log spool: ${dirProblem(e)}`, { cause: e });
+  });
   // Embedded: chDB in a supervised child process (stores/chdb-server.ts says why), reached like a server.
   const chdb = url ? undefined : superviseChdb(join(opts.dataDir, "telemetry"), (msg) => log.warn(msg), { nice: config.engineNice });
   const store = chdb
     ? createClickHouseTelemetryStore({ engine: "chdb", connect: async () => ({ ...connectClickHouseServer(await chdb.url(), { password: chdb.password }), engine: "chdb" }) })
     : createClickHouseTelemetryStore({ engine: "clickhouse", connect: async () => connectClickHouseServer(url!) });
-  const spool = await openLogSpool(config.spoolDir, { maxBytes: config.spoolMaxBytes });
   const writer = createLogWriter({ store, spool, batchSize: config.batchSize, flushIntervalMs: config.flushIntervalMs });
   const prompts = opts.redisUrl ? createRedisPromptStore(opts.redisUrl) : await createFilePromptStore(opts.dataDir);
   store.ready().then(
