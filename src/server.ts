@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { chmod, link, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import { type AddressInfo, createServer as createNetServer } from "node:net";
+import { type AddressInfo, createServer as createNetServer, type Socket } from "node:net";
 import { join, resolve } from "node:path";
 import type { Duplex } from "node:stream";
 import type { Client, ConnectRouter } from "@connectrpc/connect";
@@ -230,6 +230,12 @@ async function makeDataDir(dir: string): Promise<void> {
   }
 }
 
+/** Whether a request asked for its connection to close after its answer (HTTP/1.0 unless keep-alive). */
+function closesAfter(req: IncomingMessage): boolean {
+  const connection = req.headers.connection?.toLowerCase() ?? "";
+  return req.httpVersion === "1.0" ? !/\bkeep-alive\b/.test(connection) : /\bclose\b/.test(connection);
+}
+
 /** Listens on host:port; a failure names the settings that chose them (`portSetting`, SVC_HOST). */
 async function listen(server: import("node:net").Server, port: number, host: string, portSetting: string): Promise<number> {
   await new Promise<void>((resolve, reject) => {
@@ -301,8 +307,11 @@ async function serveHttp(
   /** Requests taken: until both the handler is done and the response closed. */
   const open = new Set<ServerResponse>();
   let drained: (() => void) | undefined;
+  /** The request each connection is answering now (the last one, when pipelined). */
+  const answering = new WeakMap<Socket, ServerResponse>();
   const server = createServer((req, res) => {
     if (closing) return refuseWhileClosing(res, opts.errorHeaders?.(req.socket));
+    answering.set(req.socket, res);
     open.add(res);
     let left = 2;
     const done = () => {
@@ -314,6 +323,19 @@ async function serveHttp(
     const p = handler(req, res);
     if (p instanceof Promise) p.then(done, done);
     else done();
+  });
+  // A client's FIN (its side ended) while its request is being answered: on a keep-alive request it
+  // is the client leaving (an SDK's abort closes its socket), which cancels the request and its
+  // upstream call, as Node does by default. On a request that asked for the connection to close
+  // (`Connection: close`, HTTP/1.0: `nc -N`, curl --http1.0, a shutdown(SHUT_WR) after the request)
+  // it says only that nothing more is sent: that request is answered, then the connection closes.
+  // Node's default dropped that answer, already paid upstream.
+  (server as { httpAllowHalfOpen?: boolean }).httpAllowHalfOpen = true;
+  server.on("connection", (socket: Socket) => {
+    socket.on("end", () => {
+      const res = answering.get(socket);
+      if (res && !res.writableFinished && !closesAfter(res.req)) socket.destroy();
+    });
   });
   server.on("clientError", (err: Error, socket) => answerClientError(err, socket, opts.errorHeaders?.(socket)));
   applyClientTimeouts(server, clientTimeouts(opts.timeouts));
