@@ -148,6 +148,29 @@ describe("log writer", function () {
       assert.equal(w.stats.written, n);
     });
 
+    it("spools once per flush interval under steady traffic while the store is down, not a file per spool write", async () => {
+      // Each spooled batch is written and synced; rows keep coming meanwhile. A writer that spooled
+      // until its queue was empty wrote a file of the few rows that came in during each write.
+      const p = project();
+      const store = failingStore(inner);
+      store.down = true;
+      const spoolDir = tmp("svc-spool-");
+      const w = createLogWriter({ store, spool: await openLogSpool(spoolDir, { maxBytes: 1 << 30 }), batchSize: 100_000, flushIntervalMs: 500 });
+      writers.push(w);
+      const started = Date.now();
+      let n = 0;
+      while (Date.now() - started < 2000) {
+        w.record("live", logRow(n++, { project_id: p }));
+        await new Promise((r) => setTimeout(r, 1));
+      }
+      await eventually(() => w.stats.queued === 0 || w.stats.spooled > 0, 5000, "spooling");
+      const files = readdirSync(spoolDir).filter((f) => f.endsWith(".jsonl")).length;
+      assert.ok(files <= 6, `${files} spool files for ${n} rows in 2 s at one flush per 500 ms`);
+      store.down = false;
+      await until(inner, p, n);
+      assert.equal(w.stats.written, n);
+    });
+
     it("spools while the store is down, then replays everything once, in order", async () => {
       const p = project();
       const store = failingStore(inner);
