@@ -708,9 +708,14 @@ async function callUpstream(
   if (res.destroyed) throw new ConnectError("The client closed the request.", Code.Canceled);
   const cancel = new Cancellation();
   const unwatch = shutdown?.watch(cancel);
+  // Whether the shutdown's cut came while the answer was still being written (its connection is
+  // closed after, whether the client was reading or not): such a stream was cut, not left.
+  let cutBeforeClose = false;
   res.once("close", () => {
     unwatch?.();
-    if (!res.writableFinished) cancel.abort();
+    if (res.writableFinished) return;
+    cutBeforeClose = cancel.aborted && shutdown?.isCut === true;
+    cancel.abort();
   });
   trace.upstreamStarted();
   const events = deps.proxy.streamChat(chat, { contextValues: createContextValues().set(cancellationKey, cancel) })[Symbol.asyncIterator]();
@@ -757,8 +762,11 @@ async function callUpstream(
     trace.used(usage);
     const clientGone = res.destroyed && !res.writableFinished;
     // What the client got: a 200 whose stream ended in an error event, or nothing more (it left:
-    // 499 client_closed_request, as for a client that left before the answer).
-    if (clientGone) trace.failed({ status: 499, type: "", code: "" });
+    // 499 client_closed_request, as for a client that left before the answer). A stream the
+    // shutdown cut while its client was not reading (its error event never written) was still
+    // cut by the shutdown, not left: logged as the cut streams are.
+    if (clientGone && cutBeforeClose) trace.failedInStream(toErrorInfo(shuttingDown()), res.statusCode);
+    else if (clientGone) trace.failed({ status: 499, type: "", code: "" });
     else if (failure) trace.failedInStream(failure, res.statusCode);
     const answer = clientGone ? undefined : whole.result();
     if (bodies) {

@@ -32,7 +32,7 @@ function startUpstream(): Promise<{ url: string; received: () => number; close: 
     received++;
     const body = JSON.parse(text);
     const last = body.messages.at(-1).content as string;
-    const mode = /\b(hold|slower|slow)\b/.exec(last)?.[1] ?? "now";
+    const mode = /\b(hold|slower|slow|flood)\b/.exec(last)?.[1] ?? "now";
     const wait = (ms: number) => new Promise((r) => setTimeout(r, ms));
     const messages = req.url === "/v1/messages";
     if (!body.stream) {
@@ -64,6 +64,13 @@ function startUpstream(): Promise<{ url: string; received: () => number; close: 
     const head = { id: "c1", object: "chat.completion.chunk", created: 1, model: body.model };
     const chunk = (delta: object, finish: string | null = null) => res.write(`data: ${JSON.stringify({ ...head, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`);
     chunk({ role: "assistant", content: "" });
+    if (mode === "flood") {
+      // More than any socket buffer holds, as fast as the gateway takes it; never finished.
+      for (let i = 0; i < 4000 && !res.destroyed; i++) {
+        if (!chunk({ content: "x".repeat(4096) })) await new Promise((r) => res.once("drain", r).once("close", r));
+      }
+      return;
+    }
     for (let i = 0; i < pieces; i++) {
       if (i) await wait(300);
       chunk({ content: `piece ${i} of a longer answer ` });
@@ -251,6 +258,32 @@ describe("shutdown with requests in flight", function () {
     const spent = Number((await second.limits.getUsage({ projectId })).spentUsd);
     const logged = logs.reduce((sum, l) => sum + Number(l.cost_usd), 0);
     assert.ok(Math.abs(spent - logged) < 1e-9, `the month is charged what the logs say: ${spent} vs ${logged}`);
+  });
+
+  it("logs a stream cut at the end of the grace as 200 shutting_down also when its client had stopped reading (not as a client that left)", async () => {
+    const first = await start();
+    const { key } = await project(first);
+    let requestId = "";
+    const stalled = new Promise<void>((resolve) => {
+      const req = http.request(`${first.gatewayUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": key } }, (res) => {
+        requestId = String(res.headers["x-svc-request-id"]);
+        res.pause(); // reads nothing more: the gateway's writes back up
+        resolve();
+      });
+      req.on("error", () => {});
+      req.end(JSON.stringify(chat("flood", true)));
+    });
+    await stalled;
+    await stop(first);
+    const second = await start();
+    let got: any;
+    await eventually(async () => {
+      const r = await rawRequest(`${second.managementUrl}/v1/logs/${requestId}`, { method: "GET", headers: { authorization: `Bearer ${key}` } });
+      got = r.status === 200 ? r.json() : undefined;
+      return got !== undefined;
+    }, 10_000, "the stalled stream's log");
+    assert.deepEqual([got.status, got.error], [200, { type: "api_error", code: "shutting_down" }]);
+    assert.ok(Number(got.cost_usd) > 0, "billed for what it carried");
   });
 
   it("stops taking work on every port at once: new connections refused, idle ones closed, a request on a kept-alive connection refused with 503", async () => {
