@@ -5,7 +5,7 @@ import { type Prompt, PromptSchema, type TelemetryService } from "../../gen/svc/
 import { log } from "../../logger.js";
 import type { PromptRecord, PromptStore, PromptSummary } from "../../stores/prompt-store.js";
 import { type LogFilter, type TelemetryStore, TelemetryUnavailableError } from "../../stores/telemetry-store.js";
-import { apiError, invalidRequest, notFound } from "../errors.js";
+import { apiError, invalidRequest, notFound, withRetryGuidance } from "../errors.js";
 import { CONTROL } from "../text.js";
 import { analyticsQueryOf, analyticsResponseOf } from "./analytics-request.js";
 import { checkId, logOfRecord, modeName, rowOfLog } from "./log-row.js";
@@ -39,16 +39,27 @@ const STATUS_CLASS = /^([1-5])xx$/;
  * store and answer 503 `telemetry_unavailable` while it cannot be reached.
  */
 export function createTelemetryService({ store, writer, prompts, checkProject, bodyTtlDays, now = Date.now }: TelemetryDeps): ServiceImpl<typeof TelemetryService> {
+  // Whether reads are failing now: an outage is logged when the first read fails and when one
+  // succeeds again, not on every read meanwhile (a dashboard polling the logs would flood the log).
+  let readsDown = false;
   const read = async <T>(fn: () => Promise<T>): Promise<T> => {
+    let got: T;
     try {
-      return await fn();
+      got = await fn();
     } catch (err) {
       if (err instanceof TelemetryUnavailableError) {
-        log.warn("telemetry read failed: store unavailable", { err: err.message });
-        throw apiError(503, "api_error", "telemetry_unavailable", "Logs and analytics are unavailable right now; try again shortly.");
+        if (!readsDown) log.warn("telemetry reads failing: store unavailable; answering 503 telemetry_unavailable until it is back", { err: err.message });
+        readsDown = true;
+        // Retry-After as the other outages' 503s (auth_unavailable, limits_unavailable) say it.
+        throw withRetryGuidance(apiError(503, "api_error", "telemetry_unavailable", "Logs and analytics are unavailable right now; try again shortly."), { "retry-after": "1" });
       }
       throw err;
     }
+    if (readsDown) {
+      readsDown = false;
+      log.info("telemetry reads are back");
+    }
+    return got;
   };
 
   return {

@@ -7,7 +7,7 @@ import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { createDirectClient } from "../../../src/core/direct-client.js";
-import { toErrorInfo } from "../../../src/core/errors.js";
+import { retryGuidanceOf, toErrorInfo } from "../../../src/core/errors.js";
 import { randomBase62 } from "../../../src/core/ids.js";
 import { createTelemetryService } from "../../../src/core/telemetry/telemetry-service.js";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
@@ -16,6 +16,7 @@ import { createClickHouseTelemetryStore } from "../../../src/stores/clickhouse-t
 import { createFilePromptStore } from "../../../src/stores/file-prompt-store.js";
 import { TelemetryUnavailableError } from "../../../src/stores/telemetry-store.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { captureLog } from "../../support/log-capture.js";
 import { T0 } from "../../support/telemetry.js";
 
 const protoDir = fileURLToPath(new URL("../../../proto", import.meta.url));
@@ -271,13 +272,28 @@ describe("TelemetryService", function () {
     assert.match(err.details, /proj_nope/);
   });
 
-  it("answers 503 telemetry_unavailable while the store cannot be reached", async () => {
+  it("answers 503 telemetry_unavailable with Retry-After while the store cannot be reached, logging the outage once and its end once", async () => {
     const dir = mkdtempSync(join(tmpdir(), "svc-prompts-"));
-    const store = createClickHouseTelemetryStore({ engine: "clickhouse", connect: () => Promise.reject(new TelemetryUnavailableError("down")) });
-    const t = createDirectClient(TelemetryService, createTelemetryService({ store, writer: { record() {} }, prompts: await createFilePromptStore(dir), checkProject: async () => {}, bodyTtlDays: 30 }));
-    await refuses(t.listLogs({ projectId, keyMode: KeyMode.LIVE }), 503, "telemetry_unavailable");
-    await refuses(t.getAnalytics({ projectId, keyMode: KeyMode.LIVE }), 503, "telemetry_unavailable");
-    await t.recordRequest({ log: log(1) }); // recording never waits on the store
+    let down = true;
+    const unreachable = createClickHouseTelemetryStore({ engine: "clickhouse", connect: () => Promise.reject(new TelemetryUnavailableError("down")) });
+    // Down, then back with an empty listing.
+    const store = { ...unreachable, listLogs: async () => (down ? Promise.reject(new TelemetryUnavailableError("down")) : { logs: [], more: false }) };
+    const lines = await captureLog(async () => {
+      const t = createDirectClient(TelemetryService, createTelemetryService({ store, writer: { record() {} }, prompts: await createFilePromptStore(dir), checkProject: async () => {}, bodyTtlDays: 30 }));
+      for (let i = 0; i < 5; i++) {
+        const err = await t.listLogs({ projectId, keyMode: KeyMode.LIVE }).then(() => assert.fail("read"), (e: unknown) => e);
+        assert.deepEqual([toErrorInfo(err).status, toErrorInfo(err).code], [503, "telemetry_unavailable"]);
+        assert.deepEqual(retryGuidanceOf(err), { "retry-after": "1" });
+      }
+      down = false;
+      await t.listLogs({ projectId, keyMode: KeyMode.LIVE });
+      await t.listLogs({ projectId, keyMode: KeyMode.LIVE });
+      const t2 = createDirectClient(TelemetryService, createTelemetryService({ store: unreachable, writer: { record() {} }, prompts: await createFilePromptStore(dir), checkProject: async () => {}, bodyTtlDays: 30 }));
+      await refuses(t2.getAnalytics({ projectId, keyMode: KeyMode.LIVE }), 503, "telemetry_unavailable");
+      await t2.recordRequest({ log: log(1) }); // recording never waits on the store
+    });
+    assert.equal(lines.filter((l) => l.includes("telemetry reads failing")).length, 2, "once per outage: the first service's, then the second's");
+    assert.equal(lines.filter((l) => l.includes("telemetry reads are back")).length, 1);
     rmSync(dir, { recursive: true, force: true });
   });
 });
