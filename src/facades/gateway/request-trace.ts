@@ -138,7 +138,7 @@ export class RequestTrace {
       costUsd: loggable(this.costUsd, this.requestId),
       costSavedUsd: loggable(this.costSavedUsd, this.requestId),
       latencyMs,
-      ttfbMs: this.#ttfbMs || latencyMs,
+      ttfbMs: this.#ttfbMs,
       upstreamLatencyMs: this.#upstreamMs,
       requestBody: cut(this.requestBody),
       responseBody: cut(this.responseBody),

@@ -427,7 +427,8 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
   } catch (err) {
     const { info, body, written } = writeError(res, svc, err, limitHeaders);
     await written;
-    trace.firstByte();
+    // A client that left before any of the answer got no first byte (its ttfb stays 0).
+    if (res.headersSent) trace.firstByte();
     // An error after the answer's head went out reached the client (if at all) inside it.
     if (res.headersSent && info.status !== 499) trace.failedInStream(info, res.statusCode);
     else trace.failed(info);

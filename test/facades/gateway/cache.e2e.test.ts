@@ -264,13 +264,15 @@ for (const mode of ["memory", "redis"] as const) {
       assert.deepEqual(waiters.map((w) => w.status), [200, 200, 200, 200]);
       assert.equal(waiters.filter((w) => w.headers["x-svc-cache"] === "MISS").length, 1, "one waiter called the upstream, the others were served its answer");
       assert.equal(upstreamCalls(p), 2, "the abandoned call and the one that took its place, none for the waiters that left");
-      let logs: Array<{ status: number; cache: string; costUsd: string; latencyMs: number }> = [];
+      let logs: Array<{ status: number; cache: string; costUsd: string; latencyMs: number; ttfbMs: number }> = [];
       await eventually(async () => {
         logs = (await gw.telemetry.listLogs({ projectId: own.projectId, keyMode: KeyMode.LIVE, pageSize: 20 })).logs;
         return logs.length === 7;
       }, 5_000, "all seven requests logged");
       const left = logs.filter((l) => l.status === 499);
       assert.equal(left.length, 3, "the leader and the two waiters that left");
+      assert.deepEqual(left.map((l) => l.ttfbMs), [0, 0, 0], "no first byte reached a client that left before its answer");
+      assert.ok(logs.filter((l) => l.status === 200).every((l) => l.ttfbMs > 0));
       // The waiters that left are logged when they left, not when the answer they waited on came.
       assert.equal(left.filter((l) => l.latencyMs < 400).length, 3, JSON.stringify(left.map((l) => l.latencyMs)));
       assert.deepEqual(logs.filter((l) => l.status === 200).map((l) => l.cache).sort(), ["HIT", "HIT", "HIT", "MISS"]);
