@@ -181,6 +181,12 @@ export function bodyBrokenOff(socket: Duplex | null): ConnectError {
   return info ? apiError(info.status, info.type, info.code, info.message) : new ConnectError("the client closed the request before its body was read", Code.Canceled);
 }
 
+/** The error body `answerClientError` wrote on a socket, for the log of the request it answered. */
+export function answeredBody(socket: Duplex | null): string | undefined {
+  const info = (socket as (Duplex & { [ANSWERED]?: ErrorInfo }) | null)?.[ANSWERED];
+  return info && JSON.stringify(toErrorBody(info));
+}
+
 /**
  * Answers a request that node:http could not parse or wait for (the `clientError` event) in the
  * spec's error shape instead of Node's bare status line: 431 when the header block passes Node's

@@ -140,8 +140,13 @@ export function readBodyText(req: IncomingMessage, maxBytes: number): Promise<Bo
       chunks.push(chunk);
     };
     req.on("data", onData);
-    // A body that broke off (the client left, or node:http answered its socket: timeout, bad framing).
-    req.once("error", () => reject(bodyBrokenOff(req.socket)));
+    // A body that broke off (the client left, or node:http answered its socket: timeout, bad framing):
+    // what had come is kept with the error, for the request's log.
+    req.once("error", () => {
+      const err = bodyBrokenOff(req.socket);
+      if (size <= maxBytes) partialBodies.set(err, Buffer.concat(chunks).toString("utf8"));
+      reject(err);
+    });
     req.once("end", () => {
       if (size > maxBytes) return;
       const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
@@ -149,6 +154,12 @@ export function readBodyText(req: IncomingMessage, maxBytes: number): Promise<Bo
     });
   });
 }
+
+/** The part of a body that broke off, by the error `readBodyText` gave for it. */
+const partialBodies = new WeakMap<object, string>();
+
+/** What had come of a body before it broke off, when `err` is `readBodyText`'s error for it. */
+export const partialBodyOf = (err: unknown): string | undefined => (typeof err === "object" && err !== null ? partialBodies.get(err) : undefined);
 
 const tooLarge = (max: number) => invalidRequest("request_too_large", `The request body is larger than the limit of ${max} bytes.`);
 

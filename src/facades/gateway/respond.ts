@@ -3,7 +3,7 @@ import type { StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb
 import { retryGuidanceOf, toErrorBody, toErrorInfo, type ErrorInfo } from "../../core/errors.js";
 import { isCanceled } from "../../core/proxy/proxy-service.js";
 import { log } from "../../logger.js";
-import { answerBeforeBody } from "../http-errors.js";
+import { answerBeforeBody, answeredBody } from "../http-errors.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 
 /**
@@ -62,7 +62,9 @@ export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, e
     log.error("request failed", { requestId: svc["X-Svc-Request-Id"], err: String((err as Error)?.stack ?? err) });
   }
   const body = JSON.stringify(toErrorBody(info));
-  if (res.headersSent || res.destroyed) return { info, body: "", written: done };
+  // Answered already: by node:http's handler of a broken or late body (answerClientError), whose
+  // body is the log's; or, a stream begun, inside the stream.
+  if (res.headersSent || res.destroyed) return { info, body: (!res.headersSent && answeredBody(res.socket)) || "", written: done };
   svc["X-Svc-Cost"] = "0";
   // 499 (the client went away) has no reader; should one still be there, it gets a plain 400.
   const status = info.status === 499 ? 400 : info.status;

@@ -29,7 +29,7 @@ import { shuttingDown } from "../http-errors.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
-import { apiKeyOf, betasOf, type BodyText, checkProviderVersion, contentTypeError, type JsonBody, metadataOf, notUtf8, parseJsonBody, readBodyText, refuseOverflowedNumbers, userIdOf } from "./request-input.js";
+import { apiKeyOf, betasOf, type BodyText, checkProviderVersion, contentTypeError, type JsonBody, metadataOf, notUtf8, parseJsonBody, partialBodyOf, readBodyText, refuseOverflowedNumbers, userIdOf } from "./request-input.js";
 import { CachedAnswer, CachedAnswers, type PreparedRequest, PreparedRequests } from "./hit-memo.js";
 import { RequestTrace } from "./request-trace.js";
 import { type SvcHeaders, svcHeaders, writeCompletion, writeError, writeJson, writeStream } from "./respond.js";
@@ -562,6 +562,7 @@ async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess:
     try {
       read = await readBodyText(req, deps.maxRequestBytes);
     } catch (e) {
+      out.text = partialBodyOf(e);
       throw badType ?? e;
     }
     const text = read.text;

@@ -6,9 +6,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
+import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { freePort } from "../../support/redis.js";
-import { postJson, rawRequest, sseEvents } from "../../support/http.js";
+import { eventually, postJson, rawRequest, sseEvents } from "../../support/http.js";
 
 const chat = (content = "hi", extra: Record<string, unknown> = {}) => ({ model: "chat-4o", messages: [{ role: "user", content }], ...extra });
 const msgs = (content = "hi", extra: Record<string, unknown> = {}) => ({ model: "assistant-3-5-haiku-20241022", max_tokens: 64, messages: [{ role: "user", content }], ...extra });
@@ -325,6 +326,23 @@ describe("gateway errors: the spec's status and error object for every kind of b
     const bad = await exchange(`${post('{"model": ')}GARBAGE \x01\r\n\r\n`);
     assert.deepEqual(statusLines(bad), ["HTTP/1.1 400", "HTTP/1.1 400"], bad);
     assert.match(bad, /"code":"invalid_json"[\s\S]*"code":"malformed_request"/);
+  });
+
+  it("logs a request whose body broke off with what had come of it and the error it was answered", async () => {
+    const own = await gw.project();
+    const partial = '{"model":"chat-4o-mini","messages":[{"role":"user","content":"cut';
+    const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${own.live}\r\nContent-Length: 9000\r\n\r\n`;
+    const raw = await exchange(head + partial, true);
+    assert.deepEqual(statusLines(raw), ["HTTP/1.1 400"], raw);
+    const id = /\r\nX-Svc-Request-Id: (req_\w+)\r\n/.exec(raw)![1]!;
+    let log: { status: number; requestBody: string; responseBody: string; errorCode: string } | undefined;
+    await eventually(async () => {
+      log = (await gw.telemetry.getLog({ projectId: own.projectId, keyMode: KeyMode.LIVE, requestId: id }).catch(() => undefined))?.log;
+      return log !== undefined;
+    }, 5_000, "the broken request's log");
+    assert.deepEqual([log!.status, log!.errorCode], [400, "malformed_request"]);
+    assert.equal(log!.requestBody, partial);
+    assert.equal(JSON.parse(log!.responseBody).error.code, "malformed_request");
   });
 
   it("closes the connection after refusing a request whose body it has not read, so a body cut short gets no second answer", async () => {
