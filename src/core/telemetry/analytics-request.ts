@@ -14,7 +14,7 @@ import { LOG_SCAN_MAX_SECONDS, needsLogScan } from "../../stores/clickhouse-anal
 import type { AnalyticsQuery, AnalyticsResult, Dimension, Granularity, Metrics } from "../../stores/telemetry-store.js";
 import { apiError, invalidRequest } from "../errors.js";
 import { checkId } from "./log-row.js";
-import { microsAtOrAfter } from "./micros.js";
+import { boundMicros } from "./micros.js";
 
 const STEP: Record<Granularity, number> = { minute: 60, hour: 3600, day: 86_400 };
 /** The longest range per granularity, in buckets (7 days of minutes, 400 of hours, 3660 days). */
@@ -81,13 +81,13 @@ export function analyticsQueryOf(req: GetAnalyticsRequest, nowMs: number): Analy
   // do (a finer time rounds up to the next one, as ListLogs reads it): `end_time` 10:01:00.0004 is
   // after 10:01 and ends its minute series at 10:02, never cut back to a whole millisecond.
   const stepUs = step * 1_000_000;
-  const endUs = req.endTime ? microsAtOrAfter(req.endTime) : Math.ceil(nowMs * 1000);
+  const endUs = req.endTime ? boundMicros(req.endTime, "end_time") : Math.ceil(nowMs * 1000);
   if (!(endUs > 0)) throw invalidRequest("invalid_value", "`end_time` must be after 1970-01-01T00:00:00Z.");
   const toUs = ceilTo(endUs, stepUs);
   // The series' end is answered as a time the API reads back: within the year 9999 (a time in its
   // last bucket would round up to 10000-01-01, which ISO 8601 writes only in its expanded form).
   if (toUs >= END_OF_9999_US) throw invalidRequest("invalid_value", `\`end_time\` is too late: the ${granularity} holding it must end within the year 9999.`);
-  const startUs = req.startTime ? microsAtOrAfter(req.startTime) : Math.max(0, toUs - DEFAULT_BUCKETS[granularity] * stepUs);
+  const startUs = req.startTime ? boundMicros(req.startTime, "start_time") : Math.max(0, toUs - DEFAULT_BUCKETS[granularity] * stepUs);
   if (!(startUs >= 0)) throw invalidRequest("invalid_value", "`start_time` must not be before 1970-01-01T00:00:00Z.");
   // Compared as given, before rounding: a start after the end is refused even within one bucket.
   if (!(startUs < endUs)) throw invalidRequest("invalid_value", "`start_time` must be before `end_time`.");

@@ -1,4 +1,5 @@
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { invalidRequest } from "../errors.js";
 
 /**
  * Request times are epoch microseconds (a JS number holds them exactly until the year 2255). Logs
@@ -31,6 +32,22 @@ export function microsOfTimestamp(t: Timestamp): number {
 /** The first whole microsecond at or after `t`: where a time filter's bound falls among log times. */
 export function microsAtOrAfter(t: Pick<Timestamp, "seconds" | "nanos">): number {
   return Number(t.seconds) * 1_000_000 + Math.ceil(t.nanos / 1000);
+}
+
+/** Seconds of 0001-01-01T00:00:00Z and of 10000-01-01T00:00:00Z: the times the API reads. */
+const FIRST_SECOND = -62_135_596_800n;
+const PAST_LAST_SECOND = 253_402_300_800n;
+
+/**
+ * `microsAtOrAfter` of a time a caller gave as a bound (`field` names it in the refusal): a
+ * Timestamp of the years 1 to 9999 with its nanos 0 to 999999999, as protobuf defines it. Further
+ * out, its microseconds pass what a double holds exactly and the engine's Int64 (ListLogs answered
+ * wrong rows, then a 500).
+ */
+export function boundMicros(t: Pick<Timestamp, "seconds" | "nanos">, field: string): number {
+  if (!Number.isInteger(t.nanos) || t.nanos < 0 || t.nanos > 999_999_999) throw invalidRequest("invalid_value", `\`${field}.nanos\` must be 0 to 999999999.`);
+  if (t.seconds < FIRST_SECOND || t.seconds >= PAST_LAST_SECOND) throw invalidRequest("invalid_value", `\`${field}\` must be within the years 1 to 9999.`);
+  return microsAtOrAfter(t);
 }
 
 /**

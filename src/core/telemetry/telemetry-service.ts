@@ -9,7 +9,7 @@ import { apiError, invalidRequest, notFound, withRetryGuidance } from "../errors
 import { CONTROL } from "../text.js";
 import { analyticsQueryOf, analyticsResponseOf } from "./analytics-request.js";
 import { checkId, logOfRecord, modeName, rowOfLog } from "./log-row.js";
-import { microsAtOrAfter } from "./micros.js";
+import { boundMicros } from "./micros.js";
 import type { LogWriter } from "./log-writer.js";
 import { decodePageToken, decodePromptPageToken, encodePageToken, encodePromptPageToken } from "./page-token.js";
 
@@ -152,8 +152,8 @@ function filterOf(req: {
 }): LogFilter {
   const f: LogFilter = {};
   // Log times are whole microseconds: a bound rounded up to one selects exactly as the bound itself.
-  if (req.startTime) f.fromUs = microsAtOrAfter(req.startTime);
-  if (req.endTime) f.toUs = microsAtOrAfter(req.endTime);
+  if (req.startTime) f.fromUs = boundMicros(req.startTime, "start_time");
+  if (req.endTime) f.toUs = boundMicros(req.endTime, "end_time");
   if (f.fromUs !== undefined && f.toUs !== undefined && f.fromUs >= f.toUs) throw invalidRequest("invalid_value", "`start_time` must be before `end_time`.");
   if (req.model) f.model = req.model;
   if (req.status) {

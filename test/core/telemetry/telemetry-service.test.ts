@@ -201,6 +201,18 @@ describe("TelemetryService", function () {
     await refuses(gw.telemetry.getAnalytics({ projectId, keyMode: KeyMode.LIVE, startTime: timestampFromMs(at), endTime: timestampFromMs(at) }), 400, "invalid_value");
   });
 
+  it("refuses a time bound outside the years 1 to 9999 or with nanos out of range, on ListLogs and GetAnalytics (no wrong rows, no 500)", async () => {
+    const t = gw.telemetry;
+    const far = { seconds: 10n ** 13n, nanos: 0 };
+    for (const bound of [{ startTime: far }, { endTime: far }, { startTime: { seconds: -(10n ** 13n), nanos: 0 } }, { endTime: { seconds: 10n ** 15n, nanos: 0 } }, { startTime: { seconds: 1n, nanos: -1 } }, { endTime: { seconds: 1n, nanos: 1_000_000_000 } }]) {
+      await refuses(t.listLogs({ projectId, keyMode: KeyMode.LIVE, ...bound }), 400, "invalid_value");
+      await refuses(t.getAnalytics({ projectId, keyMode: KeyMode.LIVE, granularity: AnalyticsGranularity.DAY, ...bound }), 400, "invalid_value");
+    }
+    // The last second of the year 9999 is read, and lists what is before it.
+    const all = await t.listLogs({ projectId, keyMode: KeyMode.LIVE, endTime: { seconds: 253_402_300_799n, nanos: 999_999_999 } });
+    assert.ok(all.logs.length > 0);
+  });
+
   it("refuses bad requests with the spec's errors", async () => {
     const t = gw.telemetry;
     await refuses(t.recordRequest({}), 400, "missing_required_field");
