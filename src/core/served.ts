@@ -7,6 +7,7 @@ import type { ProxyService } from "../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { TelemetryService } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "../logger.js";
 import { apiError, carriesErrorInfo, invalidRequest, toErrorInfo } from "./errors.js";
+import { cutText } from "./text.js";
 import { checkWireChatRequest } from "./proxy/wire-request.js";
 import { checkWireLog } from "./telemetry/log-row.js";
 
@@ -135,6 +136,21 @@ function requestIdOf(message: unknown): string | undefined {
   return typeof id === "string" && id !== "" ? id : undefined;
 }
 
+/** The longest error message sent on the core port, in characters. */
+const MAX_MESSAGE_CHARS = 1024;
+
+/**
+ * A refusal whose message is cut to MAX_MESSAGE_CHARS: a message that quotes what the caller sent
+ * (an unknown id of 100 KB) would travel in gRPC's `grpc-message` header, which past the HTTP/2
+ * frame size resets the stream and takes the caller's connection down with it.
+ */
+function clipped(e: unknown): unknown {
+  if (!(e instanceof ConnectError) || e.rawMessage.length <= MAX_MESSAGE_CHARS) return e;
+  const cut = new ConnectError(`${cutText(e.rawMessage, MAX_MESSAGE_CHARS - 1)}…`, e.code, e.metadata, undefined, e.cause);
+  cut.details.push(...e.details);
+  return cut;
+}
+
 /**
  * Logs every internal error of a call served on the core port once, with its stack, the procedure
  * and the request id when the call names one, and answers the caller INTERNAL with a generic message
@@ -163,7 +179,7 @@ export function internalErrorInterceptor(): Interceptor {
       message = req.message;
     }
     const hide = (e: unknown): unknown => {
-      if (!isInternal(e)) return e;
+      if (!isInternal(e)) return clipped(e);
       const cause = e instanceof ConnectError ? e.cause : undefined;
       log.error("core call failed", {
         procedure: `/${req.service.typeName}/${req.method.name}`,

@@ -307,6 +307,21 @@ describe("core port: requests checked before they reach the upstream", function 
     assert.match(usage.spent_usd, /^\d/);
   });
 
+  it("cuts an error message that quotes a long input, which in gRPC's grpc-message header would reset the caller's connection", async () => {
+    const got = [
+      ["GetUsage", failure(await unary(limits, "GetUsage", { project_id: "x".repeat(100 * 1024) }, md).then(() => undefined, (e) => e))],
+      ["StreamChat", failure((await stream(proxy, chat("long model", { model: "m".repeat(100_000) }), md)).error)],
+    ] as const;
+    for (const [method, f] of got) {
+      assert.ok(f, method);
+      assert.ok(["NOT_FOUND", "INVALID_ARGUMENT"].includes(String(f.status)), `${method}: ${f.status} ${f.code}`);
+      assert.ok(f.message.length <= 1024, `${method}: a message of ${f.message.length} characters`);
+    }
+    // The same connection serves the next call.
+    const usage = await unary<{ spent_usd: string }>(limits, "GetUsage", { project_id: projectId }, md);
+    assert.match(usage.spent_usd, /^\d/);
+  });
+
   it("refuses a Connect JSON request with a field or enum name it does not know, rather than dropping it and changing nothing", async () => {
     const call = (body: object) =>
       fetch(`${gw.grpcUrl}/svc.auth.v1.AuthService/UpdateProject`, {
