@@ -265,6 +265,9 @@ describe("core port: requests checked before they reach the upstream", function 
       ["no time", good({ time: null }), "INVALID_ARGUMENT", "missing_required_field", "`time`"],
       ["an unknown project", good({ project_id: "proj_nope" }), "NOT_FOUND", "project_not_found", "proj_nope"],
       ["KEY_MODE_UNSPECIFIED", good({ key_mode: "KEY_MODE_UNSPECIFIED" }), "INVALID_ARGUMENT", "invalid_value", "`key_mode`"],
+      ["no key id", good({ key_id: "" }), "INVALID_ARGUMENT", "missing_required_field", "`key_id`"],
+      ["no endpoint", good({ endpoint: "" }), "INVALID_ARGUMENT", "missing_required_field", "`endpoint`"],
+      ["another endpoint", good({ endpoint: "/v1/embeddings" }), "INVALID_ARGUMENT", "invalid_value", "`endpoint`"],
     ];
     const got: Record<string, unknown> = {};
     const want: Record<string, unknown> = {};

@@ -9,6 +9,9 @@ import { setOwn } from "../json.js";
 import { cutText, wellFormed } from "../text.js";
 import { microsOfTimestamp, timestampFromMicros, utcMicrosText, utcSecondText } from "./micros.js";
 
+/** The endpoints whose requests are logged. */
+const GATEWAY_ENDPOINTS = new Set(["/v1/chat/completions", "/v1/messages"]);
+
 /** Ids are letters, digits, `_` and `-`, like every id the gateway makes. */
 export const ID = /^[A-Za-z0-9_-]{1,128}$/;
 /** Fits Decimal(18, 12): at most 6 integer and 12 fractional digits. */
@@ -113,6 +116,10 @@ export function checkWireLog(l: RequestLog): void {
   if (!l.requestId) throw invalidRequest("missing_required_field", "`request_id` is required.");
   if (!REQUEST_ID.test(l.requestId)) throw invalidRequest("invalid_value", "`request_id` must be a gateway request id (`req_` and 24 letters or digits).");
   if (!l.projectId) throw invalidRequest("missing_required_field", "`project_id` is required.");
+  // Every logged request came with a key (a request refused before its key named a project is not
+  // logged) to one of the gateway's two endpoints. Its model may be empty: a body without one.
+  checkId(l.keyId, "key_id");
+  if (!GATEWAY_ENDPOINTS.has(l.endpoint)) throw invalidRequest(l.endpoint ? "invalid_value" : "missing_required_field", "`endpoint` must be /v1/chat/completions or /v1/messages.");
   if (!l.time) throw invalidRequest("missing_required_field", "`time` is required.");
   if (!Number.isInteger(l.time.nanos) || l.time.nanos < 0 || l.time.nanos > 999_999_999) throw invalidRequest("invalid_value", "`time.nanos` must be 0 to 999999999.");
   if (!Number.isInteger(l.status) || l.status < 100 || l.status > 599) throw invalidRequest("invalid_value", "`status` must be an HTTP status (100 to 599).");
