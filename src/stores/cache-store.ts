@@ -15,6 +15,9 @@ export interface CacheEntry {
 export interface CacheStore {
   /** The live entry under `scopeKey`, or undefined (none, expired, or the backend unavailable). */
   get(scopeKey: string): Promise<CacheEntry | undefined>;
-  /** Stores an entry for `ttlSeconds` (a positive integer), replacing any entry under the key. */
-  put(scopeKey: string, entry: CacheEntry, ttlSeconds: number): Promise<void>;
+  /**
+   * Stores an entry for `ttlSeconds` (a positive integer), replacing any entry under the key; false
+   * when it was dropped (larger than the whole store, or the backend unavailable).
+   */
+  put(scopeKey: string, entry: CacheEntry, ttlSeconds: number): Promise<boolean>;
 }

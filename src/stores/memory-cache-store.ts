@@ -59,7 +59,7 @@ export function createMemoryCacheStore({ maxBytes, now = Date.now }: MemoryCache
       const size = entry.payload.byteLength + key.length + entry.costUsd.length + ENTRY_OVERHEAD_BYTES;
       const old = slots.delete(key);
       if (old) bytes -= old.size;
-      if (size > maxBytes) return;
+      if (size > maxBytes) return false;
       // Kept bytes must own exactly their buffer: the caller's array may be a view into a much
       // larger one (a whole gRPC request), which would stay alive, uncounted, as long as the entry.
       // An array that owns its whole buffer (the gateway's own encoding) is handed over as it is.
@@ -68,6 +68,7 @@ export function createMemoryCacheStore({ maxBytes, now = Date.now }: MemoryCache
       slots.set(key, { payload, costUsd: entry.costUsd, expiresAt: now() + ttlSeconds * 1000, size });
       bytes += size;
       while (bytes > maxBytes) bytes -= slots.shift()![1].size;
+      return true;
     },
 
     get entries() {

@@ -48,11 +48,13 @@ export function createRedisCacheStore(conn: RedisConnection): CacheStore {
     },
 
     async put(key, entry, ttlSeconds) {
-      if (!conn.up || conn.writesRefused) return;
+      if (!conn.up || conn.writesRefused) return false;
       try {
         await conn.redis.set(key, encodeEntry(entry), "EX", ttlSeconds);
+        return true;
       } catch (err) {
         conn.failed(err);
+        return false;
       }
     },
   };

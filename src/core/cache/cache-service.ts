@@ -64,14 +64,15 @@ export function createCacheService({ store, defaultTtlSeconds, maxEntryBytes }: 
       if (req.payload.byteLength === 0) throw invalidRequest("missing_required_field", "`payload` is required.");
       if (!COST_USD.test(req.costUsd)) throw invalidRequest("invalid_value", "`cost_usd` must be a plain decimal such as 0.000125.");
       if (req.ttlSeconds < 0) throw invalidRequest("invalid_value", "`ttl_seconds` must be 0 (the default) or positive.");
-      if (req.payload.byteLength > maxEntryBytes) return {};
+      if (req.payload.byteLength > maxEntryBytes) return { $typeName: "svc.cache.v1.PutEntryResponse", stored: false };
       const ttl = Math.min(req.ttlSeconds || defaultTtlSeconds, MAX_CACHE_TTL_SECONDS);
+      let stored = false;
       try {
-        await store.put(key, { payload: req.payload, costUsd: req.costUsd }, ttl);
+        stored = await store.put(key, { payload: req.payload, costUsd: req.costUsd }, ttl);
       } catch (err) {
         storeFailed("put", err);
       }
-      return { $typeName: "svc.cache.v1.PutEntryResponse" };
+      return { $typeName: "svc.cache.v1.PutEntryResponse", stored };
     },
   };
 }

@@ -27,7 +27,7 @@ describe("CacheService", () => {
   it("returns a stored answer and its cost", async () => {
     const { cache } = setup();
     assert.equal((await cache.getEntry(live)).hit, false);
-    await cache.putEntry({ ...live, payload, costUsd: "0.000125" });
+    assert.equal((await cache.putEntry({ ...live, payload, costUsd: "0.000125" })).stored, true);
     const res = await cache.getEntry(live);
     assert.equal(res.hit, true);
     assert.deepEqual(res.payload, payload);
@@ -62,9 +62,9 @@ describe("CacheService", () => {
     assert.equal((await cache.getEntry({ ...live, cacheKey: "f".repeat(32) })).hit, false);
   });
 
-  it("does not store an answer over the entry size limit", async () => {
+  it("does not store an answer over the entry size limit, and says so", async () => {
     const { cache } = setup({ maxEntryBytes: 10 });
-    await cache.putEntry({ ...live, payload, costUsd: "1" });
+    assert.equal((await cache.putEntry({ ...live, payload, costUsd: "1" })).stored, false);
     assert.equal((await cache.getEntry(live)).hit, false);
   });
 
@@ -89,7 +89,7 @@ describe("CacheService", () => {
     const lines = await captureLog(async () => {
       for (let i = 0; i < 3; i++) {
         assert.equal((await cache.getEntry(live)).hit, false);
-        await cache.putEntry({ ...live, payload, costUsd: "1" });
+        assert.equal((await cache.putEntry({ ...live, payload, costUsd: "1" })).stored, false);
       }
     });
     assert.equal(lines.filter((l) => l.includes("cache store failed")).length, 1);

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file svc/cache/v1/cache_service.proto.
  */
 export const file_svc_cache_v1_cache_service: GenFile = /*@__PURE__*/
-  fileDesc("CiBzdmMvY2FjaGUvdjEvY2FjaGVfc2VydmljZS5wcm90bxIMc3ZjLmNhY2hlLnYxImIKD0dldEVudHJ5UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEigKCGtleV9tb2RlGAIgASgOMhYuc3ZjLmNvbW1vbi52MS5LZXlNb2RlEhEKCWNhY2hlX2tleRgDIAEoCSJCChBHZXRFbnRyeVJlc3BvbnNlEgsKA2hpdBgBIAEoCBIPCgdwYXlsb2FkGAIgASgMEhAKCGNvc3RfdXNkGAMgASgJIpoBCg9QdXRFbnRyeVJlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIoCghrZXlfbW9kZRgCIAEoDjIWLnN2Yy5jb21tb24udjEuS2V5TW9kZRIRCgljYWNoZV9rZXkYAyABKAkSDwoHcGF5bG9hZBgEIAEoDBIQCghjb3N0X3VzZBgFIAEoCRITCgt0dGxfc2Vjb25kcxgGIAEoBSISChBQdXRFbnRyeVJlc3BvbnNlMq4BCgxDYWNoZVNlcnZpY2USTgoIR2V0RW50cnkSHS5zdmMuY2FjaGUudjEuR2V0RW50cnlSZXF1ZXN0Gh4uc3ZjLmNhY2hlLnYxLkdldEVudHJ5UmVzcG9uc2UiA5ACARJOCghQdXRFbnRyeRIdLnN2Yy5jYWNoZS52MS5QdXRFbnRyeVJlcXVlc3QaHi5zdmMuY2FjaGUudjEuUHV0RW50cnlSZXNwb25zZSIDkAICYgZwcm90bzM", [file_svc_common_v1_key_mode]);
+  fileDesc("CiBzdmMvY2FjaGUvdjEvY2FjaGVfc2VydmljZS5wcm90bxIMc3ZjLmNhY2hlLnYxImIKD0dldEVudHJ5UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEigKCGtleV9tb2RlGAIgASgOMhYuc3ZjLmNvbW1vbi52MS5LZXlNb2RlEhEKCWNhY2hlX2tleRgDIAEoCSJCChBHZXRFbnRyeVJlc3BvbnNlEgsKA2hpdBgBIAEoCBIPCgdwYXlsb2FkGAIgASgMEhAKCGNvc3RfdXNkGAMgASgJIpoBCg9QdXRFbnRyeVJlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIoCghrZXlfbW9kZRgCIAEoDjIWLnN2Yy5jb21tb24udjEuS2V5TW9kZRIRCgljYWNoZV9rZXkYAyABKAkSDwoHcGF5bG9hZBgEIAEoDBIQCghjb3N0X3VzZBgFIAEoCRITCgt0dGxfc2Vjb25kcxgGIAEoBSIiChBQdXRFbnRyeVJlc3BvbnNlEg4KBnN0b3JlZBgBIAEoCDKuAQoMQ2FjaGVTZXJ2aWNlEk4KCEdldEVudHJ5Eh0uc3ZjLmNhY2hlLnYxLkdldEVudHJ5UmVxdWVzdBoeLnN2Yy5jYWNoZS52MS5HZXRFbnRyeVJlc3BvbnNlIgOQAgESTgoIUHV0RW50cnkSHS5zdmMuY2FjaGUudjEuUHV0RW50cnlSZXF1ZXN0Gh4uc3ZjLmNhY2hlLnYxLlB1dEVudHJ5UmVzcG9uc2UiA5ACAmIGcHJvdG8z", [file_svc_common_v1_key_mode]);
 
 /**
  * GetEntryRequest names an entry.
@@ -141,11 +141,19 @@ export const PutEntryRequestSchema: GenMessage<PutEntryRequest> = /*@__PURE__*/
   messageDesc(file_svc_cache_v1_cache_service, 2);
 
 /**
- * PutEntryResponse is empty.
+ * PutEntryResponse says whether the entry was stored.
  *
  * @generated from message svc.cache.v1.PutEntryResponse
  */
 export type PutEntryResponse = Message<"svc.cache.v1.PutEntryResponse"> & {
+  /**
+   * False when it was not: its payload is larger than the largest entry kept
+   * (SVC_CACHE_MAX_ENTRY_BYTES), or the store failed (writes are best effort: the caller's
+   * request never fails for the cache).
+   *
+   * @generated from field: bool stored = 1;
+   */
+  stored: boolean;
 };
 
 /**
