@@ -1,4 +1,4 @@
-import { createContextKey, type HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, type HandlerContext } from "@connectrpc/connect";
 
 /**
  * Cancelling a call: what the upstream exchange listens to so that a client who goes away stops
@@ -13,6 +13,8 @@ export interface CancelSignal {
   readonly aborted: boolean;
   /** Calls `fn` once when the call is cancelled (at once when it already is). */
   onAbort(fn: () => void): void;
+  /** Whether it was cancelled because the call's own deadline passed (a network caller's timeout). */
+  readonly deadlinePassed?: boolean;
 }
 
 /** A cancellation the caller triggers with `abort()`. */
@@ -46,6 +48,10 @@ export function signalCancel(signal: AbortSignal): CancelSignal {
     onAbort(fn) {
       if (signal.aborted) fn();
       else signal.addEventListener("abort", fn, { once: true });
+    },
+    // Connect aborts a handler's signal with DeadlineExceeded when the call's timeout passes.
+    get deadlinePassed() {
+      return signal.aborted && signal.reason instanceof ConnectError && signal.reason.code === Code.DeadlineExceeded;
     },
   };
 }

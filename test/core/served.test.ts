@@ -310,6 +310,32 @@ describe("core port: requests checked before they reach the upstream", function 
     assert.match(usage.spent_usd, /^\d/);
   });
 
+  it("answers DEADLINE_EXCEEDED, not CANCELED, when the caller's deadline passes while the upstream has not answered", async () => {
+    // Over Connect with only the header (a client that does not time the call out itself, as
+    // grpc-js does): the server's own answer is what the caller gets.
+    for (const marker of ["[[fake:delay=3000]]", "[[fake:stall]]"]) {
+      const req = { projectId, keyId, keyMode: "KEY_MODE_LIVE", style: CHAT, model: "chat-4o-mini", stream: true, messages: [{ role: "user", blocks: [{ type: "BLOCK_TYPE_TEXT", text: `deadline ${marker}`, style: CHAT }], contentIsString: true }] };
+      const json = Buffer.from(JSON.stringify(req));
+      const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), json]);
+      frame.writeUInt32BE(json.length, 1);
+      const res = await fetch(`${gw.grpcUrl}/svc.proxy.v1.ProxyService/StreamChat`, {
+        method: "POST",
+        headers: { "content-type": "application/connect+json", "connect-protocol-version": "1", "connect-timeout-ms": "600", authorization: `Bearer ${gw.adminToken}` },
+        body: frame,
+      });
+      const body = Buffer.from(await res.arrayBuffer());
+      // The last envelope is the end of the stream (flag 2), with the error.
+      let at = 0;
+      let end: { error?: { code: string } } | undefined;
+      while (at < body.length) {
+        const len = body.readUInt32BE(at + 1);
+        if (body[at]! & 2) end = JSON.parse(body.subarray(at + 5, at + 5 + len).toString());
+        at += 5 + len;
+      }
+      assert.equal(end?.error?.code, "deadline_exceeded", `${marker}: ${body.toString()}`);
+    }
+  });
+
   it("cuts an error message that quotes a long input, which in gRPC's grpc-message header would reset the caller's connection", async () => {
     const got = [
       ["GetUsage", failure(await unary(limits, "GetUsage", { project_id: "x".repeat(100 * 1024) }, md).then(() => undefined, (e) => e))],

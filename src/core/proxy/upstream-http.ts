@@ -351,7 +351,11 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
    */
   #failure(e: unknown): ConnectError {
     if (e instanceof ConnectError) return e;
-    if (e instanceof ClientGone || this.#cancel.aborted) return new ConnectError("client closed the request", Code.Canceled, this.#sent ? { [SENT_UPSTREAM]: "1" } : undefined);
+    if (e instanceof ClientGone || this.#cancel.aborted) {
+      const sent = this.#sent ? { [SENT_UPSTREAM]: "1" } : undefined;
+      if (this.#cancel.deadlinePassed) return new ConnectError("the call's deadline passed before the upstream answered", Code.DeadlineExceeded, sent);
+      return new ConnectError("client closed the request", Code.Canceled, sent);
+    }
     const timedOut = this.#timedOut;
     if (e instanceof TotalTimeout || timedOut === TimedOut.Total) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not finish within the total timeout.");
     if (e instanceof undiciErrors.ConnectTimeoutError) return apiError(504, "api_error", "upstream_timeout", "Timed out connecting to the upstream provider.");
