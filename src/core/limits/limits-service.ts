@@ -137,10 +137,20 @@ export function createLimitsService(deps: LimitsDeps): ServiceImpl<typeof Limits
     async settle(req) {
       const projectId = project(req.projectId);
       const costNano = money(req.costUsd, "cost_usd");
-      let month = monthOf(now());
-      if (req.reservationId) month = monthOfReservation(req.reservationId);
+      const t = now();
+      let month = monthOf(t);
+      if (req.reservationId) {
+        month = monthOfReservation(req.reservationId);
+        // A reservation is settled within its TTL of being made: in this month, or in the next
+        // one for a request that spanned midnight at a month's end. Another month is no id Admit
+        // gave out lately, and would charge a month that is not being spent.
+        const last = monthOf(Date.UTC(new Date(t).getUTCFullYear(), new Date(t).getUTCMonth(), 0));
+        if (month !== monthOf(t) && month !== last) {
+          throw invalidRequest("invalid_value", `\`reservation_id\` names the month ${month}; a reservation is settled in the month it was made or the next.`);
+        }
+      }
       try {
-        await store.settle({ projectId, reservationId: req.reservationId, month, costNano, nowMs: now() });
+        await store.settle({ projectId, reservationId: req.reservationId, month, costNano, nowMs: t });
         return { recorded: true };
       } catch (e) {
         if (!(e instanceof StoreUnavailableError)) throw e;

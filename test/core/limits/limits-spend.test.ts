@@ -165,6 +165,12 @@ describe("LimitsService spend caps", () => {
       assert.equal(december.decision, Decision.ALLOWED);
       assert.match(december.reservationId, /^rsv_2026-12_/);
       assert.equal((await s.limits.getUsage({ projectId: s.projectId })).month, "2026-12");
+      // A November reservation still settles in December (a request that spanned midnight), into
+      // November; a reservation id naming any other month is none Admit gave out lately.
+      const late = await settle(s, r.reservationId, "0");
+      assert.equal(late.recorded, true);
+      await rejects400(settle(s, r.reservationId.replace("2026-11", "2099-01"), "1"), "reservation_id");
+      await rejects400(settle(s, r.reservationId.replace("2026-11", "2026-10"), "1"), "reservation_id");
     });
 
     it("tracks spend when no cap is set", async () => {

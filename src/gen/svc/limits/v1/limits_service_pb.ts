@@ -174,6 +174,7 @@ export type SettleRequest = Message<"svc.limits.v1.SettleRequest"> & {
 
   /**
    * The reservation from AdmitResponse; empty (a degraded admission) charges the current month.
+   * One made in a month other than this one or the last is refused (INVALID_ARGUMENT).
    *
    * @generated from field: string reservation_id = 2;
    */
