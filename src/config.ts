@@ -176,7 +176,7 @@ export const portSetting = (env: NodeJS.ProcessEnv, name: string, fallback: numb
 function positiveInt(v: unknown, name: string, max = Number.MAX_SAFE_INTEGER): number {
   const n = typeof v === "string" ? decimal(v) : v;
   if (typeof n !== "number" || !Number.isSafeInteger(n) || n <= 0 || n > max) {
-    throw new ConfigError(`${name} must be a positive integer${max < Number.MAX_SAFE_INTEGER ? ` up to ${max}` : ""}, got ${JSON.stringify(v)}`);
+    throw new ConfigError(`${name} must be a positive integer up to ${max}, got ${JSON.stringify(v)}`);
   }
   return n;
 }
