@@ -362,6 +362,8 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
       }
       for (const k of ["cacheReadPer1M", "cacheWritePer1M"] as const) if (m[k] !== undefined) checkPrice(id, k, route[k]);
       if (!route.upstreamModel) throw new ConfigError(`${where}.upstreamModel is required`);
+      if (!route.provider) throw new ConfigError(`${where}.provider is required`);
+      for (const k of ["inputPer1M", "outputPer1M"] as const) if (!route[k]) throw new ConfigError(`${where}.${k} is required (USD per 1M tokens, such as "2.50")`);
       out.set(id, route);
     }
   }

@@ -74,6 +74,8 @@ describe("configuration values", () => {
         [{ providers: { p: { style: "messages", baseUrl: "http://x", apiKeyEnv: 5 } } }, "providers.p.apiKeyEnv must name an environment variable"],
         [{ providers: { p: { style: "messages", baseUrl: "http://x", apiKeyEnv: "MY KEY" } } }, "providers.p.apiKeyEnv must name an environment variable"],
         [{ providers: { p: { style: "chat-completions", baseUrl: "http://x/v1?api-version=1" } } }, "providers.p.baseUrl must not hold a query string"],
+        [{ models: { "my-model": { surface: "chat-completions", provider: "openai", upstreamModel: "gpt-x" } } }, "models.my-model.inputPer1M is required"],
+        [{ models: { "my-model": { surface: "chat-completions", upstreamModel: "gpt-x", inputPer1M: "1", outputPer1M: "2" } } }, "models.my-model.provider is required"],
       ] as const) {
         writeFileSync(file, JSON.stringify(content));
         assert.throws(() => loadConfig({ SVC_CONFIG: file }), (e: Error) => e instanceof ConfigError && e.message.includes(says), says);
