@@ -43,7 +43,10 @@ export function createCoreServer(routes: (router: ConnectRouter) => void, interc
   // are refused, INVALID_ARGUMENT naming it, rather than Connect's default of dropping it: an admin
   // call whose change sits under a misspelt name (`requestsPerMinuet`, `PLAN_GOLD`) would otherwise
   // succeed having changed nothing. Binary protobuf keeps protobuf's own rule (unknown fields kept).
-  const connect = connectNodeAdapter({ routes, interceptors, jsonOptions: { ignoreUnknownFields: false }, ...(opts.readMaxBytes ? { readMaxBytes: opts.readMaxBytes } : {}) });
+  // Bytes that are not UTF-8 in a JSON request are refused (INVALID_ARGUMENT) rather than read with
+  // U+FFFD in their place, as the HTTP endpoints refuse such a body.
+  const jsonOptions = { ignoreUnknownFields: false, textDecoder: new TextDecoder("utf-8", { fatal: true }) };
+  const connect = connectNodeAdapter({ routes, interceptors, jsonOptions, ...(opts.readMaxBytes ? { readMaxBytes: opts.readMaxBytes } : {}) });
   const authorize = opts.authorize;
   const handler: typeof connect = authorize
     ? (req, res) => {

@@ -369,6 +369,11 @@ describe("core port: requests checked before they reach the upstream", function 
       assert.equal(err.code, "invalid_argument");
       assert.match(err.message, /requestsPerMinuet|limitOverride|PLAN_GOLD/);
     }
+    // Bytes that are not UTF-8 are refused, not stored with U+FFFD in their place.
+    const raw = Buffer.concat([Buffer.from('{"plan":"PLAN_FREE","name":"ab'), Buffer.from([0xff, 0xfe]), Buffer.from('cd"}')]);
+    const notUtf8 = await fetch(`${gw.grpcUrl}/svc.auth.v1.AuthService/CreateProject`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${gw.adminToken}` }, body: raw });
+    assert.equal(notUtf8.status, 400);
+    assert.equal(((await notUtf8.json()) as { code: string }).code, "invalid_argument");
     const ok = await call({ projectId, limitOverrides: { requestsPerMinute: 500 } });
     assert.equal(ok.status, 200, await ok.clone().text());
     assert.equal(((await ok.json()) as { project: { limitOverrides: { requestsPerMinute: number } } }).project.limitOverrides.requestsPerMinute, 500);
