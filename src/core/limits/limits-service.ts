@@ -144,7 +144,8 @@ export function createLimitsService(deps: LimitsDeps): ServiceImpl<typeof Limits
         // A reservation is settled within its TTL of being made: in this month, or in the next
         // one for a request that spanned midnight at a month's end. Another month is no id Admit
         // gave out lately, and would charge a month that is not being spent.
-        const last = monthOf(Date.UTC(new Date(t).getUTCFullYear(), new Date(t).getUTCMonth(), 0));
+        const d = new Date(t);
+        const last = monthOf(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 0)); // the last day of the month before
         if (month !== monthOf(t) && month !== last) {
           throw invalidRequest("invalid_value", `\`reservation_id\` names the month ${month}; a reservation is settled in the month it was made or the next.`);
         }
