@@ -475,7 +475,10 @@ export const LimitsService: GenService<{
     output: typeof AdmitResponseSchema;
   },
   /**
-   * Settles an admitted request's reservation to its real cost ("0" when it cost nothing).
+   * Settles an admitted request's reservation to its real cost ("0" when it cost nothing). Call
+   * it once per reservation: it is not idempotent (a cost is charged even when the reservation is
+   * gone, expired or already settled, so that a late settle still bills what the upstream billed),
+   * and a caller that retries it after a lost answer may charge the cost twice.
    *
    * @generated from rpc svc.limits.v1.LimitsService.Settle
    */
