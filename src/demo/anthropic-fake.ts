@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { isObject, type JsonObject } from "../core/json.js";
-import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, splitPieces } from "./fake-script.js";
+import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, splitPieces, writeEvents } from "./fake-script.js";
 
 /**
  * The demo provider's messages style (`POST /v1/messages`), shaped like
@@ -71,7 +71,7 @@ export async function serveAnthropicFake(_req: IncomingMessage, res: ServerRespo
     if (!res.closed) await new Promise<void>((resolve) => res.once("close", resolve));
     return;
   }
-  res.end(events.join(""));
+  await writeEvents(res, events);
 }
 
 interface Answer {

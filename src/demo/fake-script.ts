@@ -12,6 +12,8 @@
  *   [[fake:tool]]         when tools are given, call the first one instead of answering in text
  *   [[fake:chunks=N]]     stream the reply in N pieces (default: one piece per word)
  */
+import type { ServerResponse } from "node:http";
+
 export interface FakeDirectives {
   status?: number;
   retryAfterSeconds?: number;
@@ -75,3 +77,31 @@ export function splitPieces(text: string, n?: number): string[] {
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Streams larger than this are written a part at a time; smaller ones in one write. */
+const ONE_WRITE_CHARS = 64 * 1024;
+
+/**
+ * Writes a stream's events and ends the response. A long one (an echo of a large prompt) is
+ * written as its reader takes it, as a provider streams: written whole, all of it would sit in
+ * this process's socket buffer while a slow reader (the gateway pausing for its own slow client)
+ * took it, and in `--demo` that is the gateway's own process.
+ */
+export async function writeEvents(res: ServerResponse, events: string[]): Promise<void> {
+  let total = 0;
+  for (const e of events) total += e.length;
+  if (total <= ONE_WRITE_CHARS) {
+    res.end(events.join(""));
+    return;
+  }
+  let part = "";
+  for (const e of events) {
+    part += e;
+    if (part.length < 16 * 1024) continue;
+    if (res.destroyed) return;
+    const more = res.write(part);
+    part = "";
+    if (!more) await new Promise<void>((resolve) => res.once("drain", resolve).once("close", resolve));
+  }
+  if (!res.destroyed) res.end(part);
+}

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { isObject, type JsonObject } from "../core/json.js";
-import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, splitPieces } from "./fake-script.js";
+import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, splitPieces, writeEvents } from "./fake-script.js";
 
 /**
  * The demo provider's chat-completions style (`POST /v1/chat/completions`), shaped like
@@ -79,7 +79,7 @@ export async function serveOpenAiFake(_req: IncomingMessage, res: ServerResponse
     await new Promise<void>((resolve) => res.once("close", resolve));
     return;
   }
-  res.end(chunks.join(""));
+  await writeEvents(res, chunks);
 }
 
 function completion(a: Answer): JsonObject {
