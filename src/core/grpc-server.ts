@@ -48,12 +48,26 @@ export function createCoreServer(routes: (router: ConnectRouter) => void, interc
   const jsonOptions = { ignoreUnknownFields: false, textDecoder: new TextDecoder("utf-8", { fatal: true }) };
   const connect = connectNodeAdapter({ routes, interceptors, jsonOptions, ...(opts.readMaxBytes ? { readMaxBytes: opts.readMaxBytes } : {}) });
   const authorize = opts.authorize;
+  // A call answered before its body was all read (a message over readMaxBytes is refused as soon as
+  // its length prefix says so): the rest is read and dropped once the answer is out, as for a call
+  // refused unauthenticated, so that a client still sending it is not held by flow control until
+  // the request timeout. (On the answer's end() rather than its `finish`: an HTTP/2 response
+  // finishes only when its stream closes, which waits for the body.)
+  const served: typeof connect = (req, res) => {
+    const end = res.end as (...args: unknown[]) => unknown;
+    (res as { end: unknown }).end = function (this: unknown, ...args: unknown[]) {
+      const done = end.apply(this, args);
+      dropRest(req);
+      return done;
+    };
+    return connect(req, res);
+  };
   const handler: typeof connect = authorize
     ? (req, res) => {
-        if (authorize(req.headers.authorization)) return connect(req, res);
+        if (authorize(req.headers.authorization)) return served(req, res);
         refuseUnauthenticated(req, res as Parameters<typeof refuseUnauthenticated>[1]);
       }
-    : connect;
+    : served;
   const h2 = http2.createServer({}, handler);
   const h1 = http.createServer(handler);
   applyClientTimeouts(h1, t);
@@ -147,4 +161,19 @@ export function createCoreServer(routes: (router: ConnectRouter) => void, interc
         }, 2_000).unref();
       }),
   };
+}
+
+/** Reads and drops what is left of a call's request body, once its answer is out. */
+function dropRest(req: http.IncomingMessage | http2.Http2ServerRequest): void {
+  const stream = (req as http2.Http2ServerRequest).stream as http2.ServerHttp2Stream | undefined;
+  if (!stream) {
+    if (!req.readableEnded && !req.destroyed) req.resume();
+    return;
+  }
+  if (stream.readableEnded || stream.destroyed) return;
+  // Connect stops reading by destroying the request, whose HTTP/2 compatibility wrapper then pauses
+  // its stream at each chunk it can no longer take: the stream's own data is read instead.
+  stream.removeAllListeners("data");
+  stream.on("data", () => {});
+  stream.resume();
 }

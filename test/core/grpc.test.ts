@@ -4,6 +4,7 @@ import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { createClient } from "@connectrpc/connect";
 import { request } from "node:http";
+import http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { AuthService, Plan } from "../../src/gen/svc/auth/v1/auth_service_pb.js";
@@ -117,6 +118,42 @@ describe("core over gRPC (independent @grpc/grpc-js client loading the .proto fi
     assert.ok(64 * 1024 * 1024 > coreReadMaxBytes(loadConfig({})), "the default read limit is under the size promised");
     const admin = await call(`Bearer ${gw.adminToken}`);
     assert.equal(JSON.parse(admin.body).code, "resource_exhausted", admin.body);
+  });
+
+  it("reads and drops the rest of an over-size gRPC message after refusing it, so a client still sending it is not left blocked", async () => {
+    // HTTP/2, gRPC framing: a 20 MiB message, sent as the server takes it. Refused once past the read
+    // limit, its remainder must still be taken (flow control would otherwise hold the sender until
+    // the 300 s request timeout).
+    const session = http2.connect(gw.grpcUrl);
+    try {
+      const ended = await new Promise<{ status: string; at: number }>((resolve, reject) => {
+        const stream = session.request({ ":method": "POST", ":path": "/svc.auth.v1.AuthService/ListProjects", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${gw.adminToken}` });
+        let status = "";
+        stream.on("trailers", (t) => (status = String(t["grpc-status"] ?? "")));
+        stream.on("response", (h) => (status ||= String(h["grpc-status"] ?? "")));
+        stream.on("error", reject);
+        stream.resume();
+        const size = 20 * 1024 * 1024;
+        const head = Buffer.alloc(5);
+        head.writeUInt32BE(size, 1);
+        stream.write(head);
+        const chunk = Buffer.alloc(64 * 1024);
+        let sent = 0;
+        const pump = () => {
+          while (sent < size) {
+            sent += chunk.length;
+            if (!stream.write(chunk)) return void stream.once("drain", pump);
+          }
+          stream.end();
+        };
+        pump();
+        stream.on("close", () => resolve({ status, at: sent }));
+        setTimeout(() => reject(new Error(`the stream stayed open; ${sent} bytes sent`)), 15_000).unref();
+      });
+      assert.equal(ended.status, String(Code.ResourceExhausted));
+    } finally {
+      session.close();
+    }
   });
 
   it("maps errors to gRPC status codes", async () => {
