@@ -192,9 +192,32 @@ function url(v: unknown, name: string): string {
   } catch {
     throw new ConfigError(`${name} must be an http(s) URL, got ${JSON.stringify(v)}`);
   }
-  // The endpoint's path is appended to the base: a query or fragment would end up before it.
-  if (/[?#]/.test(v)) throw new ConfigError(`${name} must not hold a query string or fragment (requests go to the base URL with the endpoint's path appended), got ${JSON.stringify(v)}`);
   return v.replace(/\/+$/, "");
+}
+
+/** A provider's base URL: a URL the endpoint's path is appended to, so no query or fragment (they would end up before it). */
+function baseUrl(v: unknown, name: string): string {
+  const u = url(v, name);
+  if (/[?#]/.test(u)) throw new ConfigError(`${name} must not hold a query string or fragment (requests go to the base URL with the endpoint's path appended), got ${JSON.stringify(u)}`);
+  return u;
+}
+
+/**
+ * What a cluster replica (SVC_REDIS_URL set) shares only when its settings say so, warned about at
+ * start: request logs go to a ClickHouse server only with SVC_CLICKHOUSE_URL (without it each
+ * replica keeps its own in chDB, and a log is found only on the replica that served it), and the
+ * admin token is one for all only with SVC_ADMIN_TOKEN (without it each replica generates its own).
+ */
+export function clusterWarnings(config: Pick<Config, "redisUrl" | "adminToken"> & { telemetry: Pick<TelemetryConfig, "clickhouseUrl"> }): string[] {
+  if (!config.redisUrl) return [];
+  const out: string[] = [];
+  if (!config.telemetry.clickhouseUrl) {
+    out.push("SVC_REDIS_URL is set without SVC_CLICKHOUSE_URL: this replica keeps its request logs and analytics in its own embedded chDB, so /v1/logs and /v1/analytics answer only for the requests it served; set SVC_CLICKHOUSE_URL for logs shared by every replica");
+  }
+  if (!config.adminToken) {
+    out.push("SVC_REDIS_URL is set without SVC_ADMIN_TOKEN: this replica uses an admin token of its own (in its data dir), which other replicas refuse; give every replica the same SVC_ADMIN_TOKEN");
+  }
+  return out;
 }
 
 /** The listen address when SVC_HOST is unset. */
@@ -300,8 +323,8 @@ function readFileConfig(path: string | undefined): JsonObject {
 
 function providers(env: NodeJS.ProcessEnv, file: JsonObject): Map<string, ProviderConfig> {
   const out = new Map<string, ProviderConfig>([
-    ["openai", { name: "openai", style: ApiStyle.CHAT_COMPLETIONS, baseUrl: url(env.SVC_OPENAI_BASE_URL || "https://api.openai.com/v1", "SVC_OPENAI_BASE_URL"), apiKey: env.SVC_OPENAI_API_KEY ?? "", apiKeyEnv: "SVC_OPENAI_API_KEY", baseUrlSetting: "SVC_OPENAI_BASE_URL" }],
-    ["anthropic", { name: "anthropic", style: ApiStyle.MESSAGES, baseUrl: url(env.SVC_ANTHROPIC_BASE_URL || "https://api.anthropic.com", "SVC_ANTHROPIC_BASE_URL"), apiKey: env.SVC_ANTHROPIC_API_KEY ?? "", apiKeyEnv: "SVC_ANTHROPIC_API_KEY", baseUrlSetting: "SVC_ANTHROPIC_BASE_URL" }],
+    ["openai", { name: "openai", style: ApiStyle.CHAT_COMPLETIONS, baseUrl: baseUrl(env.SVC_OPENAI_BASE_URL || "https://api.openai.com/v1", "SVC_OPENAI_BASE_URL"), apiKey: env.SVC_OPENAI_API_KEY ?? "", apiKeyEnv: "SVC_OPENAI_API_KEY", baseUrlSetting: "SVC_OPENAI_BASE_URL" }],
+    ["anthropic", { name: "anthropic", style: ApiStyle.MESSAGES, baseUrl: baseUrl(env.SVC_ANTHROPIC_BASE_URL || "https://api.anthropic.com", "SVC_ANTHROPIC_BASE_URL"), apiKey: env.SVC_ANTHROPIC_API_KEY ?? "", apiKeyEnv: "SVC_ANTHROPIC_API_KEY", baseUrlSetting: "SVC_ANTHROPIC_BASE_URL" }],
   ]);
   const extra = file.providers;
   if (extra === undefined) return out;
@@ -315,7 +338,7 @@ function providers(env: NodeJS.ProcessEnv, file: JsonObject): Map<string, Provid
       throw new ConfigError(`${where}.apiKeyEnv must name an environment variable (letters, digits and _), got ${JSON.stringify(p.apiKeyEnv)}`);
     }
     const apiKey = typeof p.apiKeyEnv === "string" ? env[p.apiKeyEnv] ?? "" : "";
-    out.set(name, { name, style, baseUrl: url(p.baseUrl, `${where}.baseUrl`), apiKey, ...(typeof p.apiKeyEnv === "string" ? { apiKeyEnv: p.apiKeyEnv, keyRequired: true } : {}), baseUrlSetting: `${where}.baseUrl` });
+    out.set(name, { name, style, baseUrl: baseUrl(p.baseUrl, `${where}.baseUrl`), apiKey, ...(typeof p.apiKeyEnv === "string" ? { apiKeyEnv: p.apiKeyEnv, keyRequired: true } : {}), baseUrlSetting: `${where}.baseUrl` });
   }
   return out;
 }

@@ -6,7 +6,7 @@ import { join, resolve } from "node:path";
 import type { Duplex } from "node:stream";
 import type { Client, ConnectRouter } from "@connectrpc/connect";
 import { applyClientTimeouts, clientTimeouts, type ClientTimeouts } from "./client-timeouts.js";
-import { baseUrlWarning, checkAdminToken, type Config, ConfigError, connectHost } from "./config.js";
+import { baseUrlWarning, checkAdminToken, clusterWarnings, type Config, ConfigError, connectHost } from "./config.js";
 import { toErrorBody, toErrorInfo } from "./core/errors.js";
 import { adminAuthInterceptor, adminTokenCheck } from "./core/admin-auth.js";
 import { createAuthService } from "./core/auth/auth-service.js";
@@ -86,6 +86,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     // or written (the admin token, the registry).
     if (!config.redisUrl) cleanups.push(await lockDataDir(config.dataDir));
     const { token: adminToken, path: adminTokenPath } = await loadAdminToken(config);
+    for (const warning of clusterWarnings(config)) log.warn(warning);
     let demo: FakeProvider | undefined;
     if (!opts.demo) {
       for (const p of config.providers.values()) {

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { baseUrlWarning, ConfigError, loadConfig } from "../src/config.js";
+import { baseUrlWarning, clusterWarnings, ConfigError, loadConfig } from "../src/config.js";
 
 /** Bad settings stop the server at start with a message naming the setting, never start it quietly wrong. */
 describe("configuration values", () => {
@@ -100,6 +100,8 @@ describe("provider base URLs that are probably wrong are warned about at start",
     for (const [env, setting] of [[{ SVC_OPENAI_BASE_URL: "http://127.0.0.1:9/v1?x=1" }, "SVC_OPENAI_BASE_URL"], [{ SVC_ANTHROPIC_BASE_URL: "http://127.0.0.1:9/#a" }, "SVC_ANTHROPIC_BASE_URL"]] as const) {
       assert.throws(() => loadConfig(env), (e: Error) => e instanceof ConfigError && e.message.startsWith(`${setting} must not hold a query string or fragment`), setting);
     }
+    // Not a base URL: a ClickHouse server's URL may carry settings in its query.
+    assert.equal(loadConfig({ SVC_CLICKHOUSE_URL: "http://127.0.0.1:8123/db?clickhouse_setting_async_insert=1" }).telemetry.clickhouseUrl, "http://127.0.0.1:8123/db?clickhouse_setting_async_insert=1");
   });
 
   it("warns of a config file's provider whose key variable is unset, wherever it is", () => {
@@ -120,3 +122,15 @@ describe("provider base URLs that are probably wrong are warned about at start",
     assert.match(anthropic!, /^SVC_ANTHROPIC_BASE_URL \(http:\/\/127\.0\.0\.1:9\/v1\) ends in \/v1: messages requests go to http:\/\/127\.0\.0\.1:9\/v1\/v1\/messages/);
   });
 });
+
+describe("a cluster replica is warned at start of what it does not share", () => {
+  it("warns of logs kept per replica without SVC_CLICKHOUSE_URL, and of an admin token of its own without SVC_ADMIN_TOKEN", () => {
+    assert.deepEqual(clusterWarnings(loadConfig({})), [], "embedded: nothing to share");
+    const both = clusterWarnings(loadConfig({ SVC_REDIS_URL: "redis://127.0.0.1:6379" }));
+    assert.equal(both.length, 2);
+    assert.match(both[0]!, /SVC_REDIS_URL is set without SVC_CLICKHOUSE_URL/);
+    assert.match(both[1]!, /SVC_REDIS_URL is set without SVC_ADMIN_TOKEN/);
+    assert.deepEqual(clusterWarnings(loadConfig({ SVC_REDIS_URL: "redis://127.0.0.1:6379", SVC_CLICKHOUSE_URL: "http://127.0.0.1:8123", SVC_ADMIN_TOKEN: "a-shared-admin-token" })), []);
+  });
+});
+
