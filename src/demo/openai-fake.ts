@@ -153,12 +153,21 @@ function messageText(m: unknown): string {
   return text;
 }
 
+/**
+ * What the reply answers: the last user message, or the tool results that end the conversation (as
+ * the messages-style fake reads `tool_result` blocks): a tool loop then ends with a text answer,
+ * rather than calling the tool again on the `[[fake:tool]]` of the user message before them.
+ */
 function lastUserText(messages: unknown[]): string {
+  const results: string[] = [];
   for (let i = messages.length - 1; i >= 0; i--) {
     const m = messages[i];
-    if (isObject(m) && m.role === "user") return messageText(m);
+    if (!isObject(m)) continue;
+    if (m.role === "tool") results.unshift(messageText(m));
+    else if (results.length > 0) return results.join("\n");
+    else if (m.role === "user") return messageText(m);
   }
-  return "";
+  return results.join("\n");
 }
 
 /** The first tool: a function, or a custom tool (free-text input). */

@@ -128,6 +128,19 @@ describe("POST /v1/chat/completions (official openai SDK, real HTTP to the demo 
     assert.deepEqual(sent[2], { role: "tool", tool_call_id: call.id, content: "found: 42" });
   });
 
+  it("runs the openai SDK's tool loop (runTools) to its text answer: the demo answers tool results in text", async () => {
+    let calls = 0;
+    const runner = client.chat.completions.runTools({
+      model: "chat-4o",
+      messages: userMsg(`weather ${Date.now()} [[fake:tool]]`),
+      tools: [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { query: { type: "string" } } }, function: () => (calls++, "sunny"), parse: JSON.parse } }] as never,
+    });
+    const final = await runner.finalChatCompletion();
+    assert.equal(calls, 1);
+    assert.equal(final.choices[0]!.finish_reason, "stop");
+    assert.match(final.choices[0]!.message.content ?? "", /sunny/);
+  });
+
   it("streams tool calls the SDK assembles", async () => {
     const tools = [{ type: "function" as const, function: { name: "lookup", parameters: { type: "object" } } }];
     const stream = client.chat.completions.stream({ model: "chat-4o", messages: userMsg("x [[fake:tool]]"), tools });
