@@ -49,7 +49,8 @@ export function convertStreamError(data: unknown): ConnectError {
 function upstreamError(status: number, type: string | undefined, message: string | undefined): ConnectError {
   const detail = message ? `${UPSTREAM_SAID}${message}` : `The upstream provider answered with HTTP ${status}.`;
   if (status === 429 || type === "rate_limit_error") {
-    return apiError(429, "rate_limit_error", "upstream_rate_limited", detail);
+    // Worded as the OpenAI-style adapter words it: one refusal reads the same on both endpoints.
+    return apiError(429, "rate_limit_error", "upstream_rate_limited", `Upstream rate limit: ${message ?? "too many requests."}`);
   }
   if (status === 529 || type === "overloaded_error") {
     return apiError(502, "api_error", "upstream_overloaded", detail);

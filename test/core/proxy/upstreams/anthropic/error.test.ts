@@ -40,7 +40,7 @@ const cases: { name: string; status: number; body: string; expected: ErrorInfo }
     name: "a 429 is a rate_limit_error",
     status: 429,
     body: body("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit"),
-    expected: { status: 429, type: "rate_limit_error", code: "upstream_rate_limited", message: "Upstream error: Number of request tokens has exceeded your per-minute rate limit" },
+    expected: { status: 429, type: "rate_limit_error", code: "upstream_rate_limited", message: "Upstream rate limit: Number of request tokens has exceeded your per-minute rate limit" },
   },
   {
     name: "a 529 overloaded is a 502 upstream_overloaded",
