@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { cutText } from "./text.js";
 
 /**
  * The one error type of the core is ConnectError. The spec's error object (status, type, code) rides
@@ -79,6 +80,15 @@ export const notFound = (code: string, message: string) => apiError(404, "not_fo
  * Maps any thrown value to what the client sees. Errors without the spec's metadata are internal:
  * their message never reaches the client (a 5xx never leaks internals).
  */
+/**
+ * The longest error message answered, in characters: a message that quotes what the client sent
+ * (a model id, a role, a header) would otherwise carry all of it back, megabytes for a megabyte
+ * value. Cut between characters, and marked with `…`.
+ */
+export const MAX_ERROR_MESSAGE_CHARS = 1024;
+
+export const bounded = (m: string): string => (m.length <= MAX_ERROR_MESSAGE_CHARS ? m : `${cutText(m, MAX_ERROR_MESSAGE_CHARS - 1)}…`);
+
 export function toErrorInfo(err: unknown): ErrorInfo {
   const ce = err instanceof ConnectError ? err : undefined;
   const status = Number(ce?.metadata.get(kStatus) ?? NaN);
@@ -88,13 +98,13 @@ export function toErrorInfo(err: unknown): ErrorInfo {
       status,
       type: ce.metadata.get(kType) ?? "api_error",
       code: ce.metadata.get(kCode) ?? "internal_error",
-      message: ce.rawMessage,
+      message: bounded(ce.rawMessage),
       ...(details ? { details } : {}),
     };
   }
   if (ce && ce.code !== Code.Internal && ce.code !== Code.Unknown && statusByCode[ce.code]) {
     const s = statusByCode[ce.code]!;
-    return { status: s, type: s < 500 ? "invalid_request_error" : "api_error", code: Code[ce.code].replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase(), message: ce.rawMessage };
+    return { status: s, type: s < 500 ? "invalid_request_error" : "api_error", code: Code[ce.code].replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase(), message: bounded(ce.rawMessage) };
   }
   return { status: 500, type: "api_error", code: "internal_error", message: "The server had an error while processing the request." };
 }

@@ -6,8 +6,7 @@ import { CompletionSchema } from "../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ProxyService } from "../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { TelemetryService } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "../logger.js";
-import { apiError, carriesErrorInfo, invalidRequest, toErrorInfo } from "./errors.js";
-import { cutText } from "./text.js";
+import { apiError, bounded, carriesErrorInfo, invalidRequest, MAX_ERROR_MESSAGE_CHARS, toErrorInfo } from "./errors.js";
 import { checkWireChatRequest } from "./proxy/wire-request.js";
 import { checkWireLog } from "./telemetry/log-row.js";
 
@@ -136,17 +135,15 @@ function requestIdOf(message: unknown): string | undefined {
   return typeof id === "string" && id !== "" ? id : undefined;
 }
 
-/** The longest error message sent on the core port, in characters. */
-const MAX_MESSAGE_CHARS = 1024;
-
 /**
- * A refusal whose message is cut to MAX_MESSAGE_CHARS: a message that quotes what the caller sent
- * (an unknown id of 100 KB) would travel in gRPC's `grpc-message` header, which past the HTTP/2
- * frame size resets the stream and takes the caller's connection down with it.
+ * A refusal whose message is cut to MAX_ERROR_MESSAGE_CHARS, as the HTTP endpoints cut theirs: a
+ * message that quotes what the caller sent (an unknown id of 100 KB) would travel in gRPC's
+ * `grpc-message` header, which past the HTTP/2 frame size resets the stream and takes the caller's
+ * connection down with it.
  */
 function clipped(e: unknown): unknown {
-  if (!(e instanceof ConnectError) || e.rawMessage.length <= MAX_MESSAGE_CHARS) return e;
-  const cut = new ConnectError(`${cutText(e.rawMessage, MAX_MESSAGE_CHARS - 1)}…`, e.code, e.metadata, undefined, e.cause);
+  if (!(e instanceof ConnectError) || e.rawMessage.length <= MAX_ERROR_MESSAGE_CHARS) return e;
+  const cut = new ConnectError(bounded(e.rawMessage), e.code, e.metadata, undefined, e.cause);
   cut.details.push(...e.details);
   return cut;
 }

@@ -30,6 +30,7 @@ import {
 import { MAX_TOKENS_COUNT } from "./canonical.js";
 import { isCustomCall } from "./upstreams/openai/tool-call.js";
 import { TEXT_KEYS, TOOL_RESULT_KEYS, TOOL_USE_KEYS } from "./upstreams/anthropic/blocks.js";
+import { cutText } from "../text.js";
 
 /**
  * Checks a StreamChatRequest that arrived over the network, before anything is sent upstream. The
@@ -131,7 +132,7 @@ function checkRequestExtra(json: string, style: ApiStyle): void {
 function checkMessage(m: ChatMessage, path: string, style: ApiStyle): void {
   const roles = rolesOf(style);
   if (m.role === "") fail("missing_required_field", `\`${path}.role\` is required.`);
-  if (!roles.includes(m.role)) fail("invalid_value", `\`${path}.role\` must be one of ${roles.map((r) => `'${r}'`).join(", ")}, got '${m.role.slice(0, 80)}'.`);
+  if (!roles.includes(m.role)) fail("invalid_value", `\`${path}.role\` must be one of ${roles.map((r) => `'${r}'`).join(", ")}, got '${cutText(m.role, 80)}'.`);
   objectText(m.extraJson, `${path}.extra_json`, MESSAGE_FIELDS);
   m.blocks.forEach((b, j) => checkBlock(b, `${path}.blocks[${j}]`));
 }
@@ -184,7 +185,7 @@ function checkTool(t: ToolDefinition, path: string, style: ApiStyle): void {
     if (style === ApiStyle.CHAT_COMPLETIONS && typeof extra?.type === "string" && extra.type !== "function") return;
     fail("missing_required_field", `\`${path}.name\` is required (only a tool carried whole in extra_json with its \`type\`, a messages-style server tool or a chat-style tool that is not a function, has none).`);
   }
-  if (!TOOL_NAME.test(t.name)) fail("invalid_value", `\`${path}.name\` must match ^[a-zA-Z0-9_-]{1,64}$, got '${t.name.slice(0, 80)}'.`);
+  if (!TOOL_NAME.test(t.name)) fail("invalid_value", `\`${path}.name\` must match ^[a-zA-Z0-9_-]{1,64}$, got '${cutText(t.name, 80)}'.`);
   objectText(t.inputSchemaJson, `${path}.input_schema_json`);
   if (!extra) return;
   if (style === ApiStyle.MESSAGES) {

@@ -30,6 +30,7 @@ import {
   shownNumber,
   wrongType,
 } from "./validate.js";
+import { cutText } from "../../core/text.js";
 
 const chat = ApiStyle.CHAT_COMPLETIONS;
 // Fields the canonical model does not name (top_p, stop, tool_choice, seed, response_format,
@@ -186,7 +187,7 @@ function parseTool(v: unknown, path: string): ToolDefinition {
   const fn = requireObject(t.function, `${path}.function`);
   const name = requireString(fn, "name", `${path}.function.name`);
   if (!TOOL_NAME.test(name)) {
-    fail("invalid_value", `\`${path}.function.name\` must match ^[a-zA-Z0-9_-]{1,64}$, got '${name.slice(0, 80)}'.`);
+    fail("invalid_value", `\`${path}.function.name\` must match ^[a-zA-Z0-9_-]{1,64}$, got '${cutText(name, 80)}'.`);
   }
   const description = optionalString(fn, "description", `${path}.function.description`) ?? "";
   const params = fn.parameters;

@@ -42,6 +42,7 @@ import {
   requireString,
   wrongType,
 } from "./validate.js";
+import { cutText } from "../../core/text.js";
 
 /**
  * The messages style (spec 2.4, 2.5, 6.2; https://docs.anthropic.com/en/api/messages). Validation
@@ -147,7 +148,7 @@ function parseTool(v: unknown, i: number): ToolDefinition {
     return toolDefinition({ name: "", extraJson: JSON.stringify(t) });
   }
   const name = requireString(t, "name", `${path}.name`);
-  if (!TOOL_NAME.test(name)) fail("invalid_value", `\`${path}.name\` must match ^[a-zA-Z0-9_-]{1,64}$, got '${name.slice(0, 80)}'.`);
+  if (!TOOL_NAME.test(name)) fail("invalid_value", `\`${path}.name\` must match ^[a-zA-Z0-9_-]{1,64}$, got '${cutText(name, 80)}'.`);
   const schema = requireObject(t.input_schema, `${path}.input_schema`);
   return toolDefinition({
     name,

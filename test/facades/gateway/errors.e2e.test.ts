@@ -149,6 +149,18 @@ describe("gateway errors: the spec's status and error object for every kind of b
     assert.equal(ok.status, 200);
   });
 
+  it("bounds an error message that quotes a long value, cut between characters", async () => {
+    const huge = await postJson(chatUrl, key, { model: "m".repeat(15_000), messages: [{ role: "user", content: "x" }] });
+    assert.equal(huge.status, 400);
+    assert.equal(huge.json().error.code, "model_not_found");
+    assert.ok(huge.json().error.message.length <= 1024, `a message of ${huge.json().error.message.length} characters`);
+    assert.ok(huge.json().error.message.endsWith("…"));
+    // A tool name of emoji, quoted cut: never half of a character (a lone surrogate).
+    const emoji = await postJson(msgUrl, key, msgs("x", { tools: [{ name: "m😀".repeat(100), input_schema: { type: "object" } }] }));
+    assert.equal(emoji.status, 400);
+    assert.ok(emoji.json().error.message.isWellFormed(), emoji.json().error.message);
+  });
+
   it("X-Svc-Metadata holding a number beyond a double's range -> 400 invalid_metadata naming it (it would be logged as null)", async () => {
     for (const [value, at] of [['{"a":1e400}', "`a`"], ['{"b":{"c":[1,-2E+999]}}', "`b.c[1]`"]] as const) {
       const res = await postJson(chatUrl, key, chat(), { "x-svc-metadata": value });

@@ -3,6 +3,7 @@ import { invalidRequest } from "../../../errors.js";
 import { isObject, parseExtra, parseObject, type JsonObject } from "../../../json.js";
 import { isCustomCall } from "../openai/tool-call.js";
 import { blockToWire, toolInput } from "./blocks.js";
+import { cutText } from "../../../text.js";
 
 /**
  * Translates a chat-completions-style request into a messages-style body
@@ -53,7 +54,7 @@ export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
   // A chat-style tool that is not a function (a custom tool, carried whole) has no messages-style form.
   req.tools.forEach((t, i) => {
     if (!t.name) {
-      const type = JSON.stringify(String(parseExtra(t.extraJson).type ?? "").slice(0, 40));
+      const type = JSON.stringify(cutText(String(parseExtra(t.extraJson).type ?? ""), 40));
       throw invalidRequest("unsupported_parameter", `\`tools[${i}].type\` ${type} is not supported: ${routed(req.model)}, which takes function tools only.`);
     }
   });
@@ -119,7 +120,7 @@ function toolUseFromChat(b: ContentBlock, path: string, model: string): JsonObje
     }
   }
   if (!isObject(input)) {
-    const shown = JSON.stringify(b.toolInputJson.length > 80 ? `${b.toolInputJson.slice(0, 80)}…` : b.toolInputJson);
+    const shown = JSON.stringify(b.toolInputJson.length > 80 ? `${cutText(b.toolInputJson, 80)}…` : b.toolInputJson);
     throw invalidRequest("invalid_value", `\`${path}\` must be the text of a JSON object: ${routed(model)}, whose tool calls take an object as their input; got ${shown}.`);
   }
   return { type: "tool_use", id: b.toolCallId, name: b.toolName, input };

@@ -2,6 +2,7 @@ import type { ConnectError } from "@connectrpc/connect";
 import { apiError } from "../../../errors.js";
 import { isObject, type JsonObject } from "../../../json.js";
 import { UPSTREAM_SAID } from "../adapter.js";
+import { cutText } from "../../../text.js";
 
 /** The `{error:{message,type,code,param}}` body OpenAI answers errors with, when the text is one. */
 function errorObject(bodyText: string): JsonObject | undefined {
@@ -23,7 +24,7 @@ export const passedOnType = (type: string | undefined): string => (type && /^[a-
 const str = (v: unknown): string | undefined => (typeof v === "string" && v !== "" ? v : undefined);
 
 /** Upstream messages are short sentences; cap them so a huge body never becomes an error message. */
-const clip = (s: string): string => (s.length > 500 ? `${s.slice(0, 500)}...` : s);
+const clip = (s: string): string => (s.length > 500 ? `${cutText(s, 500)}...` : s);
 
 /**
  * Converts an OpenAI error response to the core error. Client errors (4xx) keep their status and
