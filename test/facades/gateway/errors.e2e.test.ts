@@ -171,6 +171,23 @@ describe("gateway errors: the spec's status and error object for every kind of b
     assert.equal((await postJson(chatUrl, key, chat(), { "x-svc-metadata": '{"a":1e300,"t":"9e999"}' })).status, 200);
   });
 
+  it("X-Svc-Metadata past what a log keeps (64 keys, keys of 256 and values of 1024 characters) -> 400 invalid_metadata, not cut in the log", async () => {
+    const keys = (n: number) => JSON.stringify(Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "v"])));
+    for (const [value, says] of [
+      [keys(65), /65 keys; at most 64/],
+      [JSON.stringify({ ["k".repeat(257)]: "v" }), /keys must be at most 256/],
+      [JSON.stringify({ team: "v".repeat(1025) }), /values must be at most 1024 characters \(`team` has 1025\)/],
+      [JSON.stringify({ nested: { a: "x".repeat(1020) } }), /values must be at most 1024/],
+    ] as const) {
+      const res = await postJson(chatUrl, key, chat(), { "x-svc-metadata": value });
+      assert.equal(res.status, 400, value.slice(0, 40));
+      assert.equal(res.json().error.code, "invalid_metadata");
+      assert.match(res.json().error.message, says);
+    }
+    const most = await postJson(chatUrl, key, chat(), { "x-svc-metadata": JSON.stringify({ ...JSON.parse(keys(63)), ["k".repeat(256)]: "v".repeat(1024) }) });
+    assert.equal(most.status, 200);
+  });
+
   it("provider-version must be a real YYYY-MM-DD date", async () => {
     for (const v of ["2023-6-1", "yesterday", "2024-02-30"]) {
       const res = await postJson(msgUrl, key, msgs(), { "provider-version": v });
