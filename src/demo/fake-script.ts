@@ -70,7 +70,14 @@ export function splitPieces(text: string, n?: number): string[] {
   if (n !== undefined && n > 0) {
     const size = Math.ceil(text.length / n) || 1;
     const out: string[] = [];
-    for (let i = 0; i < text.length; i += size) out.push(text.slice(i, i + size));
+    // Between characters, as a provider's deltas are: never between the halves of a surrogate pair.
+    for (let i = 0; i < text.length; ) {
+      let end = Math.min(i + size, text.length);
+      const last = text.charCodeAt(end - 1);
+      if (last >= 0xd800 && last <= 0xdbff && end < text.length) end++;
+      out.push(text.slice(i, end));
+      i = end;
+    }
     return out;
   }
   return text.split(/(?<= )/);
@@ -101,7 +108,20 @@ export async function writeEvents(res: ServerResponse, events: string[]): Promis
     if (res.destroyed) return;
     const more = res.write(part);
     part = "";
-    if (!more) await new Promise<void>((resolve) => res.once("drain", resolve).once("close", resolve));
+    if (!more) await drainedOrClosed(res);
   }
   if (!res.destroyed) res.end(part);
+}
+
+/** Resolves when `res` takes more, or closes; both listeners are removed either way. */
+function drainedOrClosed(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off("drain", done);
+      res.off("close", done);
+      resolve();
+    };
+    res.on("drain", done);
+    res.on("close", done);
+  });
 }
