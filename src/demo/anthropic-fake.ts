@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { isObject, type JsonObject } from "../core/json.js";
-import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, splitPieces, writeEvents } from "./fake-script.js";
+import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, firstEvents, piecesOf, writeEvents } from "./fake-script.js";
 
 /**
  * The demo provider's messages style (`POST /v1/messages`), shaped like
@@ -59,7 +59,7 @@ export async function serveAnthropicFake(_req: IncomingMessage, res: ServerRespo
   const events = streamEvents(answer, d.chunks);
   res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "request-id": newId("req_01") });
   if (d.stall || d.drop) {
-    const first = events.slice(0, 4).join(""); // message_start, block start, ping, first delta
+    const first = firstEvents(events, 4); // message_start, block start, ping, first delta
     if (d.drop) {
       // Cut the connection once the first events are on the wire: a truncated chunked body.
       await new Promise<void>((resolve) => res.write(first, () => resolve()));
@@ -103,28 +103,28 @@ function message(a: Answer): JsonObject {
   };
 }
 
-function streamEvents(a: Answer, chunks: number | undefined): string[] {
+/** The stream's events, each made as it is written. */
+function* streamEvents(a: Answer, chunks: number | undefined): Generator<string> {
   const start = { ...message(a), content: [], stop_reason: null, usage: { input_tokens: a.inputTokens, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 } };
-  const out = [event("message_start", { type: "message_start", message: start })];
+  yield event("message_start", { type: "message_start", message: start });
   if (a.tool) {
     // The real API opens a tool_use block with an empty input, then streams the JSON in fragments,
     // the first of them often empty.
-    out.push(event("content_block_start", { type: "content_block_start", index: 0, content_block: { type: "tool_use", id: a.tool.id, name: a.tool.name, input: {} } }));
-    out.push(event("ping", { type: "ping" }));
-    for (const partial_json of ["", ...splitPieces(JSON.stringify(a.tool.input), Math.max(2, chunks ?? 3))]) {
-      out.push(event("content_block_delta", { type: "content_block_delta", index: 0, delta: { type: "input_json_delta", partial_json } }));
+    yield event("content_block_start", { type: "content_block_start", index: 0, content_block: { type: "tool_use", id: a.tool.id, name: a.tool.name, input: {} } });
+    yield event("ping", { type: "ping" });
+    for (const partial_json of ["", ...piecesOf(JSON.stringify(a.tool.input), Math.max(2, chunks ?? 3))]) {
+      yield event("content_block_delta", { type: "content_block_delta", index: 0, delta: { type: "input_json_delta", partial_json } });
     }
   } else {
-    out.push(event("content_block_start", { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } }));
-    out.push(event("ping", { type: "ping" }));
-    for (const text of splitPieces(a.text, chunks)) {
-      out.push(event("content_block_delta", { type: "content_block_delta", index: 0, delta: { type: "text_delta", text } }));
+    yield event("content_block_start", { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } });
+    yield event("ping", { type: "ping" });
+    for (const text of piecesOf(a.text, chunks)) {
+      yield event("content_block_delta", { type: "content_block_delta", index: 0, delta: { type: "text_delta", text } });
     }
   }
-  out.push(event("content_block_stop", { type: "content_block_stop", index: 0 }));
-  out.push(event("message_delta", { type: "message_delta", delta: { stop_reason: a.stopReason, stop_sequence: null }, usage: { output_tokens: a.outputTokens } }));
-  out.push(event("message_stop", { type: "message_stop" }));
-  return out;
+  yield event("content_block_stop", { type: "content_block_stop", index: 0 });
+  yield event("message_delta", { type: "message_delta", delta: { stop_reason: a.stopReason, stop_sequence: null }, usage: { output_tokens: a.outputTokens } });
+  yield event("message_stop", { type: "message_stop" });
 }
 
 /** The text of the last user turn (its text blocks, or its tool results' text when it has none). */

@@ -67,44 +67,58 @@ export function fakeReply(lastUserText: string, maxTokens?: number): { text: str
 
 /** Splits a reply into stream pieces: `n` pieces, or one per word (keeping the spaces). */
 export function splitPieces(text: string, n?: number): string[] {
+  return [...piecesOf(text, n)];
+}
+
+/** `splitPieces`, one piece at a time (a long echo's pieces are made as they are written). */
+export function* piecesOf(text: string, n?: number): Generator<string> {
   if (n !== undefined && n > 0) {
     const size = Math.ceil(text.length / n) || 1;
-    const out: string[] = [];
     // Between characters, as a provider's deltas are: never between the halves of a surrogate pair.
     for (let i = 0; i < text.length; ) {
       let end = Math.min(i + size, text.length);
       const last = text.charCodeAt(end - 1);
       if (last >= 0xd800 && last <= 0xdbff && end < text.length) end++;
-      out.push(text.slice(i, end));
+      yield text.slice(i, end);
       i = end;
     }
-    return out;
+    return;
   }
-  return text.split(/(?<= )/);
+  if (text === "") yield ""; // one empty piece, as splitting "" on spaces gives
+  for (let i = 0; i < text.length; ) {
+    const space = text.indexOf(" ", i);
+    const end = space < 0 ? text.length : space + 1;
+    yield text.slice(i, end);
+    i = end;
+  }
+}
+
+/** The first `n` events of a stream, joined (what a stalled or dropped stream sends). */
+export function firstEvents(events: Iterable<string>, n: number): string {
+  let out = "";
+  for (const e of events) {
+    if (n-- <= 0) break;
+    out += e;
+  }
+  return out;
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-/** Streams larger than this are written a part at a time; smaller ones in one write. */
-const ONE_WRITE_CHARS = 64 * 1024;
+/** A stream is written in parts of about this many characters; a shorter one in one write. */
+const PART_CHARS = 16 * 1024;
 
 /**
- * Writes a stream's events and ends the response. A long one (an echo of a large prompt) is
- * written as its reader takes it, as a provider streams: written whole, all of it would sit in
- * this process's socket buffer while a slow reader (the gateway pausing for its own slow client)
- * took it, and in `--demo` that is the gateway's own process.
+ * Writes a stream's events, made as they are written, and ends the response. A long one (an echo
+ * of a large prompt) is written as its reader takes it, as a provider streams: written whole, all
+ * of it would sit in this process's memory while a slow reader (the gateway pausing for its own
+ * slow client) took it, and in `--demo` that is the gateway's own process.
  */
-export async function writeEvents(res: ServerResponse, events: string[]): Promise<void> {
-  let total = 0;
-  for (const e of events) total += e.length;
-  if (total <= ONE_WRITE_CHARS) {
-    res.end(events.join(""));
-    return;
-  }
+export async function writeEvents(res: ServerResponse, events: Iterable<string>): Promise<void> {
   let part = "";
   for (const e of events) {
     part += e;
-    if (part.length < 16 * 1024) continue;
+    if (part.length < PART_CHARS) continue;
     if (res.destroyed) return;
     const more = res.write(part);
     part = "";

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { isObject, type JsonObject } from "../core/json.js";
-import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, splitPieces, writeEvents } from "./fake-script.js";
+import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, firstEvents, piecesOf, writeEvents } from "./fake-script.js";
 
 /**
  * The demo provider's chat-completions style (`POST /v1/chat/completions`), shaped like
@@ -67,7 +67,7 @@ export async function serveOpenAiFake(_req: IncomingMessage, res: ServerResponse
   const chunks = streamChunks(answer, d.chunks, isObject(opts) && opts.include_usage === true);
   res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-request-id": newId("req_") });
   if (d.stall || d.drop) {
-    const first = chunks.slice(0, 2).join(""); // the role chunk and the first fragment
+    const first = firstEvents(chunks, 2); // the role chunk and the first fragment
     if (d.drop) {
       // Cut the connection once the first chunks are on the wire: a truncated chunked body.
       await new Promise<void>((resolve) => res.write(first, () => resolve()));
@@ -112,29 +112,28 @@ const usage = (a: Answer): JsonObject => ({
 });
 
 /** The SSE chunks of one answer, `data: [DONE]` included. */
-function streamChunks(a: Answer, pieces: number | undefined, includeUsage: boolean): string[] {
+/** The stream's chunks, each made as it is written. */
+function* streamChunks(a: Answer, pieces: number | undefined, includeUsage: boolean): Generator<string> {
   const head = { id: a.id, object: "chat.completion.chunk", created: a.created, model: a.model, service_tier: "default", system_fingerprint: fingerprint };
   const tail = includeUsage ? { usage: null } : {};
   const chunk = (delta: JsonObject, finish: string | null = null) =>
     `data: ${JSON.stringify({ ...head, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...tail })}\n\n`;
-  const out: string[] = [];
   if (a.tool) {
     const custom = a.tool.custom;
     const opening = custom ? { type: "custom", custom: { name: a.tool.name, input: "" } } : { type: "function", function: { name: a.tool.name, arguments: "" } };
-    out.push(chunk({ role: "assistant", content: null, tool_calls: [{ index: 0, id: a.tool.id, ...opening }], refusal: null }));
+    yield chunk({ role: "assistant", content: null, tool_calls: [{ index: 0, id: a.tool.id, ...opening }], refusal: null });
     // Arguments arrive in fragments that are not JSON on their own, as OpenAI sends them (a custom
     // tool's input, free text, the same way under `custom`).
-    for (const part of splitPieces(a.tool.arguments, Math.max(2, pieces ?? 3))) {
-      out.push(chunk({ tool_calls: [{ index: 0, ...(custom ? { custom: { input: part } } : { function: { arguments: part } }) }] }));
+    for (const part of piecesOf(a.tool.arguments, Math.max(2, pieces ?? 3))) {
+      yield chunk({ tool_calls: [{ index: 0, ...(custom ? { custom: { input: part } } : { function: { arguments: part } }) }] });
     }
   } else {
-    out.push(chunk({ role: "assistant", content: "", refusal: null }));
-    for (const part of splitPieces(a.text, pieces)) out.push(chunk({ content: part }));
+    yield chunk({ role: "assistant", content: "", refusal: null });
+    for (const part of piecesOf(a.text, pieces)) yield chunk({ content: part });
   }
-  out.push(chunk({}, a.finishReason));
-  if (includeUsage) out.push(`data: ${JSON.stringify({ ...head, choices: [], usage: usage(a) })}\n\n`);
-  out.push("data: [DONE]\n\n");
-  return out;
+  yield chunk({}, a.finishReason);
+  if (includeUsage) yield `data: ${JSON.stringify({ ...head, choices: [], usage: usage(a) })}\n\n`;
+  yield "data: [DONE]\n\n";
 }
 
 function sendError(res: ServerResponse, status: number, message: string, headers: Record<string, string> = {}): void {
