@@ -413,7 +413,7 @@ async function ownerOnly(path: string): Promise<void> {
   const mode = (await stat(path)).mode & 0o777;
   if ((mode & 0o077) === 0) return;
   await chmod(path, 0o600);
-  log.warn("the admin token file was readable by others: made it owner-only (0600)", { path, was: `0${mode.toString(8)}` });
+  log.warn("the admin token file was open to other users (its group or everyone): made it owner-only (0600)", { path, was: `0${mode.toString(8)}` });
 }
 
 /** Data dirs this process holds: a second server in this process must not take one over. */

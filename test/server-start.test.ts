@@ -188,6 +188,7 @@ describe("settings only the machine can judge stop `svc serve` as configuration 
       [{ SVC_DATA_DIR: "/proc/svc-no-such-dir/data" }, "SVC_DATA_DIR", /cannot be created there/],
       [{ SVC_DATA_DIR: join(dir, "data"), SVC_TELEMETRY_SPOOL_DIR: "/proc/svc-no-such-dir" }, "SVC_TELEMETRY_SPOOL_DIR", /cannot be created there/],
       [{ SVC_DATA_DIR: join(dir, "data"), SVC_TELEMETRY_SPOOL_DIR: file }, "SVC_TELEMETRY_SPOOL_DIR", /it exists and is not a directory/],
+      [{ SVC_DATA_DIR: join(dir, "data"), SVC_TELEMETRY_SPOOL_DIR: "/proc" }, "SVC_TELEMETRY_SPOOL_DIR", /cannot be used as the log spool/],
       [{ SVC_DATA_DIR: join(dir, "data"), SVC_TELEMETRY_SPOOL_DIR: join(file, "spool") }, "SVC_TELEMETRY_SPOOL_DIR", /a part of its path is a file/],
     ] as const) {
       const started = Date.now();

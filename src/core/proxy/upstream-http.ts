@@ -353,7 +353,7 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
     if (e instanceof ConnectError) return e;
     if (e instanceof ClientGone || this.#cancel.aborted) {
       const sent = this.#sent ? { [SENT_UPSTREAM]: "1" } : undefined;
-      if (this.#cancel.deadlinePassed) return new ConnectError("the call's deadline passed before the upstream answered", Code.DeadlineExceeded, sent);
+      if (this.#cancel.deadlinePassed) return new ConnectError("the call's deadline passed before the upstream's answer was complete", Code.DeadlineExceeded, sent);
       return new ConnectError("client closed the request", Code.Canceled, sent);
     }
     const timedOut = this.#timedOut;

@@ -1,4 +1,4 @@
-import { open, readdir, readFile, rename, rm, stat } from "node:fs/promises";
+import { open, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { ModeName } from "../../stores/registry-store.js";
 import type { LogRow } from "../../stores/telemetry-store.js";
@@ -50,6 +50,11 @@ const name = (seq: number) => `${String(seq).padStart(16, "0")}.jsonl`;
 export async function openLogSpool(dir: string, opts: { maxBytes: number }): Promise<LogSpool> {
   // Created for the gateway user alone (its batches are 0600 too); an existing one is left as it is.
   await makeDir(dir, 0o700);
+  // One that exists but takes no files (read-only, another user's, /proc) is found now, not at the
+  // first outage, when the logs it should hold would be lost.
+  const probe = join(dir, `.probe-${process.pid}`);
+  await writeFile(probe, "", { mode: 0o600 });
+  await rm(probe, { force: true });
   const sizes = new Map<number, number>();
   for (const f of await readdir(dir)) {
     const m = FILE.exec(f);
