@@ -13,6 +13,7 @@
  *   [[fake:chunks=N]]     stream the reply in N pieces (default: one piece per word)
  */
 import type { ServerResponse } from "node:http";
+import { drainedOrClosed } from "../drained.js";
 
 export interface FakeDirectives {
   status?: number;
@@ -125,17 +126,4 @@ export async function writeEvents(res: ServerResponse, events: Iterable<string>)
     if (!more) await drainedOrClosed(res);
   }
   if (!res.destroyed) res.end(part);
-}
-
-/** Resolves when `res` takes more, or closes; both listeners are removed either way. */
-function drainedOrClosed(res: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off("drain", done);
-      res.off("close", done);
-      resolve();
-    };
-    res.on("drain", done);
-    res.on("close", done);
-  });
 }

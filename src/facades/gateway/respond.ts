@@ -2,6 +2,7 @@ import type { ServerResponse } from "node:http";
 import type { StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { retryGuidanceOf, toErrorBody, toErrorInfo, type ErrorInfo } from "../../core/errors.js";
 import { isCanceled } from "../../core/proxy/proxy-service.js";
+import { drainedOrClosed } from "../../drained.js";
 import { log } from "../../logger.js";
 import { answerBeforeBody, answeredBody } from "../http-errors.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
@@ -153,7 +154,7 @@ export async function writeStream(
       // is paused in turn: core/proxy/upstream-http.ts) until the client's socket takes what is
       // written, so a slow or stalled reader holds a bounded buffer, not the whole answer.
       if (pending.length >= res.writableHighWaterMark) flush();
-      if (res.writableNeedDrain) await drained(res);
+      if (res.writableNeedDrain) await drainedOrClosed(res);
     }
   } catch (err) {
     // A client that left has no reader for an error event; its answer is still priced below.
@@ -174,17 +175,4 @@ export async function writeStream(
     res.end();
   }
   return failure;
-}
-
-/** Resolves once `res` can take more (drain), or its client is gone (close). */
-function drained(res: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off("drain", done);
-      res.off("close", done);
-      resolve();
-    };
-    res.on("drain", done);
-    res.on("close", done);
-  });
 }
