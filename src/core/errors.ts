@@ -77,18 +77,19 @@ export const invalidApiKey = (message = "Invalid API key.") =>
 export const notFound = (code: string, message: string) => apiError(404, "not_found_error", code, message);
 
 /**
- * Maps any thrown value to what the client sees. Errors without the spec's metadata are internal:
- * their message never reaches the client (a 5xx never leaks internals).
- */
-/**
  * The longest error message answered, in characters: a message that quotes what the client sent
  * (a model id, a role, a header) would otherwise carry all of it back, megabytes for a megabyte
- * value. Cut between characters, and marked with `…`.
+ * value.
  */
 export const MAX_ERROR_MESSAGE_CHARS = 1024;
 
+/** A message cut to MAX_ERROR_MESSAGE_CHARS between characters, marked with `…` when cut. */
 export const bounded = (m: string): string => (m.length <= MAX_ERROR_MESSAGE_CHARS ? m : `${cutText(m, MAX_ERROR_MESSAGE_CHARS - 1)}…`);
 
+/**
+ * Maps any thrown value to what the client sees. Errors without the spec's metadata are internal:
+ * their message never reaches the client (a 5xx never leaks internals).
+ */
 export function toErrorInfo(err: unknown): ErrorInfo {
   const ce = err instanceof ConnectError ? err : undefined;
   const status = Number(ce?.metadata.get(kStatus) ?? NaN);
