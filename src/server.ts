@@ -312,12 +312,15 @@ async function serveHttp(
   const answering = new WeakMap<Socket, ServerResponse>();
   const server = createServer((req, res) => {
     if (closing) return refuseWhileClosing(res, opts.errorHeaders?.(req.socket));
-    answering.set(req.socket, res);
+    const socket = req.socket;
+    answering.set(socket, res);
     open.add(res);
     let left = 2;
     const done = () => {
       if (--left > 0) return;
       open.delete(res);
+      // Not kept for an idle keep-alive connection.
+      if (answering.get(socket) === res) answering.delete(socket);
       if (closing && open.size === 0) drained?.();
     };
     res.once("close", done);
