@@ -9,8 +9,9 @@ import { dirname } from "node:path";
  * (EEXIST: a file is in its place; ENOTDIR: a part of the path is a file; EACCES, EROFS).
  */
 export async function makeDir(dir: string, mode?: number): Promise<void> {
+  const opts = mode === undefined ? {} : { mode };
   try {
-    await mkdir(dir, mode === undefined ? {} : { mode });
+    await mkdir(dir, opts);
     return;
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
@@ -21,7 +22,7 @@ export async function makeDir(dir: string, mode?: number): Promise<void> {
     await makeDir(parent, mode);
   }
   try {
-    await mkdir(dir, mode === undefined ? {} : { mode });
+    await mkdir(dir, opts);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === "EEXIST" && (await isDirectory(dir))) return;
     throw e;

@@ -14,12 +14,10 @@ import { LOG_SCAN_MAX_SECONDS, needsLogScan } from "../../stores/clickhouse-anal
 import type { AnalyticsQuery, AnalyticsResult, Dimension, Granularity, Metrics } from "../../stores/telemetry-store.js";
 import { apiError, invalidRequest } from "../errors.js";
 import { checkId } from "./log-row.js";
-import { boundMicros } from "./micros.js";
+import { boundMicros, PAST_LAST_US } from "./micros.js";
 
 const STEP: Record<Granularity, number> = { minute: 60, hour: 3600, day: 86_400 };
 /** The longest range per granularity, in buckets (7 days of minutes, 400 of hours, 3660 days). */
-/** 10000-01-01T00:00:00Z, epoch microseconds: no time the API reads or writes reaches it. */
-const END_OF_9999_US = Date.UTC(10000, 0, 1) * 1000;
 const MAX_BUCKETS: Record<Granularity, number> = { minute: 7 * 1440, hour: 400 * 24, day: 3660 };
 /** The longest range in words, where buckets of the granularity do not already say it in days. */
 const MAX_SPAN_TEXT: Record<Granularity, string | undefined> = { minute: "7 days", hour: "400 days", day: undefined };
@@ -86,7 +84,7 @@ export function analyticsQueryOf(req: GetAnalyticsRequest, nowMs: number): Analy
   const toUs = ceilTo(endUs, stepUs);
   // The series' end is answered as a time the API reads back: within the year 9999 (a time in its
   // last bucket would round up to 10000-01-01, which ISO 8601 writes only in its expanded form).
-  if (toUs >= END_OF_9999_US) throw invalidRequest("invalid_value", `\`end_time\` is too late: the ${granularity} holding it must end within the year 9999.`);
+  if (toUs >= PAST_LAST_US) throw invalidRequest("invalid_value", `\`end_time\` is too late: the ${granularity} holding it must end within the year 9999.`);
   const startUs = req.startTime ? boundMicros(req.startTime, "start_time") : Math.max(0, toUs - DEFAULT_BUCKETS[granularity] * stepUs);
   if (!(startUs >= 0)) throw invalidRequest("invalid_value", "`start_time` must not be before 1970-01-01T00:00:00Z.");
   // Compared as given, before rounding: a start after the end is refused even within one bucket.
