@@ -97,7 +97,7 @@ export function analyticsQueryOf(req: GetAnalyticsRequest, nowMs: number): Analy
   const spanUs = endUs - startUs;
   if (spanUs > MAX_BUCKETS[granularity] * stepUs) {
     const span = MAX_SPAN_TEXT[granularity] ? ` (${MAX_SPAN_TEXT[granularity]})` : "";
-    throw invalidRequest("invalid_value", `${ARTICLE[granularity]} ${granularity} series covers at most ${MAX_BUCKETS[granularity]} ${granularity}s${span} from \`start_time\` to \`end_time\`; narrow the range or use a coarser granularity.`);
+    throw invalidRequest("invalid_value", `${ARTICLE[granularity]} ${granularity} series covers at most ${MAX_BUCKETS[granularity]} ${granularity}s${span} from \`start_time\` to \`end_time\`; narrow the range${granularity === "day" ? "" : " or use a coarser granularity"}.`);
   }
   if (needsLogScan(granularity, groupBy) && spanUs > LOG_SCAN_MAX_SECONDS * 1_000_000) {
     throw invalidRequest("invalid_value", "a grouped minute series covers at most 24 hours from `start_time` to `end_time`; use hour granularity for longer ranges.");

@@ -36,7 +36,7 @@ export function microsAtOrAfter(t: Pick<Timestamp, "seconds" | "nanos">): number
 
 /** Seconds of 0001-01-01T00:00:00Z and of 10000-01-01T00:00:00Z: the times the API reads. */
 const FIRST_SECOND = -62_135_596_800n;
-const PAST_LAST_SECOND = 253_402_300_800n;
+export const PAST_LAST_SECOND = 253_402_300_800n;
 /** 10000-01-01T00:00:00Z in epoch microseconds: no time the API reads or writes reaches it. */
 export const PAST_LAST_US = Number(PAST_LAST_SECOND) * 1_000_000;
 

@@ -18,7 +18,7 @@ export function encodePageToken(last: LogCursor, query: unknown): string {
 export function decodePageToken(token: string, query: unknown): LogCursor {
   const parsed = unseal(token);
   if (!parsed || parsed.length !== 4 || parsed[0] !== LOGS || !Number.isSafeInteger(parsed[1]) || (parsed[1] as number) < 0 || typeof parsed[2] !== "string" || parsed[2] === "") throw notOurs();
-  if (parsed[3] !== fingerprint(query)) throw otherListing();
+  if (parsed[3] !== fingerprint(query)) throw otherListing("another listing: one with other filters, or another project's or key mode's");
   return { timeUs: parsed[1] as number, requestId: parsed[2] };
 }
 
@@ -34,7 +34,7 @@ export function encodePromptPageToken(lastName: string, projectId: string): stri
 export function decodePromptPageToken(token: string, projectId: string): string {
   const parsed = unseal(token);
   if (!parsed || parsed.length !== 3 || parsed[0] !== PROMPTS || typeof parsed[1] !== "string" || parsed[1] === "") throw notOurs();
-  if (parsed[2] !== fingerprint(["prompts", projectId])) throw otherListing();
+  if (parsed[2] !== fingerprint(["prompts", projectId])) throw otherListing("another project's listing");
   return parsed[1];
 }
 
@@ -71,7 +71,7 @@ function unseal(token: string): unknown[] | undefined {
 }
 
 const notOurs = () => invalidRequest("invalid_page_token", "`page_token` is not a token this listing returned.");
-const otherListing = () => invalidRequest("invalid_page_token", "`page_token` belongs to a listing with other filters.");
+const otherListing = (whose: string) => invalidRequest("invalid_page_token", `\`page_token\` belongs to ${whose}.`);
 
 const hash = (value: unknown) => createHash("sha256").update(JSON.stringify(value)).digest("base64url");
 const fingerprint = (query: unknown) => hash(query).slice(0, 12);

@@ -4,7 +4,6 @@ import Koa, { type Context } from "koa";
 import type { ApiKey, AuthService, Project } from "../../gen/svc/auth/v1/auth_service_pb.js";
 import { AnalyticsGranularity, AnalyticsGroupBy, type TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { apiError, invalidApiKey, invalidRequest, toErrorInfo } from "../../core/errors.js";
-import { timestampFromMicros } from "../../core/telemetry/micros.js";
 import { errorMiddleware } from "../http-errors.js";
 import { Query } from "./query.js";
 import { analyticsJson, logJson, promptJson } from "./render.js";
@@ -109,8 +108,8 @@ export function createManagementApp(deps: ManagementDeps): Koa {
       ...scope(ctx),
       pageSize: limit,
       pageToken: cursor,
-      startTime: start === undefined ? undefined : timestampFromMicros(start),
-      endTime: end === undefined ? undefined : timestampFromMicros(end),
+      startTime: start,
+      endTime: end,
       status: statusCode,
       statusClass,
       endpoint: endpoint ? endpoints[endpoint] : "",
@@ -155,8 +154,8 @@ export function createManagementApp(deps: ManagementDeps): Koa {
     q.done();
     const res = await deps.telemetry.getAnalytics({
       ...scope(ctx),
-      startTime: start === undefined ? undefined : timestampFromMicros(start),
-      endTime: end === undefined ? undefined : timestampFromMicros(end),
+      startTime: start,
+      endTime: end,
       granularity: granularities[granularity],
       groupBy,
       metadataKey,

@@ -1,6 +1,8 @@
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { startsWithCalendarDate } from "../../core/calendar.js";
 import { invalidRequest } from "../../core/errors.js";
 import { setOwn } from "../../core/json.js";
+import { PAST_LAST_SECOND } from "../../core/telemetry/micros.js";
 
 /**
  * Reading management query parameters strictly: an unknown parameter, a repeated one, an empty one
@@ -42,17 +44,17 @@ export class Query {
   }
 
   /**
-   * A time in epoch microseconds: RFC 3339 / ISO 8601 (`2026-11-22T10:00:00.123456Z`, any number of
-   * fractional digits) or milliseconds since the epoch (`0`, `1795341600000`). Digits past the
-   * microsecond round up to the next one: log times are whole microseconds, so `time >= t` and
+   * A time, exact to the microsecond: RFC 3339 / ISO 8601 (`2026-11-22T10:00:00.123456Z`, any
+   * number of fractional digits) or milliseconds since the epoch (`0`, `1795341600000`). Digits past
+   * the microsecond round up to the next one: log times are whole microseconds, so `time >= t` and
    * `time < t` select exactly as with the time given.
    */
-  time(name: string): number | undefined {
+  time(name: string): Timestamp | undefined {
     const v = this.string(name);
     if (v === undefined) return undefined;
-    const us = parseMicros(v);
-    if (us === undefined) throw bad(name, `must be an ISO 8601 time such as 2026-11-22T10:00:00Z or milliseconds since the epoch such as 1795341600000, got '${v}'`);
-    return us;
+    const t = parseTime(v);
+    if (t === undefined) throw bad(name, `must be an ISO 8601 time such as 2026-11-22T10:00:00Z or milliseconds since the epoch such as 1795341600000, got '${v}'`);
+    return t;
   }
 
   /** One of `allowed` (compared without case). */
@@ -97,18 +99,24 @@ const HAS_TIME = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}/;
 /** A zone designator at the end: `Z`, or an offset `+hh`, `+hhmm`, `+hh:mm`. */
 const HAS_ZONE = /(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$/;
 
-/** The start of the year 10000 in epoch milliseconds: every time read is before it. */
-const YEAR_10000_MS = Date.UTC(10000, 0, 1);
-
-/** An API time as epoch microseconds (see Query.time), or undefined when it is not one (or past the year 9999). */
-export function parseMicros(v: string): number | undefined {
-  const us = readMicros(v);
-  return us !== undefined && us < YEAR_10000_MS * 1000 ? us : undefined;
+/**
+ * An API time (see Query.time), or undefined when it is not one or is past the year 9999. Kept as
+ * whole seconds and a fraction rather than epoch microseconds: those pass what a double holds
+ * exactly after the year 2255, and the last microseconds of the year 9999 would round into 10000.
+ */
+export function parseTime(v: string): Timestamp | undefined {
+  const t = readTime(v);
+  if (t === undefined || t.seconds >= PAST_LAST_SECOND) return undefined;
+  return { $typeName: "google.protobuf.Timestamp", seconds: t.seconds, nanos: t.micros * 1000 };
 }
 
-function readMicros(v: string): number | undefined {
+/** Whole epoch seconds and the microseconds past them (a fraction rounded up to 1000000 carries into the seconds). */
+function readTime(v: string): { seconds: bigint; micros: number } | undefined {
   // Milliseconds since the epoch: any whole number, `0` included (no sign, no fraction).
-  if (/^\d{1,16}$/.test(v)) return Number(v) * 1000;
+  if (/^\d{1,16}$/.test(v)) {
+    const ms = BigInt(v);
+    return { seconds: ms / 1000n, micros: Number(ms % 1000n) * 1000 };
+  }
   // An ISO time must name a real day: Date.parse rolls 2026-02-30 over to March 2. And it must be
   // one whole: Date.parse reads on past some characters it stops at (a NUL: "2026-11-27\0junk").
   if (!ISO_TIME.test(v) || !startsWithCalendarDate(v)) return undefined;
@@ -119,10 +127,13 @@ function readMicros(v: string): number | undefined {
   // server's own time zone, so the same query would select other logs on another machine).
   const ms = Date.parse(HAS_TIME.test(whole) && !HAS_ZONE.test(whole) ? `${whole}Z` : whole);
   if (!Number.isFinite(ms)) return undefined;
-  if (!m) return ms * 1000;
-  const digits = m[2]!;
-  const fraction = Number(digits.slice(0, 6).padEnd(6, "0")) + (/[1-9]/.test(digits.slice(6)) ? 1 : 0);
-  return ms * 1000 + fraction;
+  const seconds = Math.floor(ms / 1000);
+  let micros = (ms - seconds * 1000) * 1000;
+  if (m) {
+    const digits = m[2]!;
+    micros += Number(digits.slice(0, 6).padEnd(6, "0")) + (/[1-9]/.test(digits.slice(6)) ? 1 : 0);
+  }
+  return micros >= 1_000_000 ? { seconds: BigInt(seconds) + 1n, micros: micros - 1_000_000 } : { seconds: BigInt(seconds), micros };
 }
 
 const bad = (name: string, what: string) => invalidRequest("invalid_parameter", `Query parameter '${name}' ${what}.`);

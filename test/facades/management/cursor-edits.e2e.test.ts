@@ -78,7 +78,9 @@ describe("management API cursors: an edited cursor is refused, a returned one ke
     assert.equal((await page("limit=1&model=chat-4o", cursor)).status, 200);
     refused(await page("limit=1", cursor), "other filters");
     refused(await page("limit=1&model=chat-4o&start=2020-01-01T00:00:00Z", cursor), "another range");
-    refused(await page("limit=1&model=chat-4o", cursor, other.live), "another project");
+    const foreign = await page("limit=1&model=chat-4o", cursor, other.live);
+    refused(foreign, "another project");
+    assert.match(foreign.json().error.message, /another project's or key mode's/, "names every way a listing can differ, not only filters");
     refused(await page("limit=1&model=chat-4o", cursor, keys.test), "the test logs");
     refused(await get(`/v1/prompts?cursor=${encodeURIComponent(cursor)}`), "a logs cursor on the prompts");
   });
@@ -96,7 +98,9 @@ describe("management API cursors: an edited cursor is refused, a returned one ke
       "the unsealed format": ["p1", p[1], p[2]],
     })) refused(await get(`/v1/prompts?limit=1&cursor=${encodeURIComponent(token(edited))}`), what);
     refused(await page("limit=1", first.next_cursor), "a prompts cursor on the logs");
-    refused(await get(`/v1/prompts?cursor=${encodeURIComponent(first.next_cursor)}`, other.live), "another project's");
+    const foreign = await get(`/v1/prompts?cursor=${encodeURIComponent(first.next_cursor)}`, other.live);
+    refused(foreign, "another project's");
+    assert.match(foreign.json().error.message, /another project's listing/);
     const next = await get(`/v1/prompts?limit=1&cursor=${encodeURIComponent(first.next_cursor)}`);
     assert.deepEqual(next.json().data.map((x: { name: string }) => x.name), ["beta"]);
   });

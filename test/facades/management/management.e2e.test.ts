@@ -361,6 +361,9 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
     assert.deepEqual(await ids_(`end=${at("1234561")}`), [requestId]);
     assert.deepEqual(await ids_(`start=${encodeURIComponent("2026-11-20T13:00:00.123456+01:00")}`), [requestId], "an offset keeps its microseconds");
     assert.deepEqual(await ids_(`start=${Math.floor(us / 1000)}&end=${Math.floor(us / 1000) + 1}`), [requestId], "milliseconds since the epoch still work");
+    // The last microseconds of the year 9999 are times like any other (past the year 2255 a double's microseconds are not exact).
+    assert.deepEqual(await ids_(`end=${encodeURIComponent("9999-12-31T23:59:59.999999Z")}`), [requestId]);
+    assert.deepEqual(await ids_(`start=${encodeURIComponent("9999-12-31T23:59:59.999990Z")}`), []);
   });
 
   it("refuses an empty filter value with 400 naming the parameter, rather than ignoring the filter", async () => {
@@ -408,6 +411,8 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
         const res = await get(q(span));
         assert.equal(res.status, 400, `${granularity}${groupBy}: ${span - max} ms over the maximum`);
         assert.equal(res.json().error.code, "invalid_parameter");
+        // Day is the coarsest granularity: the refusal does not send the caller looking for another.
+        if (granularity === "day") assert.doesNotMatch(res.json().error.message, /coarser/);
       }
     }
   });

@@ -1,5 +1,14 @@
 import assert from "node:assert/strict";
-import { parseMicros } from "../../../src/facades/management/query.js";
+import { parseTime } from "../../../src/facades/management/query.js";
+
+/** The time read, in epoch microseconds (a bigint: exact over the whole range), or undefined. */
+const parseMicros = (v: string): number | bigint | undefined => {
+  const t = parseTime(v);
+  if (t === undefined) return undefined;
+  assert.ok(Number.isInteger(t.nanos) && t.nanos >= 0 && t.nanos < 1e9 && t.nanos % 1000 === 0, `${v}: nanos ${t.nanos}`);
+  const us = t.seconds * 1_000_000n + BigInt(t.nanos / 1000);
+  return us <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(us) : us;
+};
 
 describe("management API times", () => {
   const tz = process.env.TZ;
@@ -33,8 +42,18 @@ describe("management API times", () => {
       assert.equal(parseMicros(v), ms * 1000, v);
     }
     // The last millisecond of the year 9999 is the latest time read, in either form.
-    assert.equal(parseMicros("253402300799999"), 253_402_300_799_999 * 1000);
-    assert.equal(parseMicros("9999-12-31T23:59:59.999Z"), 253_402_300_799_999 * 1000);
+    assert.equal(parseMicros("253402300799999"), 253_402_300_799_999_000n);
+    assert.equal(parseMicros("9999-12-31T23:59:59.999Z"), 253_402_300_799_999_000n);
+  });
+
+  it("is exact to the microsecond up to the end of the year 9999 (past the year 2255, where a double's microseconds are not)", () => {
+    assert.equal(parseMicros("9999-12-31T23:59:59.999999Z"), 253_402_300_799_999_999n);
+    assert.equal(parseMicros("9999-12-31T23:59:59.999990Z"), 253_402_300_799_999_990n);
+    assert.equal(parseMicros("3000-01-01T00:00:00.000001Z"), BigInt(Date.UTC(3000, 0, 1)) * 1000n + 1n);
+    assert.equal(parseMicros("2026-11-22T10:00:00.9999991Z"), utc + 1_000_000, "a fraction rounded up to a whole second carries");
+    assert.equal(parseMicros("1969-12-31T23:59:59.5Z"), -500_000);
+    // Rounded up into the year 10000: past the last time read.
+    assert.equal(parseMicros("9999-12-31T23:59:59.9999991Z"), undefined);
   });
 
   it("what is not a time is refused", () => {
