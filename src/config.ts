@@ -172,14 +172,24 @@ function intInRange(env: NodeJS.ProcessEnv, name: string, fallback: number, min:
 /** A port setting (0 picks a free one), or `fallback` when unset. */
 export const portSetting = (env: NodeJS.ProcessEnv, name: string, fallback: number): number => intInRange(env, name, fallback, 0, 65535, "a port number (0-65535)");
 
-/** A positive whole number (a decimal string from the environment, a number from the config file), at most `max`. */
-function positiveInt(v: unknown, name: string, max = Number.MAX_SAFE_INTEGER): number {
+/**
+ * A positive whole number (a decimal string from the environment, a number from the config file),
+ * at most `max`; `maxText` says the maximum in words in the refusal ("30 days").
+ */
+function positiveInt(v: unknown, name: string, max = Number.MAX_SAFE_INTEGER, maxText?: string): number {
   const n = typeof v === "string" ? decimal(v) : v;
   if (typeof n !== "number" || !Number.isSafeInteger(n) || n <= 0 || n > max) {
-    throw new ConfigError(`${name} must be a positive integer up to ${max}, got ${JSON.stringify(v)}`);
+    throw new ConfigError(`${name} must be a positive integer up to ${max}${maxText ? ` (${maxText})` : ""}, got ${JSON.stringify(v)}`);
   }
   return n;
 }
+
+/**
+ * The largest request body and cached answer a setting may allow: a body is read into one string,
+ * and the core port reads messages of twice that (coreReadMaxBytes), which its HTTP/2 stack caps
+ * below 4 GiB; a V8 string stops short of 512 Mi characters.
+ */
+export const MAX_BODY_BYTES = 256 * 1024 * 1024;
 
 /** The longest delay a Node timer keeps (2^31 - 1 ms, about 24.8 days); a longer one fires at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -418,16 +428,12 @@ function timeouts(env: NodeJS.ProcessEnv, file: JsonObject): Timeouts {
 }
 
 function cache(env: NodeJS.ProcessEnv): CacheConfig {
-  const pick = (name: string, fallback: number) => (env[name] ? positiveInt(env[name], name) : fallback);
-  const ttlSeconds = pick("SVC_CACHE_TTL_SECONDS", 3600);
-  if (ttlSeconds > MAX_CACHE_TTL_SECONDS) {
-    throw new ConfigError(`SVC_CACHE_TTL_SECONDS must be at most ${MAX_CACHE_TTL_SECONDS} (30 days), got ${JSON.stringify(env.SVC_CACHE_TTL_SECONDS)}`);
-  }
+  const pick = (name: string, fallback: number, max?: number, maxText?: string) => (env[name] ? positiveInt(env[name], name, max, maxText) : fallback);
   return {
     enabled: !flag(env, "SVC_CACHE_DISABLED"),
-    ttlSeconds,
+    ttlSeconds: pick("SVC_CACHE_TTL_SECONDS", 3600, MAX_CACHE_TTL_SECONDS, "30 days"),
     maxBytes: pick("SVC_CACHE_MAX_BYTES", 256 * 1024 * 1024),
-    maxEntryBytes: pick("SVC_CACHE_MAX_ENTRY_BYTES", 4 * 1024 * 1024),
+    maxEntryBytes: pick("SVC_CACHE_MAX_ENTRY_BYTES", 4 * 1024 * 1024, MAX_BODY_BYTES, "256 MiB"),
   };
 }
 
@@ -452,12 +458,7 @@ function limits(env: NodeJS.ProcessEnv): LimitsConfig {
 }
 
 function telemetry(env: NodeJS.ProcessEnv, dataDir: string): TelemetryConfig {
-  const pick = (name: string, fallback: number, max: number) => {
-    if (!env[name]) return fallback;
-    const n = positiveInt(env[name], name);
-    if (n > max) throw new ConfigError(`${name} must be at most ${max}, got ${JSON.stringify(env[name])}`);
-    return n;
-  };
+  const pick = (name: string, fallback: number, max: number) => (env[name] ? positiveInt(env[name], name, max) : fallback);
   return {
     clickhouseUrl: env.SVC_CLICKHOUSE_URL ? url(env.SVC_CLICKHOUSE_URL, "SVC_CLICKHOUSE_URL") : undefined,
     bodyTtlDays: pick("SVC_TELEMETRY_BODY_TTL_DAYS", 30, 3650),
@@ -489,8 +490,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     redisUrl: redisUrl(env.SVC_REDIS_URL),
     adminToken: env.SVC_ADMIN_TOKEN ? checkAdminToken(env.SVC_ADMIN_TOKEN, "SVC_ADMIN_TOKEN") : undefined,
     maxRequestBytes: env.SVC_MAX_REQUEST_BYTES
-      ? positiveInt(env.SVC_MAX_REQUEST_BYTES, "SVC_MAX_REQUEST_BYTES")
-      : file.maxRequestBytes === undefined ? 4 * 1024 * 1024 : positiveInt(file.maxRequestBytes, "config maxRequestBytes"),
+      ? positiveInt(env.SVC_MAX_REQUEST_BYTES, "SVC_MAX_REQUEST_BYTES", MAX_BODY_BYTES, "256 MiB")
+      : file.maxRequestBytes === undefined ? 4 * 1024 * 1024 : positiveInt(file.maxRequestBytes, "config maxRequestBytes", MAX_BODY_BYTES, "256 MiB"),
     timeouts: timeouts(env, file),
     cache: cache(env),
     limits: limits(env),

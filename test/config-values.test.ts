@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { baseUrlWarning, clusterWarnings, ConfigError, loadConfig } from "../src/config.js";
+import { coreReadMaxBytes } from "../src/server.js";
 
 /** Bad settings stop the server at start with a message naming the setting, never start it quietly wrong. */
 describe("configuration values", () => {
@@ -31,6 +32,33 @@ describe("configuration values", () => {
       assert.throws(() => loadConfig({ [name]: value }), (e: Error) => e instanceof ConfigError && e.message.includes(name) && e.message.includes(shown));
     });
   }
+
+  it("states the largest value a whole-number setting takes, and refuses body sizes the server could not start with", () => {
+    for (const [name, value, max] of [
+      ["SVC_CACHE_TTL_SECONDS", "0", "2592000 (30 days)"],
+      ["SVC_CACHE_TTL_SECONDS", "2592001", "2592000 (30 days)"],
+      ["SVC_TELEMETRY_FLUSH_INTERVAL_MS", "0", "60000"],
+      ["SVC_TELEMETRY_BATCH_SIZE", "0", "100000"],
+      ["SVC_TELEMETRY_BODY_TTL_DAYS", "1.5", "3650"],
+      // The core port reads messages of twice these, which its HTTP/2 stack caps below 4 GiB: larger
+      // values stopped the start half-way with an internal message (readMaxBytes ... <= 4294967295).
+      ["SVC_MAX_REQUEST_BYTES", "2200000000", "268435456 (256 MiB)"],
+      ["SVC_MAX_REQUEST_BYTES", "-5", "268435456 (256 MiB)"],
+      ["SVC_CACHE_MAX_ENTRY_BYTES", "268435457", "268435456 (256 MiB)"],
+    ]) {
+      assert.throws(() => loadConfig({ [name]: value }), (e: Error) => e instanceof ConfigError && e.message.includes(name) && e.message.includes(`up to ${max},`), `${name}=${value}`);
+    }
+    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
+    try {
+      const file = join(dir, "svc.config.json");
+      writeFileSync(file, JSON.stringify({ maxRequestBytes: 2_200_000_000 }));
+      assert.throws(() => loadConfig({ SVC_CONFIG: file }), (e: Error) => e instanceof ConfigError && e.message.includes("config maxRequestBytes must be a positive integer up to 268435456 (256 MiB)"));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    const largest = loadConfig({ SVC_MAX_REQUEST_BYTES: "268435456", SVC_CACHE_MAX_ENTRY_BYTES: "268435456" });
+    assert.equal(coreReadMaxBytes(largest) <= 2 ** 32 - 1, true, "the core port's limit stays within what its HTTP/2 stack takes");
+  });
 
   it("takes plain decimal numbers, the longest timer Node keeps, Redis URLs and the four log levels", () => {
     const c = loadConfig({ SVC_GATEWAY_PORT: "8088", SVC_UPSTREAM_TOTAL_TIMEOUT_MS: String(2 ** 31 - 1), SVC_REDIS_URL: "rediss://user:pw@example.com:6380/2", SVC_LOG_LEVEL: "warn" });
