@@ -26,16 +26,29 @@ export interface ProviderConfig {
   baseUrlSetting?: string;
 }
 
+/** The public hosts whose calls cannot work without a configured key. */
+const PUBLIC_HOSTS = new Set(["api.openai.com", "api.anthropic.com"]);
+
 /**
- * A warning about a provider's base URL (as config.ts keeps it, without a trailing slash) that is
- * probably wrong, or undefined: an OpenAI-style one
+ * Whether the provider's requests are refused for want of a key (502 upstream_not_configured): it
+ * has none, and needs one: a config file's provider naming `apiKeyEnv`, or a built-in one at its
+ * public address.
+ */
+export const lacksKey = (p: ProviderConfig): boolean => !p.apiKey && (p.keyRequired === true || PUBLIC_HOSTS.has(new URL(p.baseUrl).hostname));
+
+/**
+ * A warning about a provider that is probably set up wrong, or undefined: it lacks the key it needs
+ * (lacksKey), or its base URL (as config.ts keeps it, without a trailing slash) has the other
+ * style's shape: an OpenAI-style one
  * is the SDK's base, ending in `/v1` (requests go to `{base}/chat/completions`), an Anthropic-style
  * one is not (requests go to `{base}/v1/messages`). Only warned at start, not refused: a compatible
  * provider may put its API at another path.
  */
-export function baseUrlWarning(p: ProviderConfig): string | undefined {
-  if (p.keyRequired && !p.apiKey) {
-    return `the ${p.name} provider names its key's variable ${p.apiKeyEnv}, which is unset or empty: its models are answered 502 upstream_not_configured until it is set`;
+export function providerWarning(p: ProviderConfig): string | undefined {
+  if (lacksKey(p)) {
+    return p.keyRequired
+      ? `the ${p.name} provider names its key's variable ${p.apiKeyEnv}, which is unset or empty: its models are answered 502 upstream_not_configured until it is set`
+      : `${p.apiKeyEnv} is unset or empty: the ${p.name} provider's models are answered 502 upstream_not_configured until it is set (or start with --demo to answer every model from the built-in provider)`;
   }
   const path = new URL(p.baseUrl).pathname.replace(/\/+$/, "");
   const setting = p.baseUrlSetting ?? `the ${p.name} provider's base URL`;

@@ -6,7 +6,7 @@ import { join, resolve } from "node:path";
 import type { Duplex } from "node:stream";
 import type { Client, ConnectRouter } from "@connectrpc/connect";
 import { applyClientTimeouts, clientTimeouts, type ClientTimeouts } from "./client-timeouts.js";
-import { baseUrlWarning, checkAdminToken, clusterWarnings, type Config, ConfigError, connectHost } from "./config.js";
+import { checkAdminToken, clusterWarnings, type Config, ConfigError, connectHost, providerWarning } from "./config.js";
 import { toErrorBody, toErrorInfo } from "./core/errors.js";
 import { adminAuthInterceptor, adminTokenCheck } from "./core/admin-auth.js";
 import { createAuthService } from "./core/auth/auth-service.js";
@@ -89,8 +89,10 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     for (const warning of clusterWarnings(config)) log.warn(warning);
     let demo: FakeProvider | undefined;
     if (!opts.demo) {
+      // Only the providers models are routed to: one the config file left without models is never called.
+      const called = new Set([...config.models.values()].map((m) => m.provider));
       for (const p of config.providers.values()) {
-        const warning = baseUrlWarning(p);
+        const warning = called.has(p.name) ? providerWarning(p) : undefined;
         if (warning) log.warn(warning);
       }
     } else {

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { baseUrlWarning, clusterWarnings, ConfigError, loadConfig } from "../src/config.js";
+import { clusterWarnings, ConfigError, loadConfig, providerWarning } from "../src/config.js";
 import { coreReadMaxBytes } from "../src/server.js";
 
 /** Bad settings stop the server at start with a message naming the setting, never start it quietly wrong. */
@@ -116,8 +116,9 @@ describe("configuration values", () => {
   });
 });
 
-describe("provider base URLs that are probably wrong are warned about at start", () => {
-  const warningsOf = (env: Record<string, string>) => [...loadConfig(env).providers.values()].map(baseUrlWarning).filter(Boolean);
+describe("providers that are probably set up wrong are warned about at start", () => {
+  const keys = { SVC_OPENAI_API_KEY: "sk-x", SVC_ANTHROPIC_API_KEY: "sk-ant-x" };
+  const warningsOf = (env: Record<string, string>) => [...loadConfig({ ...keys, ...env }).providers.values()].map(providerWarning).filter(Boolean);
 
   it("passes the documented shapes: OpenAI-style ending in /v1, Anthropic-style without it", () => {
     assert.deepEqual(warningsOf({}), []);
@@ -130,6 +131,15 @@ describe("provider base URLs that are probably wrong are warned about at start",
     }
     // Not a base URL: a ClickHouse server's URL may carry settings in its query.
     assert.equal(loadConfig({ SVC_CLICKHOUSE_URL: "http://127.0.0.1:8123/db?clickhouse_setting_async_insert=1" }).telemetry.clickhouseUrl, "http://127.0.0.1:8123/db?clickhouse_setting_async_insert=1");
+  });
+
+  it("warns of a built-in provider at its public address without a key, and not of one elsewhere (a local server may take none)", () => {
+    const warnings = [...loadConfig({}).providers.values()].map(providerWarning);
+    assert.deepEqual(warnings, [
+      "SVC_OPENAI_API_KEY is unset or empty: the openai provider's models are answered 502 upstream_not_configured until it is set (or start with --demo to answer every model from the built-in provider)",
+      "SVC_ANTHROPIC_API_KEY is unset or empty: the anthropic provider's models are answered 502 upstream_not_configured until it is set (or start with --demo to answer every model from the built-in provider)",
+    ]);
+    assert.deepEqual([...loadConfig({ SVC_OPENAI_BASE_URL: "http://127.0.0.1:9/v1", SVC_ANTHROPIC_BASE_URL: "http://127.0.0.1:9" }).providers.values()].map(providerWarning), [undefined, undefined]);
   });
 
   it("warns of a config file's provider whose key variable is unset, wherever it is", () => {

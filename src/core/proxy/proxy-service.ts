@@ -1,5 +1,5 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import type { ProviderConfig } from "../../config.js";
+import { lacksKey, type ProviderConfig } from "../../config.js";
 import {
   type ApiStyle,
   type Completion,
@@ -25,8 +25,6 @@ export interface ProxyDeps {
   http: UpstreamHttp;
 }
 
-/** The public hosts whose calls cannot work without a configured key. */
-const PUBLIC_HOSTS = new Set(["api.openai.com", "api.anthropic.com"]);
 const MAX_RESPONSE_CHARS = 64 * 1024 * 1024;
 const EVENT_STREAM = /^\s*text\/event-stream\s*(;|$)/i;
 
@@ -55,7 +53,7 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
     const unserved = unservedModel(route?.model, req.model, req.style);
     if (unserved) throw unserved;
     const { provider } = route!;
-    if (!provider.apiKey && (provider.keyRequired || PUBLIC_HOSTS.has(new URL(provider.baseUrl).hostname))) {
+    if (lacksKey(provider)) {
       const setting = provider.apiKeyEnv ? `set ${provider.apiKeyEnv}` : "set it";
       // Retrying cannot help until the operator acts: the SDKs are told not to (x-should-retry).
       throw withRetryGuidance(
