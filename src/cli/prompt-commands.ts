@@ -47,6 +47,8 @@ export async function promptsCommand(sub: string | undefined, args: string[], fl
       } catch {
         throw new UsageError(`--file ${path} is not UTF-8 text: convert it first (e.g. iconv -t UTF-8)`);
       }
+      // The service refuses an empty prompt naming its field (`content`), which is not an option here.
+      if (content === "") throw new UsageError(`--file ${path} is empty: a prompt needs some text`);
       const { prompt } = await client.putPrompt({ projectId, name, content, description: flags.description ?? "" });
       return out(flags, promptJson(prompt!, false), `Stored prompt ${prompt!.name} version ${prompt!.version} in project ${projectId}.`);
     }

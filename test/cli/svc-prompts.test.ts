@@ -51,6 +51,11 @@ describe("svc prompts and body logging against a running `svc serve --demo`", fu
     assert.match(notUtf8.stderr, /is not UTF-8 text/);
     const missing = await server.svc("prompts", "put", "latin", "--project", projectId, "--file", join(dir, "missing.txt"));
     assert.equal(missing.code, 2, "an unreadable file is a usage error");
+    const empty = join(dir, "empty.txt");
+    writeFileSync(empty, "");
+    const nothing = await server.svc("prompts", "put", "latin", "--project", projectId, "--file", empty);
+    assert.equal(nothing.code, 2, nothing.stderr);
+    assert.match(nothing.stderr, /--file .*empty\.txt is empty/, "names the option, not the service's `content` field");
     writeFileSync(latin1, "café crème");
     const described = await server.svc("prompts", "put", "latin", "--project", projectId, "--file", latin1, "--description", "two\nlines");
     assert.equal(described.code, 1);
