@@ -1,4 +1,5 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { ApiKey, Project } from "../gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../gen/svc/common/v1/key_mode_pb.js";
 import { planName, planOf } from "../core/auth/plans.js";
@@ -69,10 +70,19 @@ export async function projectsCommand(sub: string | undefined, args: string[], f
     case "show": {
       const id = need(args[0], "PROJECT_ID");
       const { project } = await client.getProject({ projectId: id });
-      const { keys } = await client.listKeys({ projectId: id });
+      // While the registry's Redis is down, a project this replica read before is still answered
+      // (from memory) but its keys cannot be listed: the project is shown without their count.
+      const keys = await client.listKeys({ projectId: id }).then(
+        (r) => r.keys.length,
+        (e: unknown) => {
+          if (!(e instanceof ConnectError && e.code === Code.Unavailable)) throw e;
+          process.stderr.write(`note: the key count is not shown: ${e.rawMessage}\n`);
+          return undefined;
+        },
+      );
       // Usage is a nicety: a server without limits (or with its store down) still shows the project.
       const usage = await createLimitsAdminClient(target).getUsage({ projectId: id }).catch(() => undefined);
-      const j = projectDetailJson(project!, { keys: keys.length, usage });
+      const j = projectDetailJson(project!, { keys, usage });
       return out(flags, j, projectDetailText(j));
     }
     case "update": {

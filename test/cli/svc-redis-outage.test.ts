@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { startRedis, type TestRedis } from "../support/redis.js";
+import { eventually } from "../support/http.js";
 import { startSvcServe, type SvcServe } from "../support/svc-cli.js";
 
 describe("the svc CLI while the registry's Redis is down", function () {
@@ -26,5 +27,24 @@ describe("the svc CLI while the registry's Redis is down", function () {
       assert.equal(res.code, 1, `${args.join(" ")}: ${res.stdout}`);
       assert.match(res.stderr, /^error: The registry of projects and keys cannot be reached right now\. Retry shortly\.\n$/, args.join(" "));
     }
+  });
+
+  it("shows a project the server read before, as the README says, without the key count it cannot list", async () => {
+    redis = await startRedis(redis.port);
+    await eventually(async () => (await srv.svc("projects", "list")).code === 0, 10_000, "the registry back");
+    const created = await srv.svc("projects", "create", "--name", "shown", "--plan", "pro", "--json");
+    assert.equal(created.code, 0, created.stderr);
+    const id = JSON.parse(created.stdout).id as string;
+    const before = await srv.svc("projects", "show", id, "--json");
+    assert.equal(JSON.parse(before.stdout).keys, 0, before.stderr);
+    await redis.stop();
+    const json = await srv.svc("projects", "show", id, "--json");
+    assert.equal(json.code, 0, json.stderr);
+    const shown = JSON.parse(json.stdout);
+    assert.deepEqual([shown.id, shown.name, shown.plan, "keys" in shown], [id, "shown", "pro", false]);
+    assert.match(json.stderr, /^note: the key count is not shown: The registry of projects and keys cannot be reached right now/);
+    const text = await srv.svc("projects", "show", id);
+    assert.equal(text.code, 0, text.stderr);
+    assert.match(text.stdout, new RegExp(`^${id}  shown\n`));
   });
 });
