@@ -313,9 +313,9 @@ const FILE_KEYS: Record<string, readonly string[] | undefined> = {
   maxRequestBytes: undefined,
 };
 const PROVIDER_KEYS = ["style", "baseUrl", "apiKeyEnv"];
-const MODEL_KEYS = ["surface", "provider", "upstreamModel", "inputPer1M", "outputPer1M", "cacheReadPer1M", "cacheWritePer1M", "maxOutputTokens"];
+const MODEL_KEYS = ["surface", "provider", "upstreamModel", "inputPer1M", "outputPer1M", "cacheReadPer1M", "cacheWritePer1M", "cacheWrite1hPer1M", "maxOutputTokens"];
 /** The prices of a model, USD per 1M tokens; the cache's default to the provider's multiples of the input price. */
-const PRICE_KEYS = ["inputPer1M", "outputPer1M", "cacheReadPer1M", "cacheWritePer1M"] as const;
+const PRICE_KEYS = ["inputPer1M", "outputPer1M", "cacheReadPer1M", "cacheWritePer1M", "cacheWrite1hPer1M"] as const;
 
 function checkKeys(obj: JsonObject, known: readonly string[], where: string): void {
   for (const k of Object.keys(obj)) {
@@ -395,6 +395,7 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
         outputPer1M: String(m.outputPer1M ?? base?.outputPer1M ?? ""),
         cacheReadPer1M: m.cacheReadPer1M === undefined ? "" : String(m.cacheReadPer1M),
         cacheWritePer1M: m.cacheWritePer1M === undefined ? "" : String(m.cacheWritePer1M),
+        cacheWrite1hPer1M: m.cacheWrite1hPer1M === undefined ? "" : String(m.cacheWrite1hPer1M),
         maxOutputTokens: FALLBACK_MAX_OUTPUT_TOKENS,
       };
       // A default model's ceiling holds only while it still names the same upstream model.
@@ -405,8 +406,9 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
       if (sameModel && base.inputPer1M === route.inputPer1M) {
         if (m.cacheReadPer1M === undefined) route.cacheReadPer1M = base.cacheReadPer1M;
         if (m.cacheWritePer1M === undefined) route.cacheWritePer1M = base.cacheWritePer1M;
+        if (m.cacheWrite1hPer1M === undefined) route.cacheWrite1hPer1M = base.cacheWrite1hPer1M;
       }
-      for (const k of ["cacheReadPer1M", "cacheWritePer1M"] as const) if (m[k] !== undefined) checkPrice(id, k, route[k]);
+      for (const k of ["cacheReadPer1M", "cacheWritePer1M", "cacheWrite1hPer1M"] as const) if (m[k] !== undefined) checkPrice(id, k, route[k]);
       if (!route.upstreamModel) throw new ConfigError(`${where}.upstreamModel is required`);
       if (!route.provider) throw new ConfigError(`${where}.provider is required`);
       for (const k of ["inputPer1M", "outputPer1M"] as const) if (!route[k]) throw new ConfigError(`${where}.${k} is required (USD per 1M tokens, such as "2.50")`);
@@ -423,6 +425,7 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
     const derived = defaultCachePrices(m.inputPer1M, provider.style);
     if (m.cacheReadPer1M === "") m.cacheReadPer1M = derived.cacheReadPer1M;
     if (m.cacheWritePer1M === "") m.cacheWritePer1M = derived.cacheWritePer1M;
+    if (m.cacheWrite1hPer1M === "") m.cacheWrite1hPer1M = derived.cacheWrite1hPer1M;
   }
   return out;
 }

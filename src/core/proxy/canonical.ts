@@ -120,6 +120,7 @@ export function usage(u: Fields<Usage>): Usage {
     extraJson: u.extraJson ?? "",
     cacheReadTokens: u.cacheReadTokens ?? 0,
     cacheWriteTokens: u.cacheWriteTokens ?? 0,
+    cacheWrite1hTokens: u.cacheWrite1hTokens ?? 0,
   };
 }
 

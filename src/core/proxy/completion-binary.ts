@@ -60,6 +60,7 @@ function usageSize(u: Usage, sizes: number[]): number {
   n += stringSize(u.extraJson, sizes);
   if (u.cacheReadTokens !== 0) n += 1 + intSize(u.cacheReadTokens);
   if (u.cacheWriteTokens !== 0) n += 1 + intSize(u.cacheWriteTokens);
+  if (u.cacheWrite1hTokens !== 0) n += 1 + intSize(u.cacheWrite1hTokens);
   return messageSize(n, sizes, at);
 }
 
@@ -139,6 +140,7 @@ class Writer {
     this.#string(3, u.extraJson);
     if (u.cacheReadTokens !== 0) this.#int(4, u.cacheReadTokens);
     if (u.cacheWriteTokens !== 0) this.#int(5, u.cacheWriteTokens);
+    if (u.cacheWrite1hTokens !== 0) this.#int(6, u.cacheWrite1hTokens);
   }
 
   /** A length-delimited message's tag and length (its size was worked out in the first pass). */

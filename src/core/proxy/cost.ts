@@ -33,27 +33,31 @@ export interface Prices {
   output: bigint;
   /** Input tokens read from the provider's prompt cache. */
   cacheRead: bigint;
-  /** Input tokens written to the provider's prompt cache. */
+  /** Input tokens written to the provider's prompt cache (a five-minute entry). */
   cacheWrite: bigint;
+  /** Input tokens written to a one-hour entry of the provider's prompt cache. */
+  cacheWrite1h: bigint;
 }
 
 /** The token counts a cost is computed from: `inputTokens` counts all input, the cache's reads and writes included. */
-export type TokenCounts = Pick<Usage, "inputTokens" | "outputTokens"> & Partial<Pick<Usage, "cacheReadTokens" | "cacheWriteTokens">>;
+export type TokenCounts = Pick<Usage, "inputTokens" | "outputTokens"> & Partial<Pick<Usage, "cacheReadTokens" | "cacheWriteTokens" | "cacheWrite1hTokens">>;
 
 const tokens = (n: number | undefined): bigint => BigInt(Math.max(0, Math.trunc(n ?? 0)));
 const min = (a: bigint, b: bigint): bigint => (a < b ? a : b);
 
 /**
  * Cost in pico-dollars for the given usage: the input tokens read from the prompt cache at the
- * cache-read price, those written to it at the cache-write price, the rest of the input at the input
- * price, and the output at the output price. The cache counts are parts of `inputTokens`, never more
- * than it (a count beyond it is cut to what is left).
+ * cache-read price, those written to it at the cache-write price (one-hour writes at theirs), the
+ * rest of the input at the input price, and the output at the output price. The cache counts are
+ * parts of `inputTokens` (one-hour writes, of the writes), never more than it (a count beyond it is
+ * cut to what is left).
  */
 export function costPico(p: Prices, u: TokenCounts): bigint {
   const input = tokens(u.inputTokens);
   const read = min(tokens(u.cacheReadTokens), input);
   const write = min(tokens(u.cacheWriteTokens), input - read);
-  return (input - read - write) * p.input + read * p.cacheRead + write * p.cacheWrite + tokens(u.outputTokens) * p.output;
+  const write1h = min(tokens(u.cacheWrite1hTokens), write);
+  return (input - read - write) * p.input + read * p.cacheRead + (write - write1h) * p.cacheWrite + write1h * p.cacheWrite1h + tokens(u.outputTokens) * p.output;
 }
 
 /** Formats pico-dollars as a plain decimal USD string ("0", "0.000025", "1.5"). */

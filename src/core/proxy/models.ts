@@ -19,8 +19,10 @@ export interface ModelRoute {
   outputPer1M: string;
   /** USD per 1M input tokens read from the provider's prompt cache, as a decimal string. */
   cacheReadPer1M: string;
-  /** USD per 1M input tokens written to the provider's prompt cache, as a decimal string. */
+  /** USD per 1M input tokens written to the provider's prompt cache (a five-minute entry), as a decimal string. */
   cacheWritePer1M: string;
+  /** USD per 1M input tokens written to a one-hour entry of the provider's prompt cache, as a decimal string. */
+  cacheWrite1hPer1M: string;
   /**
    * The most output tokens the upstream model writes in one answer: what a spend cap reserves for a
    * request that sets no `max_tokens` (chat completions makes it optional).
@@ -37,14 +39,14 @@ const messages = ApiStyle.MESSAGES;
 /**
  * The prompt-cache prices a model gets when none are set, from its input price and the style of the
  * provider it is routed to, as the providers bill them: a messages-style (Anthropic) upstream bills
- * cache writes at 1.25x the input price and cache reads at 0.1x; a chat-completions-style (OpenAI)
- * upstream bills cached input at 0.5x and has no cache writes (priced as plain input). Rounded up to
- * the 6th decimal.
+ * cache writes at 1.25x the input price (2x for a one-hour entry) and cache reads at 0.1x; a
+ * chat-completions-style (OpenAI) upstream bills cached input at 0.5x and has no cache writes
+ * (priced as plain input). Rounded up to the 6th decimal.
  */
-export function defaultCachePrices(inputPer1M: string, upstreamStyle: ApiStyle): Pick<ModelRoute, "cacheReadPer1M" | "cacheWritePer1M"> {
+export function defaultCachePrices(inputPer1M: string, upstreamStyle: ApiStyle): Pick<ModelRoute, "cacheReadPer1M" | "cacheWritePer1M" | "cacheWrite1hPer1M"> {
   return upstreamStyle === ApiStyle.MESSAGES
-    ? { cacheReadPer1M: scalePrice(inputPer1M, 1n, 10n), cacheWritePer1M: scalePrice(inputPer1M, 5n, 4n) }
-    : { cacheReadPer1M: scalePrice(inputPer1M, 1n, 2n), cacheWritePer1M: scalePrice(inputPer1M, 1n, 1n) };
+    ? { cacheReadPer1M: scalePrice(inputPer1M, 1n, 10n), cacheWritePer1M: scalePrice(inputPer1M, 5n, 4n), cacheWrite1hPer1M: scalePrice(inputPer1M, 2n, 1n) }
+    : { cacheReadPer1M: scalePrice(inputPer1M, 1n, 2n), cacheWritePer1M: scalePrice(inputPer1M, 1n, 1n), cacheWrite1hPer1M: scalePrice(inputPer1M, 1n, 1n) };
 }
 
 /** A route's parsed prices. */
@@ -53,25 +55,26 @@ export const pricesOf = (m: ModelRoute): Prices => ({
   output: parsePrice(m.outputPer1M),
   cacheRead: parsePrice(m.cacheReadPer1M),
   cacheWrite: parsePrice(m.cacheWritePer1M),
+  cacheWrite1h: parsePrice(m.cacheWrite1hPer1M),
 });
 
 /**
  * The default routes: each spec model id maps to the provider model it stands for, priced at that
  * model's list price per 1M tokens (input/output, and the prompt cache's reads and writes), with that
  * model's documented output ceiling. Cache prices are the multiples of `defaultCachePrices`, except
- * where the provider lists a rounded price (Claude 3 Haiku: $0.30 writes, $0.03 reads).
+ * where the provider lists a rounded price (Claude 3 Haiku: $0.30 five-minute writes, $0.03 reads).
  */
 export const defaultModels: readonly ModelRoute[] = [
-  { id: "chat-4o", surface: chat, provider: "openai", upstreamModel: "gpt-4o", inputPer1M: "2.50", outputPer1M: "10.00", cacheReadPer1M: "1.25", cacheWritePer1M: "2.50", maxOutputTokens: 16384 },
-  { id: "chat-4o-mini", surface: chat, provider: "openai", upstreamModel: "gpt-4o-mini", inputPer1M: "0.15", outputPer1M: "0.60", cacheReadPer1M: "0.075", cacheWritePer1M: "0.15", maxOutputTokens: 16384 },
-  { id: "chat-4-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-4-turbo", inputPer1M: "10", outputPer1M: "30", cacheReadPer1M: "5", cacheWritePer1M: "10", maxOutputTokens: 4096 },
-  { id: "chat-4", surface: chat, provider: "openai", upstreamModel: "gpt-4", inputPer1M: "30", outputPer1M: "60", cacheReadPer1M: "15", cacheWritePer1M: "30", maxOutputTokens: 8192 },
-  { id: "chat-3.5-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-3.5-turbo", inputPer1M: "0.50", outputPer1M: "1.50", cacheReadPer1M: "0.25", cacheWritePer1M: "0.50", maxOutputTokens: 4096 },
-  { id: "assistant-3-5-sonnet-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15", cacheReadPer1M: "0.30", cacheWritePer1M: "3.75", maxOutputTokens: 8192 },
-  { id: "assistant-3-5-haiku-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-haiku-20241022", inputPer1M: "0.80", outputPer1M: "4", cacheReadPer1M: "0.08", cacheWritePer1M: "1", maxOutputTokens: 8192 },
-  { id: "assistant-3-opus-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-opus-20240229", inputPer1M: "15", outputPer1M: "75", cacheReadPer1M: "1.50", cacheWritePer1M: "18.75", maxOutputTokens: 4096 },
-  { id: "assistant-3-sonnet-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-sonnet-20240229", inputPer1M: "3", outputPer1M: "15", cacheReadPer1M: "0.30", cacheWritePer1M: "3.75", maxOutputTokens: 4096 },
-  { id: "assistant-3-haiku-20240307", surface: messages, provider: "anthropic", upstreamModel: "claude-3-haiku-20240307", inputPer1M: "0.25", outputPer1M: "1.25", cacheReadPer1M: "0.03", cacheWritePer1M: "0.30", maxOutputTokens: 4096 },
+  { id: "chat-4o", surface: chat, provider: "openai", upstreamModel: "gpt-4o", inputPer1M: "2.50", outputPer1M: "10.00", cacheReadPer1M: "1.25", cacheWritePer1M: "2.50", cacheWrite1hPer1M: "2.50", maxOutputTokens: 16384 },
+  { id: "chat-4o-mini", surface: chat, provider: "openai", upstreamModel: "gpt-4o-mini", inputPer1M: "0.15", outputPer1M: "0.60", cacheReadPer1M: "0.075", cacheWritePer1M: "0.15", cacheWrite1hPer1M: "0.15", maxOutputTokens: 16384 },
+  { id: "chat-4-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-4-turbo", inputPer1M: "10", outputPer1M: "30", cacheReadPer1M: "5", cacheWritePer1M: "10", cacheWrite1hPer1M: "10", maxOutputTokens: 4096 },
+  { id: "chat-4", surface: chat, provider: "openai", upstreamModel: "gpt-4", inputPer1M: "30", outputPer1M: "60", cacheReadPer1M: "15", cacheWritePer1M: "30", cacheWrite1hPer1M: "30", maxOutputTokens: 8192 },
+  { id: "chat-3.5-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-3.5-turbo", inputPer1M: "0.50", outputPer1M: "1.50", cacheReadPer1M: "0.25", cacheWritePer1M: "0.50", cacheWrite1hPer1M: "0.50", maxOutputTokens: 4096 },
+  { id: "assistant-3-5-sonnet-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15", cacheReadPer1M: "0.30", cacheWritePer1M: "3.75", cacheWrite1hPer1M: "6", maxOutputTokens: 8192 },
+  { id: "assistant-3-5-haiku-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-haiku-20241022", inputPer1M: "0.80", outputPer1M: "4", cacheReadPer1M: "0.08", cacheWritePer1M: "1", cacheWrite1hPer1M: "1.6", maxOutputTokens: 8192 },
+  { id: "assistant-3-opus-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-opus-20240229", inputPer1M: "15", outputPer1M: "75", cacheReadPer1M: "1.50", cacheWritePer1M: "18.75", cacheWrite1hPer1M: "30", maxOutputTokens: 4096 },
+  { id: "assistant-3-sonnet-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-sonnet-20240229", inputPer1M: "3", outputPer1M: "15", cacheReadPer1M: "0.30", cacheWritePer1M: "3.75", cacheWrite1hPer1M: "6", maxOutputTokens: 4096 },
+  { id: "assistant-3-haiku-20240307", surface: messages, provider: "anthropic", upstreamModel: "claude-3-haiku-20240307", inputPer1M: "0.25", outputPer1M: "1.25", cacheReadPer1M: "0.03", cacheWritePer1M: "0.30", cacheWrite1hPer1M: "0.50", maxOutputTokens: 4096 },
 ];
 
 /**

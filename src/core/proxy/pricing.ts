@@ -40,7 +40,7 @@ export function createPricing(models: Map<string, ModelRoute>): Pricing {
     partialAnswer(req, started, outChars) {
       const outputTokens = localTokens(outChars);
       const u = started && started.inputTokens > 0
-        ? usage({ inputTokens: started.inputTokens, cacheReadTokens: started.cacheReadTokens, cacheWriteTokens: started.cacheWriteTokens, outputTokens })
+        ? usage({ inputTokens: started.inputTokens, cacheReadTokens: started.cacheReadTokens, cacheWriteTokens: started.cacheWriteTokens, cacheWrite1hTokens: started.cacheWrite1hTokens, outputTokens })
         : usage({ inputTokens: localInputTokens(req), outputTokens });
       const p = prices.get(req.model);
       return { usage: u, costUsd: p ? formatUsd(costPico(p, u)) : "0" };
@@ -57,7 +57,7 @@ export function createPricing(models: Map<string, ModelRoute>): Pricing {
       const output = req.maxTokens ?? p.maxOutputTokens;
       const prompt = Math.ceil(bytes / 2);
       // Priced as if the whole prompt went at the dearest input rate (for Anthropic, a cache write).
-      const dearest = [p.cacheRead, p.cacheWrite].reduce((a, b) => (b > a ? b : a), p.input);
+      const dearest = [p.cacheRead, p.cacheWrite, p.cacheWrite1h].reduce((a, b) => (b > a ? b : a), p.input);
       return formatUsd(costPico({ ...p, input: dearest }, { inputTokens: prompt, outputTokens: output }));
     },
   };

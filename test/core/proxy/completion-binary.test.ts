@@ -14,7 +14,7 @@ describe("encodeCompletion", () => {
     const names = (schema: { fields: { name: string; number: number }[] }) => schema.fields.map((f) => `${f.number}:${f.name}`);
     assert.deepEqual(names(CompletionSchema), ["1:id", "2:model", "3:created", "4:blocks", "5:finish_reason", "6:stop_sequence", "7:usage", "8:cost_usd", "9:upstream_style", "10:extra_json", "11:message_extra_json", "12:choice_extra_json"]);
     assert.deepEqual(names(ContentBlockSchema), ["1:type", "2:text", "3:tool_call_id", "4:tool_name", "5:tool_input_json", "6:is_error", "7:raw_json", "8:extra_json", "9:style"]);
-    assert.deepEqual(names(UsageSchema), ["1:input_tokens", "2:output_tokens", "3:extra_json", "4:cache_read_tokens", "5:cache_write_tokens"]);
+    assert.deepEqual(names(UsageSchema), ["1:input_tokens", "2:output_tokens", "3:extra_json", "4:cache_read_tokens", "5:cache_write_tokens", "6:cache_write_1h_tokens"]);
   });
 
   it("writes exactly what toBinary writes, for random answers", () => {
@@ -42,7 +42,7 @@ describe("encodeCompletion", () => {
         })),
         finishReason: pick([0, 1, 2, 3, 4, 5, 6]),
         stopSequence: str(),
-        usage: rand() < 0.8 ? { inputTokens: int(), outputTokens: int(), extraJson: str(), cacheReadTokens: int(), cacheWriteTokens: int() } : undefined,
+        usage: rand() < 0.8 ? { inputTokens: int(), outputTokens: int(), extraJson: str(), cacheReadTokens: int(), cacheWriteTokens: int(), cacheWrite1hTokens: int() } : undefined,
         costUsd: str(),
         upstreamStyle: pick([0, 1, 2]),
         extraJson: str(),

@@ -82,23 +82,23 @@ describe("pricing: prompt-cache prices", () => {
       rmSync(dir, { recursive: true, force: true });
     }
   };
-  const cachePrices = (m: { cacheReadPer1M: string; cacheWritePer1M: string } | undefined) => m && [m.cacheReadPer1M, m.cacheWritePer1M];
+  const cachePrices = (m: { cacheReadPer1M: string; cacheWritePer1M: string; cacheWrite1hPer1M: string } | undefined) => m && [m.cacheReadPer1M, m.cacheWritePer1M, m.cacheWrite1hPer1M];
 
-  it("defaults to the providers' list prices: Anthropic writes 1.25x and reads 0.1x the input price, OpenAI cached input 0.5x", () => {
+  it("defaults to the providers' list prices: Anthropic writes 1.25x (2x for an hour) and reads 0.1x the input price, OpenAI cached input 0.5x", () => {
     const models = loadConfig({}).models;
-    const table = Object.fromEntries([...models.values()].map((m) => [m.id, [m.inputPer1M, m.cacheReadPer1M, m.cacheWritePer1M]]));
+    const table = Object.fromEntries([...models.values()].map((m) => [m.id, [m.inputPer1M, m.cacheReadPer1M, m.cacheWritePer1M, m.cacheWrite1hPer1M]]));
     assert.deepEqual(table, {
-      "chat-4o": ["2.50", "1.25", "2.50"],
-      "chat-4o-mini": ["0.15", "0.075", "0.15"],
-      "chat-4-turbo": ["10", "5", "10"],
-      "chat-4": ["30", "15", "30"],
-      "chat-3.5-turbo": ["0.50", "0.25", "0.50"],
-      "assistant-3-5-sonnet-20241022": ["3", "0.30", "3.75"],
-      "assistant-3-5-haiku-20241022": ["0.80", "0.08", "1"],
-      "assistant-3-opus-20240229": ["15", "1.50", "18.75"],
-      "assistant-3-sonnet-20240229": ["3", "0.30", "3.75"],
+      "chat-4o": ["2.50", "1.25", "2.50", "2.50"],
+      "chat-4o-mini": ["0.15", "0.075", "0.15", "0.15"],
+      "chat-4-turbo": ["10", "5", "10", "10"],
+      "chat-4": ["30", "15", "30", "30"],
+      "chat-3.5-turbo": ["0.50", "0.25", "0.50", "0.50"],
+      "assistant-3-5-sonnet-20241022": ["3", "0.30", "3.75", "6"],
+      "assistant-3-5-haiku-20241022": ["0.80", "0.08", "1", "1.6"],
+      "assistant-3-opus-20240229": ["15", "1.50", "18.75", "30"],
+      "assistant-3-sonnet-20240229": ["3", "0.30", "3.75", "6"],
       // Anthropic lists Claude 3 Haiku's cache prices rounded ($0.30, $0.03), not 0.3125 and 0.025.
-      "assistant-3-haiku-20240307": ["0.25", "0.03", "0.30"],
+      "assistant-3-haiku-20240307": ["0.25", "0.03", "0.30", "0.50"],
     });
   });
 
@@ -111,22 +111,24 @@ describe("pricing: prompt-cache prices", () => {
         "assistant-3-opus-20240229": { inputPer1M: "0.000001" },
         "chat-x-claude": { surface: "chat-completions", provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15" },
         "assistant-x-gpt": { surface: "messages", provider: "openai", upstreamModel: "gpt-4o", inputPer1M: "2.5", outputPer1M: "10", cacheWritePer1M: 4 },
+        "assistant-3-sonnet-20240229": { cacheWrite1hPer1M: "7" },
       },
       (load) => {
         const models = load().models;
-        assert.deepEqual(cachePrices(models.get("chat-4o")), ["0.5", "2.50"]);
-        assert.deepEqual(cachePrices(models.get("chat-4o-mini")), ["0.1", "0.2"], "a new input price: the multiples of it");
-        assert.deepEqual(cachePrices(models.get("assistant-3-haiku-20240307")), ["0.03", "0.30"], "the same model at the same input price keeps its list prices");
-        assert.deepEqual(cachePrices(models.get("assistant-3-opus-20240229")), ["0.000001", "0.000002"], "rounded up to the 6th decimal");
-        assert.deepEqual(cachePrices(models.get("chat-x-claude")), ["0.3", "3.75"], "routed to a messages-style provider: Anthropic's multiples");
-        assert.deepEqual(cachePrices(models.get("assistant-x-gpt")), ["1.25", "4"], "routed to a chat-completions-style provider: OpenAI's");
+        assert.deepEqual(cachePrices(models.get("chat-4o")), ["0.5", "2.50", "2.50"]);
+        assert.deepEqual(cachePrices(models.get("chat-4o-mini")), ["0.1", "0.2", "0.2"], "a new input price: the multiples of it");
+        assert.deepEqual(cachePrices(models.get("assistant-3-haiku-20240307")), ["0.03", "0.30", "0.50"], "the same model at the same input price keeps its list prices");
+        assert.deepEqual(cachePrices(models.get("assistant-3-opus-20240229")), ["0.000001", "0.000002", "0.000002"], "rounded up to the 6th decimal");
+        assert.deepEqual(cachePrices(models.get("chat-x-claude")), ["0.3", "3.75", "6"], "routed to a messages-style provider: Anthropic's multiples");
+        assert.deepEqual(cachePrices(models.get("assistant-x-gpt")), ["1.25", "4", "2.5"], "routed to a chat-completions-style provider: OpenAI's");
+        assert.deepEqual(cachePrices(models.get("assistant-3-sonnet-20240229")), ["0.30", "3.75", "7"], "a one-hour write price set alone");
       },
     );
   });
 
   it("refuses a cache price that is not a price, naming it", () => {
     for (const bad of ["-1", "1.1234567", "abc", "", "1e3"]) {
-      for (const key of ["cacheReadPer1M", "cacheWritePer1M"]) {
+      for (const key of ["cacheReadPer1M", "cacheWritePer1M", "cacheWrite1hPer1M"]) {
         withConfig({ "chat-4o": { [key]: bad } }, (load) =>
           assert.throws(load, (e: Error) => e instanceof ConfigError && e.message.includes(`model chat-4o ${key}`), `${key} ${JSON.stringify(bad)}`),
         );
@@ -143,6 +145,9 @@ describe("pricing: prompt-cache prices", () => {
     assert.equal(cost(43, 0, 0, 12), "0.000309", "nothing cached: all input at the input price");
     assert.equal(cost(10, 0, 50, 0), "0.000003", "reads beyond the input are cut to it: 10 x 0.30");
     assert.equal(cost(10, 50, 4, 0), "0.0000237", "writes beyond what is left are cut to it: 4 x 0.30 + 6 x 3.75");
+    const withHour = (write: number, write1h: number) => formatUsd(costPico(p, { inputTokens: 100, cacheWriteTokens: write, cacheWrite1hTokens: write1h, outputTokens: 0 }));
+    assert.equal(withHour(40, 10), "0.0003525", "one-hour writes at 2x input: 60 x 3 + 30 x 3.75 + 10 x 6");
+    assert.equal(withHour(40, 90), "0.00042", "one-hour writes beyond the writes are cut to them: 60 x 3 + 40 x 6");
   });
 
   it("reserves for a spend cap no less than what a request can cost, cached or not", () => {
@@ -152,13 +157,13 @@ describe("pricing: prompt-cache prices", () => {
       const b = { ...body(model, prompt, 100), style: model.startsWith("chat") ? ApiStyle.CHAT_COMPLETIONS : ApiStyle.MESSAGES };
       const reserved = Number(pricing.worstCaseUsd(b));
       const p = pricesOf(loadConfig({}).models.get(model)!);
-      for (const [write, read] of [[0, 0], [58, 0], [0, 58], [29, 29]]) {
-        const cost = Number(formatUsd(costPico(p, { inputTokens: 58, cacheWriteTokens: write, cacheReadTokens: read, outputTokens: 100 })));
+      for (const [write, read, write1h] of [[0, 0, 0], [58, 0, 0], [0, 58, 0], [29, 29, 0], [58, 0, 58], [40, 0, 20]]) {
+        const cost = Number(formatUsd(costPico(p, { inputTokens: 58, cacheWriteTokens: write, cacheReadTokens: read, cacheWrite1hTokens: write1h, outputTokens: 100 })));
         assert.ok(reserved >= cost, `${model}: reserved ${reserved} < ${cost} (writes ${write}, reads ${read})`);
       }
     }
-    // The prompt at the cache-write price where that is the dearest: 58 x 3.75 + 100 x 15 per 1M.
-    assert.equal(pricing.worstCaseUsd({ ...body("assistant-3-5-sonnet-20241022", prompt, 100), style: ApiStyle.MESSAGES }), "0.0017175");
+    // The prompt at the one-hour cache-write price where that is the dearest: 58 x 6 + 100 x 15 per 1M.
+    assert.equal(pricing.worstCaseUsd({ ...body("assistant-3-5-sonnet-20241022", prompt, 100), style: ApiStyle.MESSAGES }), "0.001848");
     // A chat-completions-style model's dearest input is plain input, as before: 58 x 2.50 + 100 x 10.
     assert.equal(pricing.worstCaseUsd(body("chat-4o", prompt, 100)), "0.001145");
   });

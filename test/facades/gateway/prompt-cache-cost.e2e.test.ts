@@ -26,8 +26,14 @@ const OPENAI_COST = "0.00009375";
 const sse = (event: string, data: object) => `event: ${event}\ndata: ${JSON.stringify({ type: event, ...data })}\n\n`;
 const chunk = (o: object) => `data: ${JSON.stringify({ id: "chatcmpl-pc", object: "chat.completion.chunk", created: 1750431500, model: "gpt-4o-2024-11-20", ...o })}\n\n`;
 
+// Of the 7 writes, 4 to a one-hour entry (`cache_control: {type: "ephemeral", ttl: "1h"}`), billed at 2x input:
+// 25 x 3 + 3 x 3.75 + 4 x 6 + 11 x 0.30 + 12 x 15 per 1M.
+const oneHourUsage = { ...anthropicUsage, cache_creation: { ephemeral_5m_input_tokens: 3, ephemeral_1h_input_tokens: 4 } };
+const ONE_HOUR_COST = "0.00029355";
+
 function answer(path: string, body: { stream?: boolean; messages: Array<{ content: string }> }, res: http.ServerResponse): void {
-  const message = { id: "msg_pc", type: "message", role: "assistant", model: "claude-3-5-sonnet-20241022", content: [{ type: "text", text: "Hi" }], stop_reason: "end_turn", stop_sequence: null, usage: anthropicUsage };
+  const usage = body.messages.at(-1)!.content.includes("[[1h]]") ? oneHourUsage : anthropicUsage;
+  const message = { id: "msg_pc", type: "message", role: "assistant", model: "claude-3-5-sonnet-20241022", content: [{ type: "text", text: "Hi" }], stop_reason: "end_turn", stop_sequence: null, usage };
   if (path === "/v1/messages" && !body.stream) {
     res.writeHead(200, { "content-type": "application/json" });
     res.end(JSON.stringify(message));
@@ -35,14 +41,14 @@ function answer(path: string, body: { stream?: boolean; messages: Array<{ conten
     // The stream's start (its usage) and one piece of text, then the connection cut.
     res.writeHead(200, { "content-type": "text/event-stream" });
     const start =
-      sse("message_start", { message: { ...message, content: [], stop_reason: null, usage: { ...anthropicUsage, output_tokens: 1 } } }) +
+      sse("message_start", { message: { ...message, content: [], stop_reason: null, usage: { ...usage, output_tokens: 1 } } }) +
       sse("content_block_start", { index: 0, content_block: { type: "text", text: "" } }) +
       sse("content_block_delta", { index: 0, delta: { type: "text_delta", text: "Hi" } });
     res.write(start, () => setTimeout(() => res.destroy(), 20));
   } else if (path === "/v1/messages") {
     res.writeHead(200, { "content-type": "text/event-stream" });
     res.end(
-      sse("message_start", { message: { ...message, content: [], stop_reason: null, usage: { ...anthropicUsage, output_tokens: 1 } } }) +
+      sse("message_start", { message: { ...message, content: [], stop_reason: null, usage: { ...usage, output_tokens: 1 } } }) +
         sse("content_block_start", { index: 0, content_block: { type: "text", text: "" } }) +
         sse("content_block_delta", { index: 0, delta: { type: "text_delta", text: "Hi" } }) +
         sse("content_block_stop", { index: 0 }) +
@@ -115,6 +121,22 @@ describe("prompt-cache tokens: cost and usage through the gateway (scripted upst
       await new Promise((r) => setTimeout(r, 100));
     }
   };
+
+  it("prices one-hour cache writes at 2x input, five-minute ones at 1.25x, streamed or not, and passes cache_creation on as sent", async () => {
+    const messages1h = (extra: object = {}) =>
+      postJson(`${gw.gatewayUrl}/v1/messages`, key, { model: "assistant-3-5-sonnet-20241022", max_tokens: 100, messages: [{ role: "user", content: `cached prompt ${++n} [[1h]]` }], ...extra });
+    const whole = await messages1h();
+    assert.equal(whole.status, 200, whole.text);
+    assert.equal(whole.headers["x-svc-cost"], ONE_HOUR_COST);
+    assert.deepEqual(whole.json().usage, oneHourUsage);
+    const streamed = await messages1h({ stream: true });
+    assert.equal(streamed.status, 200, streamed.text);
+    assert.equal(streamed.trailers["x-svc-cost"], ONE_HOUR_COST);
+    // A chat client of an Anthropic upstream is billed the same.
+    const chatWhole = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, key, { model: "chat-x-claude", messages: [{ role: "user", content: `cached prompt ${++n} [[1h]]` }] });
+    assert.equal(chatWhole.headers["x-svc-cost"], ONE_HOUR_COST);
+    assert.equal((await logOf(whole)).cost_usd, ONE_HOUR_COST);
+  });
 
   it("messages client, Anthropic upstream: cache writes and reads priced at 1.25x and 0.1x, the usage as sent, prompt_tokens logged as all input", async () => {
     const whole = await messages("assistant-3-5-sonnet-20241022");

@@ -111,16 +111,20 @@ export function blockToWire(b: ContentBlock): JsonObject | undefined {
  * A messages-style usage object as canonical Usage. Its `input_tokens` are only the input neither
  * read from nor written to the prompt cache; the canonical count is all of the input, so it adds
  * `cache_creation_input_tokens` and `cache_read_input_tokens`, which are also kept as the cache
- * counts. The other counters (the cache's, as sent, server tools) ride in extra_json.
+ * counts, with the one-hour writes of `cache_creation.ephemeral_1h_input_tokens` (billed dearer than
+ * five-minute ones). The other counters (the cache's, as sent, server tools) ride in extra_json.
  */
 export function usageFromWire(u: unknown): Usage {
   if (!isObject(u)) return usage({});
-  return usageFromCounts(tokenCount(u.input_tokens), tokenCount(u.cache_creation_input_tokens), tokenCount(u.cache_read_input_tokens), tokenCount(u.output_tokens), extraJson(u, USAGE_KEYS));
+  return usageFromCounts(tokenCount(u.input_tokens), tokenCount(u.cache_creation_input_tokens), tokenCount(u.cache_read_input_tokens), tokenCount(u.output_tokens), extraJson(u, USAGE_KEYS), oneHourWrites(u));
 }
 
-/** Canonical usage from a messages-style answer's counts: `uncached` is its `input_tokens`. */
-export const usageFromCounts = (uncached: number, cacheWrite: number, cacheRead: number, output: number, extra: string): Usage =>
-  usage({ inputTokens: Math.min(uncached + cacheWrite + cacheRead, MAX_TOKENS_COUNT), outputTokens: output, extraJson: extra, cacheReadTokens: cacheRead, cacheWriteTokens: cacheWrite });
+/** The one-hour cache writes a messages-style usage object reports (`cache_creation.ephemeral_1h_input_tokens`), 0 when none. */
+export const oneHourWrites = (u: JsonObject): number => (isObject(u.cache_creation) ? tokenCount(u.cache_creation.ephemeral_1h_input_tokens) : 0);
+
+/** Canonical usage from a messages-style answer's counts: `uncached` is its `input_tokens`; `write1h` are of `cacheWrite`. */
+export const usageFromCounts = (uncached: number, cacheWrite: number, cacheRead: number, output: number, extra: string, write1h = 0): Usage =>
+  usage({ inputTokens: Math.min(uncached + cacheWrite + cacheRead, MAX_TOKENS_COUNT), outputTokens: output, extraJson: extra, cacheReadTokens: cacheRead, cacheWriteTokens: cacheWrite, cacheWrite1hTokens: Math.min(write1h, cacheWrite) });
 
 /** The input tokens a messages-style `input_tokens` counts: those neither read from nor written to the cache. */
 export const uncachedInput = (u: Usage): number => Math.max(0, u.inputTokens - u.cacheReadTokens - u.cacheWriteTokens);

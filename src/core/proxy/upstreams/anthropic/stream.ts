@@ -10,7 +10,7 @@ import { extraJson, isObject, parseExtra, type JsonObject } from "../../../json.
 import type { SseEvent } from "../../../sse.js";
 import { nowSeconds, streamEvent } from "../../canonical.js";
 import type { StreamConverter } from "../adapter.js";
-import { blockFromWire, uncachedInput, usageFromCounts, usageFromWire } from "./blocks.js";
+import { blockFromWire, oneHourWrites, uncachedInput, usageFromCounts, usageFromWire } from "./blocks.js";
 import { convertStreamError } from "./error.js";
 import { invalidResponse, MESSAGE_KEYS } from "./response.js";
 import { finishFromStopReason } from "./stop-reason.js";
@@ -26,6 +26,8 @@ export class MessagesStreamConverter implements StreamConverter {
   /** The wire's `input_tokens`: input neither read from nor written to the prompt cache. */
   #inputTokens = 0;
   #cacheWriteTokens = 0;
+  /** Of the cache writes, those to a one-hour entry. */
+  #cacheWrite1hTokens = 0;
   #cacheReadTokens = 0;
   #outputTokens = 0;
   #usageExtra: JsonObject = {};
@@ -87,6 +89,7 @@ export class MessagesStreamConverter implements StreamConverter {
     const usage = usageFromWire(m.usage);
     this.#inputTokens = uncachedInput(usage);
     this.#cacheWriteTokens = usage.cacheWriteTokens;
+    this.#cacheWrite1hTokens = usage.cacheWrite1hTokens;
     this.#cacheReadTokens = usage.cacheReadTokens;
     this.#outputTokens = usage.outputTokens;
     this.#usageExtra = parseExtra(usage.extraJson);
@@ -113,6 +116,7 @@ export class MessagesStreamConverter implements StreamConverter {
     if (typeof data.usage.output_tokens === "number") this.#outputTokens = usage.outputTokens;
     if (typeof data.usage.input_tokens === "number") this.#inputTokens = uncachedInput(usage);
     if (typeof data.usage.cache_creation_input_tokens === "number") this.#cacheWriteTokens = usage.cacheWriteTokens;
+    if (isObject(data.usage.cache_creation)) this.#cacheWrite1hTokens = oneHourWrites(data.usage);
     if (typeof data.usage.cache_read_input_tokens === "number") this.#cacheReadTokens = usage.cacheReadTokens;
     Object.assign(this.#usageExtra, parseExtra(usage.extraJson));
   }
@@ -124,7 +128,7 @@ export class MessagesStreamConverter implements StreamConverter {
       value: {
         finishReason: this.#finish,
         stopSequence: this.#stopSequence,
-        usage: usageFromCounts(this.#inputTokens, this.#cacheWriteTokens, this.#cacheReadTokens, this.#outputTokens, extra),
+        usage: usageFromCounts(this.#inputTokens, this.#cacheWriteTokens, this.#cacheReadTokens, this.#outputTokens, extra, this.#cacheWrite1hTokens),
       },
     });
   }
