@@ -1,5 +1,5 @@
 import type { ConnectError } from "@connectrpc/connect";
-import { apiError } from "../../../errors.js";
+import { apiError, withRetryGuidance } from "../../../errors.js";
 import { isObject, type JsonObject } from "../../../json.js";
 import { UPSTREAM_SAID } from "../adapter.js";
 import { cutText } from "../../../text.js";
@@ -34,6 +34,14 @@ const clip = (s: string): string => (s.length > 500 ? `${cutText(s, 500)}...` : 
 export function convertOpenAiError(status: number, bodyText: string): ConnectError {
   const err = errorObject(bodyText);
   const upstreamMessage = str(err?.message);
+  // OpenAI answers an account out of credit 429 too, but waiting does not clear it: it is the
+  // operator's to fix, so a 502 the SDKs are told not to retry, as for refused credentials.
+  if (status === 429 && (err?.type === "insufficient_quota" || err?.code === "insufficient_quota")) {
+    return withRetryGuidance(
+      apiError(502, "api_error", "upstream_quota_exhausted", `The upstream provider's account has no quota left (HTTP 429)${upstreamMessage ? `: ${clip(upstreamMessage)}` : "."}`),
+      { "x-should-retry": "false" },
+    );
+  }
   if (status === 429) {
     return apiError(429, "rate_limit_error", "upstream_rate_limited",
       `Upstream rate limit: ${clip(upstreamMessage ?? "too many requests.")}`);

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { toErrorInfo } from "../../../../../src/core/errors.js";
+import { retryGuidanceOf, toErrorInfo } from "../../../../../src/core/errors.js";
 import { createOpenAiAdapter } from "../../../../../src/core/proxy/upstreams/openai/adapter.js";
 
 const adapter = createOpenAiAdapter();
@@ -50,6 +50,12 @@ const cases: { name: string; status: number; body: string; expect: { status: num
     expect: { status: 429, type: "rate_limit_error", code: "upstream_rate_limited", message: /rate limit/i },
   },
   {
+    name: "a 429 insufficient_quota (the account is out of credit) is a 502 the operator must clear, not a rate limit to wait out",
+    status: 429,
+    body: openAiError("You exceeded your current quota, please check your plan and billing details.", "insufficient_quota", "insufficient_quota"),
+    expect: { status: 502, type: "api_error", code: "upstream_quota_exhausted", message: /^The upstream provider's account has no quota left \(HTTP 429\): You exceeded your current quota/ },
+  },
+  {
     name: "a 500 becomes a 502 api_error",
     status: 500,
     body: openAiError("The server had an error while processing your request.", "server_error", null),
@@ -71,4 +77,9 @@ describe("openai error conversion", () => {
       assert.match(info.message, c.expect.message);
     });
   }
+
+  it("tells the SDKs not to retry an account out of quota", () => {
+    const err = adapter.convertError(429, openAiError("You exceeded your current quota.", "insufficient_quota", "insufficient_quota"));
+    assert.deepEqual(retryGuidanceOf(err), { "x-should-retry": "false" });
+  });
 });
