@@ -24,7 +24,8 @@ import { createAnthropicAdapter } from "./core/proxy/upstreams/anthropic/adapter
 import { createOpenAiAdapter } from "./core/proxy/upstreams/openai/adapter.js";
 import { startFakeProvider, type FakeProvider } from "./demo/fake-provider.js";
 import { createGatewayHandler } from "./facades/gateway/gateway-app.js";
-import { answerClientError, requestIdOnSocket, shuttingDown } from "./facades/http-errors.js";
+import { answerClientError, framingRefusal, requestIdOnSocket, shuttingDown, writeRawError, writeRefusal } from "./facades/http-errors.js";
+import { cutText } from "./core/text.js";
 import { createManagementApp } from "./facades/management/management-app.js";
 import { ShutdownCut } from "./facades/gateway/serve-chat.js";
 import { AuthService } from "./gen/svc/auth/v1/auth_service_pb.js";
@@ -312,8 +313,13 @@ async function serveHttp(
   let drained: (() => void) | undefined;
   /** The request each connection is answering now (the last one, when pipelined). */
   const answering = new WeakMap<Socket, ServerResponse>();
-  const server = createServer((req, res) => {
+  const onRequest = (req: IncomingMessage, res: ServerResponse) => {
     if (closing) return refuseWhileClosing(res, opts.errorHeaders?.(req.socket));
+    const refusal = framingRefusal(req);
+    if (refusal) return writeRefusal(res, refusal, opts.errorHeaders?.(req.socket));
+    // HTTP/1.0 has no chunked framing: such a body's framing is in doubt (RFC 9112 6.1), so its
+    // connection is not kept once the request is answered.
+    if (req.httpVersion === "1.0" && req.headers["transfer-encoding"] !== undefined) res.shouldKeepAlive = false;
     const socket = req.socket;
     answering.set(socket, res);
     open.add(res);
@@ -329,7 +335,32 @@ async function serveHttp(
     const p = handler(req, res);
     if (p instanceof Promise) p.then(done, done);
     else done();
+  };
+  // Host is checked by framingRefusal, which answers in the spec's shape (node:http's own had no body).
+  const server = createServer({ requireHostHeader: false }, onRequest);
+  // Every header is kept, within the size limit: past node:http's default count (2000 lines' worth)
+  // the rest were dropped unseen, a key or Content-Type among them.
+  server.maxHeadersCount = 0;
+  // `Expect: 100-continue`: the client is told to send its body when the handler starts reading it,
+  // so one answered before (a bad key, a body declared too large) uploads nothing.
+  server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => {
+    const onListener = (event: string | symbol) => {
+      if (event !== "data" && event !== "readable") return;
+      req.off("newListener", onListener);
+      if (!res.headersSent && !res.writableEnded) res.writeContinue();
+    };
+    req.on("newListener", onListener);
+    onRequest(req, res);
   });
+  // Any other expectation is one this server cannot meet: 417, in the spec's shape.
+  server.on("checkExpectation", (req: IncomingMessage, res: ServerResponse) =>
+    writeRefusal(res, { status: 417, type: "invalid_request_error", code: "expectation_failed", message: `The expectation '${cutText(String(req.headers.expect), 100)}' is not supported; only 100-continue is.` }, opts.errorHeaders?.(req.socket)),
+  );
+  // CONNECT (a client that takes this port for a forward proxy): node:http closed the connection
+  // without a word.
+  server.on("connect", (_req: IncomingMessage, socket: Duplex) =>
+    writeRawError(socket, { status: 405, type: "invalid_request_error", code: "method_not_allowed", message: "CONNECT is not supported: this is not a proxy." }, "Method Not Allowed", opts.errorHeaders?.(socket) ?? {}),
+  );
   // A client's FIN (its side ended) while its request is being answered: on a keep-alive request it
   // is the client leaving (an SDK's abort closes its socket), which cancels the request and its
   // upstream call, as Node does by default. On a request that asked for the connection to close

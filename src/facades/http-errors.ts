@@ -4,6 +4,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { Middleware } from "koa";
 import { apiError, retryGuidanceOf, toErrorBody, toErrorInfo, withRetryGuidance, type ErrorInfo } from "../core/errors.js";
 import { log } from "../logger.js";
+import { cutText } from "../core/text.js";
 
 /**
  * The one place errors become HTTP: any thrown value turns into the spec's error object (section
@@ -29,7 +30,7 @@ export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<stri
         log.error("request failed", { requestId: ctx.response.get("X-Svc-Request-Id") || undefined, path: ctx.path, err: String((err as Error)?.stack ?? err) });
       }
       if (ctx.headerSent || !ctx.writable) return;
-      const headers: Record<string, string> = { ...retryGuidanceOf(err) };
+      const headers: Record<string, string> = { ...retryGuidanceOf(err), ...challengeOf(info) };
       onError?.(info, headers);
       ctx.set(headers);
       ctx.status = info.status === 499 ? 400 : info.status;
@@ -46,6 +47,9 @@ export function errorMiddleware(onError?: (info: ErrorInfo, headers: Record<stri
     }
   };
 }
+
+/** A 401's challenge (RFC 9110 11.6.1): both ports take a bearer token. */
+export const challengeOf = (info: ErrorInfo): Record<string, string> | undefined => (info.status === 401 ? { "WWW-Authenticate": 'Bearer realm="svc"' } : undefined);
 
 /**
  * 503 `shutting_down` (with `Retry-After: 1`, which the official SDKs wait on before a retry): the
@@ -243,11 +247,19 @@ function answerClientErrorNow(err: Error & { code?: string }, socket: Duplex, he
   }
   const [info, reason]: [ErrorInfo, string] =
     err.code === "HPE_HEADER_OVERFLOW"
-      ? [{ status: 431, type: "invalid_request_error", code: "headers_too_large", message: "The request's headers are too large." }, "Request Header Fields Too Large"]
+      ? [{ status: 431, type: "invalid_request_error", code: "headers_too_large", message: "The request's headers (with its request line and URL) are too large." }, "Request Header Fields Too Large"]
       : err.code === "ERR_HTTP_REQUEST_TIMEOUT"
         ? [{ status: 408, type: "invalid_request_error", code: "request_timeout", message: "The request was not received in time." }, "Request Timeout"]
         : [{ status: 400, type: "invalid_request_error", code: "malformed_request", message: "The request is not valid HTTP/1.1." }, "Bad Request"];
   stash[ANSWERED] = info;
+  writeRawError(socket, info, reason, headers);
+}
+
+/**
+ * Writes an error in the spec's shape straight on a socket that no ServerResponse speaks for (a
+ * request node:http could not parse, a CONNECT), then closes the connection.
+ */
+export function writeRawError(socket: Duplex, info: ErrorInfo, reason: string, headers: Record<string, string>): void {
   const body = JSON.stringify(toErrorBody(info));
   const lines = [
     `HTTP/1.1 ${info.status} ${reason}`,
@@ -259,4 +271,29 @@ function answerClientErrorNow(err: Error & { code?: string }, socket: Duplex, he
   // Ended first, so a further error on the socket (Node raises one per chunk that follows) finds it
   // no longer writable and answers nothing twice; destroyed once written.
   socket.end(`${lines.join("\r\n")}\r\n\r\n${body}`, () => socket.destroy());
+}
+
+/**
+ * A request whose framing node:http lets through but this server does not take, or undefined:
+ * HTTP/1.1 without `Host` (node:http's own refusal had no body), and a transfer coding other than
+ * `chunked` (`gzip, chunked`: node:http reads the chunks and hands on the compressed bytes as the
+ * body). Answered with the connection closed, as a request whose framing is in doubt must be.
+ */
+export function framingRefusal(req: IncomingMessage): ErrorInfo | undefined {
+  if (req.httpVersion === "1.1" && req.headers.host === undefined) {
+    return { status: 400, type: "invalid_request_error", code: "malformed_request", message: "An HTTP/1.1 request must carry a Host header." };
+  }
+  const te = req.headers["transfer-encoding"];
+  if (te !== undefined && te.trim().toLowerCase() !== "chunked") {
+    return { status: 400, type: "invalid_request_error", code: "unsupported_transfer_encoding", message: `Transfer-Encoding '${cutText(te, 100)}' is not supported: send the body uncompressed, as is or chunked.` };
+  }
+  return undefined;
+}
+
+/** `framingRefusal`'s answer, and the 417 of an `Expect` other than 100-continue: the error, then the connection closed. */
+export function writeRefusal(res: ServerResponse, info: ErrorInfo, headers: Record<string, string> = {}): void {
+  const body = JSON.stringify(toErrorBody(info));
+  res.shouldKeepAlive = false;
+  res.writeHead(info.status, { ...headers, "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(body) });
+  res.end(body);
 }

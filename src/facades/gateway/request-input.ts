@@ -25,6 +25,10 @@ export function apiKeyOf(req: IncomingMessage): string {
   if (bearer && /^Bearer\s+svc_sk_/i.test(bearer)) return bearer.replace(/^Bearer\s+/i, "").trim();
   const xApiKey = req.headers["x-api-key"];
   if (typeof xApiKey === "string" && xApiKey.startsWith("svc_sk_")) return xApiKey.trim();
+  // A provider's own key where the SDK puts it (the likeliest mistake) is a wrong key, not a missing one.
+  if (bearer || xApiKey) {
+    throw invalidApiKey(`Invalid API key: the ${bearer ? "Authorization" : "x-api-key"} header holds a key that is not a service key (svc_sk_live_… or svc_sk_test_…); send the service key there or in X-Svc-Api-Key.`);
+  }
   throw invalidApiKey("Missing API key: send the service key in the X-Svc-Api-Key header.");
 }
 

@@ -4,7 +4,7 @@ import { retryGuidanceOf, toErrorBody, toErrorInfo, type ErrorInfo } from "../..
 import { isCanceled } from "../../core/proxy/proxy-service.js";
 import { drainedOrClosed } from "../../drained.js";
 import { log } from "../../logger.js";
-import { answerBeforeBody, answeredBody } from "../http-errors.js";
+import { answerBeforeBody, answeredBody, challengeOf } from "../http-errors.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 
 /**
@@ -69,7 +69,7 @@ export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, e
   svc["X-Svc-Cost"] = "0";
   // 499 (the client went away) has no reader; should one still be there, it gets a plain 400.
   const status = info.status === 499 ? 400 : info.status;
-  const headers = { ...svc, ...extraHeaders, ...retryGuidanceOf(err) };
+  const headers = { ...svc, ...extraHeaders, ...retryGuidanceOf(err), ...challengeOf(info) };
   const write = (more: Record<string, string>) => writeJson(res, status, { ...headers, ...more }, body);
   // Refused before its body was all read (too large, a bad key): answered so that the answer
   // reaches a client still writing the body, which is read and dropped within limits; a body

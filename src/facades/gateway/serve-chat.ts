@@ -213,7 +213,11 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
   try {
     const secret = apiKeyOf(req);
     const verifying = deps.auth.verifyKey({ $typeName: "svc.auth.v1.VerifyKeyRequest", secret });
-    early = ahead(req, s, deps, identities.get(secret), prepared, landings);
+    const guess = identities.get(secret);
+    // A client that waits for `100 Continue` before sending its body (Expect) is told to send it
+    // (by the body's first read: server.ts) once its key is known good, so a refused key uploads
+    // nothing. Others send the body at once, and it is read while the key is verified.
+    early = req.headers.expect === undefined ? ahead(req, s, deps, guess, prepared, landings) : verifying.then(() => ahead(req, s, deps, guess, prepared, landings), () => unread(s));
     let verified: Awaited<typeof verifying>;
     try {
       verified = await verifying;
@@ -507,6 +511,9 @@ export class Identities {
     this.#bySecret.delete(secret);
   }
 }
+
+/** The Ahead of a request whose body was never read (its key was refused first). */
+const unread = (s: Surface): Ahead => ({ text: undefined, body: undefined, parsed: undefined, error: undefined, cacheKey: "", prepared: false, memoPath: s.path, guess: undefined, lookup: undefined, lookedAt: 0, admitting: undefined });
 
 /** What a request works out while its key is being verified. */
 interface Ahead {
