@@ -175,14 +175,16 @@ function checkSampling(body: JsonObject): void {
 
 function renderCompletion(c: Completion): object {
   const same = c.upstreamStyle === ApiStyle.MESSAGES;
+  const extra = same ? parseExtra(c.extraJson) : {};
   return {
-    ...(same ? parseExtra(c.extraJson) : {}),
+    ...extra,
     id: c.id,
     type: "message",
     role: "assistant",
     model: c.model,
     content: c.blocks.map(blockToWire).filter((b) => b !== undefined),
-    stop_reason: stopReasonFromFinish(c.finishReason),
+    // A same-style upstream's own value, where the canonical reason does not say it (withStopReason).
+    stop_reason: typeof extra.stop_reason === "string" ? extra.stop_reason : stopReasonFromFinish(c.finishReason),
     stop_sequence: c.stopSequence || null,
     usage: renderUsage(c.usage, same),
   };
@@ -257,7 +259,7 @@ class MessagesStreamRenderer implements StreamRenderer {
       case "blockStop":
         return this.#stop(e.value.index);
       case "messageEnd":
-        return this.#flushHeld() + this.#end(e.value.finishReason, e.value.stopSequence, e.value.usage);
+        return this.#flushHeld() + this.#end(e.value.finishReason, e.value.stopSequence, e.value.usage, e.value.deltaExtraJson, e.value.choiceExtraJson);
       case "completion":
         return this.#completion(e.value);
       default:
@@ -383,9 +385,11 @@ class MessagesStreamRenderer implements StreamRenderer {
   }
 
   /** message_delta's counters are whole-answer totals; input tokens are sent too, since some upstreams only know them at the end. */
-  #end(finish: FinishReason, stopSequence: string, usage: Usage | undefined): string {
-    const delta = { stop_reason: stopReasonFromFinish(finish), stop_sequence: stopSequence || null };
-    return sse("message_delta", { delta, usage: renderUsage(usage, this.#same) }) + sse("message_stop", {});
+  #end(finish: FinishReason, stopSequence: string, usage: Usage | undefined, deltaExtra = "", eventExtra = ""): string {
+    // A same-style upstream's other fields of message_delta (a `container`, `context_management`,
+    // the stop_reason as sent where the canonical reason does not say it) are passed on as sent.
+    const delta = { stop_reason: stopReasonFromFinish(finish), stop_sequence: stopSequence || null, ...(this.#same ? parseExtra(deltaExtra) : {}) };
+    return sse("message_delta", { delta, usage: renderUsage(usage, this.#same), ...(this.#same ? parseExtra(eventExtra) : {}) }) + sse("message_stop", {});
   }
 
   /** A whole answer served to a stream request (a cache hit) as the full event sequence. */
@@ -397,7 +401,9 @@ class MessagesStreamRenderer implements StreamRenderer {
       const open = this.#open(i, block, true);
       if (open) out += open + sse("content_block_stop", { index: this.#index.get(i)! });
     });
-    return out + this.#end(c.finishReason, c.stopSequence, c.usage);
+    // A stop_reason kept as sent (withStopReason) belongs to message_delta, not message_start.
+    const raw = this.#same ? parseExtra(c.extraJson).stop_reason : undefined;
+    return out + this.#end(c.finishReason, c.stopSequence, c.usage, typeof raw === "string" ? JSON.stringify({ stop_reason: raw }) : "");
   }
 }
 

@@ -1,9 +1,9 @@
 import { ApiStyle, type Completion, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { apiError } from "../../../errors.js";
-import { extraJson, isObject } from "../../../json.js";
+import { extraJson, isObject, parseExtra } from "../../../json.js";
 import { completion, nowSeconds } from "../../canonical.js";
 import { blockFromWire, usageFromWire } from "./blocks.js";
-import { finishFromStopReason } from "./stop-reason.js";
+import { finishFromStopReason, unsaidStopReason } from "./stop-reason.js";
 
 /** Top-level fields of a messages-style answer that the canonical Completion names (also message_start's message). */
 export const MESSAGE_KEYS = new Set(["id", "type", "role", "content", "model", "stop_reason", "stop_sequence", "usage"]);
@@ -16,6 +16,15 @@ export const invalidResponse = (what: string) =>
  * client asked for, never the upstream's name; fields the Completion does not name (container,
  * stop_details, cache counters) ride in extra_json for a messages-style client.
  */
+/**
+ * A message's extra_json with its `stop_reason` kept in it when the canonical reason does not say it
+ * as sent (unsaidStopReason): a messages-style client gets that value back.
+ */
+export function withStopReason(extra: string, stopReason: unknown): string {
+  const raw = unsaidStopReason(stopReason);
+  return raw === undefined ? extra : JSON.stringify({ ...parseExtra(extra), stop_reason: raw });
+}
+
 export function parseMessagesCompletion(body: unknown, req: StreamChatRequest): Completion {
   if (!isObject(body)) throw invalidResponse("the body is not a JSON object");
   if (!Array.isArray(body.content)) throw invalidResponse("`content` is not an array");
@@ -28,6 +37,6 @@ export function parseMessagesCompletion(body: unknown, req: StreamChatRequest): 
     stopSequence: typeof body.stop_sequence === "string" ? body.stop_sequence : "",
     usage: usageFromWire(body.usage),
     upstreamStyle: ApiStyle.MESSAGES,
-    extraJson: extraJson(body, MESSAGE_KEYS),
+    extraJson: withStopReason(extraJson(body, MESSAGE_KEYS), body.stop_reason),
   });
 }

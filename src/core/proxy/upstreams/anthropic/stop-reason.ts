@@ -16,6 +16,14 @@ export const finishFromStopReason = (v: unknown): FinishReason =>
   (typeof v === "string" && Object.hasOwn(finishByStopReason, v) ? finishByStopReason[v] : undefined) ?? FinishReason.UNSPECIFIED;
 
 /**
+ * The upstream's `stop_reason` when the canonical reason does not say it as sent (a value that maps
+ * onto another, `model_context_window_exceeded`, or one this build does not know), kept for a
+ * messages-style client, which gets it as sent; undefined otherwise.
+ */
+export const unsaidStopReason = (v: unknown): string | undefined =>
+  typeof v === "string" && v !== "" && stopReasonFromFinish(finishFromStopReason(v)) !== v ? v : undefined;
+
+/**
  * A canonical reason as a messages-style `stop_reason`. An unknown reason on a finished answer reads
  * as `end_turn`: the answer did end, and clients branch on this value.
  */

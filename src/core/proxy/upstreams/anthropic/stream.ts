@@ -12,8 +12,12 @@ import { nowSeconds, streamEvent } from "../../canonical.js";
 import type { StreamConverter } from "../adapter.js";
 import { blockFromWire, oneHourWrites, uncachedInput, usageFromCounts, usageFromWire } from "./blocks.js";
 import { convertStreamError } from "./error.js";
-import { invalidResponse, MESSAGE_KEYS } from "./response.js";
+import { invalidResponse, MESSAGE_KEYS, withStopReason } from "./response.js";
 import { finishFromStopReason } from "./stop-reason.js";
+
+/** The fields of message_delta's `delta`, and of the event itself, that the canonical end names. */
+const DELTA_KEYS = new Set(["stop_reason", "stop_sequence"]);
+const EVENT_KEYS = new Set(["type", "delta", "usage"]);
 
 /**
  * Converts a messages-style stream (https://docs.anthropic.com/en/api/messages-streaming) into
@@ -33,6 +37,13 @@ export class MessagesStreamConverter implements StreamConverter {
   #usageExtra: JsonObject = {};
   #finish = FinishReason.UNSPECIFIED;
   #stopSequence = "";
+  /**
+   * What message_delta carried that the canonical end does not name, for a messages-style client:
+   * its delta's other fields (a code-execution `container`; the `stop_reason` itself when the
+   * canonical reason does not say it as sent) and the event's own (`context_management`).
+   */
+  #deltaExtra = "";
+  #eventExtra = "";
 
   constructor(req: StreamChatRequest) {
     this.#req = req;
@@ -111,6 +122,8 @@ export class MessagesStreamConverter implements StreamConverter {
     const d = isObject(data.delta) ? data.delta : {};
     this.#finish = finishFromStopReason(d.stop_reason);
     this.#stopSequence = typeof d.stop_sequence === "string" ? d.stop_sequence : "";
+    this.#deltaExtra = withStopReason(extraJson(d, DELTA_KEYS), d.stop_reason);
+    this.#eventExtra = extraJson(data, EVENT_KEYS);
     if (!isObject(data.usage)) return;
     const usage = usageFromWire(data.usage);
     if (typeof data.usage.output_tokens === "number") this.#outputTokens = usage.outputTokens;
@@ -129,6 +142,8 @@ export class MessagesStreamConverter implements StreamConverter {
         finishReason: this.#finish,
         stopSequence: this.#stopSequence,
         usage: usageFromCounts(this.#inputTokens, this.#cacheWriteTokens, this.#cacheReadTokens, this.#outputTokens, extra, this.#cacheWrite1hTokens),
+        deltaExtraJson: this.#deltaExtra,
+        choiceExtraJson: this.#eventExtra,
       },
     });
   }

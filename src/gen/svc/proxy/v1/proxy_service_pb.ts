@@ -661,14 +661,16 @@ export type MessageEnd = Message<"svc.proxy.v1.MessageEnd"> & {
 
   /**
    * Fields of the choice of the upstream chunk that carried the finish reason the canonical model
-   * does not name (Azure's `content_filter_results`), as a JSON object text in the upstream style.
+   * does not name (Azure's `content_filter_results`), as a JSON object text in the upstream style;
+   * from a messages-style upstream, those of its `message_delta` event (`context_management`).
    *
    * @generated from field: string choice_extra_json = 5;
    */
   choiceExtraJson: string;
 
   /**
-   * Fields of that chunk's `delta` the canonical model does not name, likewise.
+   * Fields of that chunk's `delta` the canonical model does not name, likewise (a messages-style
+   * `container`, and its `stop_reason` as sent when `finish_reason` does not say it exactly).
    *
    * @generated from field: string delta_extra_json = 6;
    */

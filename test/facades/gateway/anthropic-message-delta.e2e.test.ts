@@ -1,0 +1,89 @@
+import assert from "node:assert/strict";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { postJson, sseEvents } from "../../support/http.js";
+
+/**
+ * What a messages-style upstream says at the end of an answer beyond the stop reason the canonical
+ * model names reaches a messages-style client as sent: a `stop_reason` the canonical reasons do not
+ * say exactly (`model_context_window_exceeded`, one newer than this build), message_delta's
+ * `delta.container` (code execution) and its `context_management`
+ * (https://docs.anthropic.com/en/api/messages-streaming). A chat client gets its own terms.
+ */
+const container = { id: "cont_1", expires_at: "2026-11-27T15:00:00Z" };
+const contextManagement = { applied_edits: [{ type: "clear_tool_uses_20250919", cleared_tool_uses: 2 }] };
+
+function answer(body: { stream?: boolean; messages: Array<{ content: string }> }, res: http.ServerResponse): void {
+  const stopReason = body.messages.at(-1)!.content.split(" ")[0]!;
+  const usage = { input_tokens: 10, output_tokens: 5 };
+  const message = { id: "msg_md", type: "message", role: "assistant", model: "claude-3-5-sonnet-20241022", content: [{ type: "text", text: "Hi" }], stop_reason: stopReason, stop_sequence: null, usage, container, context_management: contextManagement };
+  if (!body.stream) {
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(JSON.stringify(message));
+    return;
+  }
+  const sse = (event: string, data: object) => `event: ${event}\ndata: ${JSON.stringify({ type: event, ...data })}\n\n`;
+  res.writeHead(200, { "content-type": "text/event-stream" });
+  res.end(
+    sse("message_start", { message: { ...message, content: [], stop_reason: null, container: undefined, context_management: undefined, usage: { ...usage, output_tokens: 1 } } }) +
+      sse("content_block_start", { index: 0, content_block: { type: "text", text: "" } }) +
+      sse("content_block_delta", { index: 0, delta: { type: "text_delta", text: "Hi" } }) +
+      sse("content_block_stop", { index: 0 }) +
+      sse("message_delta", { delta: { stop_reason: stopReason, stop_sequence: null, container }, usage, context_management: contextManagement }) +
+      sse("message_stop", {}),
+  );
+}
+
+describe("POST /v1/messages: message_delta's fields and stop reasons passed on as the upstream sent them", () => {
+  let upstream: http.Server;
+  let gw: TestGateway;
+  let key: string;
+  let n = 0;
+
+  before(async () => {
+    upstream = http.createServer((req, res) => {
+      let text = "";
+      req.on("data", (d: Buffer) => (text += d));
+      req.on("end", () => answer(JSON.parse(text), res));
+    });
+    await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
+    const { port } = upstream.address() as AddressInfo;
+    gw = await startTestGateway({ SVC_ANTHROPIC_BASE_URL: `http://127.0.0.1:${port}`, SVC_ANTHROPIC_API_KEY: "sk-ant-test" }, false);
+    key = (await gw.project()).live;
+  });
+  after(async () => {
+    await gw.close();
+    upstream.close();
+  });
+
+  const ask = (stopReason: string, extra: object = {}) =>
+    postJson(`${gw.gatewayUrl}/v1/messages`, key, { model: "assistant-3-5-sonnet-20241022", max_tokens: 100, messages: [{ role: "user", content: `${stopReason} ${++n}` }], ...extra });
+  const messageDelta = (text: string) => JSON.parse(sseEvents(text).find((e) => e.event === "message_delta")!.data);
+
+  it("streams message_delta with the upstream's stop_reason, container and context_management", async () => {
+    for (const stopReason of ["model_context_window_exceeded", "some_future_reason", "end_turn"]) {
+      const res = await ask(stopReason, { stream: true });
+      assert.equal(res.status, 200, res.text);
+      const delta = messageDelta(res.text);
+      assert.deepEqual(delta.delta, { stop_reason: stopReason, stop_sequence: null, container }, stopReason);
+      assert.deepEqual(delta.context_management, contextManagement, stopReason);
+    }
+  });
+
+  it("answers a whole message, and its cached copy as JSON and as a stream, with the stop_reason as sent", async () => {
+    const first = await ask("model_context_window_exceeded");
+    assert.equal(first.status, 200, first.text);
+    assert.equal(first.json().stop_reason, "model_context_window_exceeded");
+    assert.deepEqual([first.json().container, first.json().context_management], [container, contextManagement]);
+    const content = `model_context_window_exceeded ${n}`;
+    const again = await postJson(`${gw.gatewayUrl}/v1/messages`, key, { model: "assistant-3-5-sonnet-20241022", max_tokens: 100, messages: [{ role: "user", content }] });
+    assert.equal(again.headers["x-svc-cache"], "HIT");
+    assert.equal(again.json().stop_reason, "model_context_window_exceeded");
+    const streamed = await postJson(`${gw.gatewayUrl}/v1/messages`, key, { model: "assistant-3-5-sonnet-20241022", max_tokens: 100, stream: true, messages: [{ role: "user", content }] });
+    assert.equal(streamed.headers["x-svc-cache"], "HIT");
+    assert.equal(messageDelta(streamed.text).delta.stop_reason, "model_context_window_exceeded");
+    const start = JSON.parse(sseEvents(streamed.text).find((e) => e.event === "message_start")!.data);
+    assert.equal(start.message.stop_reason, null, "message_start says no stop reason yet");
+  });
+});
