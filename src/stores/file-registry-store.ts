@@ -1,7 +1,8 @@
 import { makeDir } from "./make-dir.js";
 import { join } from "node:path";
 import { createJsonFileWriter, readJsonFile } from "./json-file.js";
-import type { KeyRecord, ProjectRecord, RegistryStore } from "./registry-store.js";
+import { log } from "../logger.js";
+import { type KeyRecord, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
 
 interface FileShape {
   version: 1;
@@ -10,9 +11,10 @@ interface FileShape {
 }
 
 /**
- * The embedded registry: everything in memory, persisted to `<dataDir>/registry.json` after each
+ * The embedded registry: everything in memory, persisted to `<dataDir>/registry.json` on each
  * change by writing a temporary file, syncing it and renaming it over the old one, so a crash
- * leaves either the old or the new file, never half of one. Writes are serialised.
+ * leaves either the old or the new file, never half of one. A change takes effect in memory only
+ * once it is on disk (`commit`), so one refused (a full disk) is applied nowhere.
  */
 export async function createFileRegistryStore(dataDir: string): Promise<RegistryStore> {
   await makeDir(dataDir);
@@ -38,63 +40,94 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
   }
 
   const file = createJsonFileWriter(path, 2);
-  const persist = (): Promise<void> => file.write({ version: 1, projects: [...projects.values()], keys: [...keys.values()] } satisfies FileShape);
+  /**
+   * Changes the registry: `change` works out the new records, which are written to the file, and
+   * only once they are on disk do they take effect; a write that fails (a full disk, a read-only
+   * file) changes nothing, and is RegistryUnavailableError (refused writes), whose caller is told
+   * nothing was changed. Changes run one at a time, each on what the one before left.
+   */
+  let changes: Promise<unknown> = Promise.resolve();
+  const commit = <T>(change: () => { result: T; projects?: ProjectRecord[]; keys?: KeyRecord[]; apply?: () => void }): Promise<T> => {
+    const run = changes.catch(() => {}).then(async () => {
+      const c = change();
+      if (!c.apply) return c.result;
+      try {
+        await file.write({ version: 1, projects: c.projects ?? [...projects.values()], keys: c.keys ?? [...keys.values()] } satisfies FileShape);
+      } catch (e) {
+        log.warn("the registry could not be saved: the change is refused and not applied", { path, err: String((e as Error)?.message ?? e) });
+        throw new RegistryUnavailableError(`cannot write the registry ${path}`, { writesRefused: true, cause: e });
+      }
+      c.apply();
+      return c.result;
+    });
+    changes = run;
+    return run;
+  };
 
   const byCreation = <T extends { createdAt: number }>(a: T, b: T) => a.createdAt - b.createdAt;
+  const withProject = (p: ProjectRecord) => [...projects.values()].filter((o) => o.id !== p.id).concat(p);
+  const keyCount = (projectId: string) => {
+    let count = 0;
+    for (const k of keys.values()) if (k.projectId === projectId) count++;
+    return count;
+  };
 
   return {
-    async createProject(p) {
-      projects.set(p.id, p);
-      await persist();
-    },
+    createProject: (p) => commit(() => ({ result: undefined, projects: withProject(p), apply: () => void projects.set(p.id, p) })),
     async getProject(id) {
       return projects.get(id);
     },
-    async updateProject(id, change) {
-      const p = projects.get(id);
-      if (!p) return undefined;
-      let count = 0;
-      for (const k of keys.values()) if (k.projectId === id) count++;
-      const next = change(p, count);
-      projects.set(id, next);
-      await persist();
-      return next;
-    },
+    updateProject: (id, change) =>
+      commit(() => {
+        const p = projects.get(id);
+        if (!p) return { result: undefined };
+        const next = change(p, keyCount(id));
+        return { result: next, projects: withProject(next), apply: () => void projects.set(id, next) };
+      }),
     async listProjects() {
       return [...projects.values()].sort(byCreation);
     },
-    async createKey(k, maxKeys) {
-      let max: number;
-      if (typeof maxKeys === "number") max = maxKeys;
-      else {
-        const p = projects.get(k.projectId);
-        max = p ? maxKeys(p) : 0;
-      }
-      let count = 0;
-      for (const other of keys.values()) if (other.projectId === k.projectId) count++;
-      if (count >= max) return false;
-      keys.set(k.id, k);
-      byHash.set(k.hash, k);
-      await persist();
-      return true;
-    },
+    createKey: (k, maxKeys) =>
+      commit(() => {
+        let max: number;
+        if (typeof maxKeys === "number") max = maxKeys;
+        else {
+          const p = projects.get(k.projectId);
+          max = p ? maxKeys(p) : 0;
+        }
+        if (keyCount(k.projectId) >= max) return { result: false };
+        return {
+          result: true,
+          keys: [...keys.values(), k],
+          apply: () => {
+            keys.set(k.id, k);
+            byHash.set(k.hash, k);
+          },
+        };
+      }),
     async listKeys(projectId) {
       return [...keys.values()].filter((k) => k.projectId === projectId).sort(byCreation);
     },
-    async deleteKey(id) {
-      const k = keys.get(id);
-      if (!k) return undefined;
-      keys.delete(id);
-      byHash.delete(k.hash);
-      await persist();
-      return k;
-    },
+    deleteKey: (id) =>
+      commit(() => {
+        const k = keys.get(id);
+        if (!k) return { result: undefined };
+        return {
+          result: k,
+          keys: [...keys.values()].filter((o) => o.id !== id),
+          apply: () => {
+            keys.delete(id);
+            byHash.delete(k.hash);
+          },
+        };
+      }),
     async findKeyByHash(hash) {
       const key = byHash.get(hash);
       return key && { key, project: projects.get(key.projectId) };
     },
     async close() {
-      await file.idle();
+      await changes.catch(() => {});
+      await file.idle().catch(() => {});
     },
   };
 }

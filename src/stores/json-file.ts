@@ -1,4 +1,4 @@
-import { open, readFile, rename } from "node:fs/promises";
+import { open, readFile, rename, rm } from "node:fs/promises";
 
 /** A JSON file's parsed contents, or undefined when the file does not exist. */
 export async function readJsonFile<T>(path: string): Promise<T | undefined> {
@@ -30,14 +30,20 @@ export function createJsonFileWriter(path: string, indent?: number): JsonFileWri
       const text = JSON.stringify(value, null, indent);
       chain = chain.catch(() => {}).then(async () => {
         const tmp = `${path}.${process.pid}.tmp`;
-        const fh = await open(tmp, "w", 0o600);
         try {
-          await fh.writeFile(text);
-          await fh.sync();
-        } finally {
-          await fh.close();
+          const fh = await open(tmp, "w", 0o600);
+          try {
+            await fh.writeFile(text);
+            await fh.sync();
+          } finally {
+            await fh.close();
+          }
+          await rename(tmp, path);
+        } catch (e) {
+          // A write that failed (a full disk) leaves no partial temporary file behind.
+          await rm(tmp, { force: true }).catch(() => {});
+          throw e;
         }
-        await rename(tmp, path);
       });
       return chain;
     },

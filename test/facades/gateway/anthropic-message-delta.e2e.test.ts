@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
+import type http from "node:http";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { postJson, sseEvents } from "../../support/http.js";
+import { scriptedUpstream, type ScriptedUpstream } from "../../support/upstream.js";
 
 /**
  * What a messages-style upstream says at the end of an answer beyond the stop reason the canonical
@@ -36,25 +36,19 @@ function answer(body: { stream?: boolean; messages: Array<{ content: string }> }
 }
 
 describe("POST /v1/messages: message_delta's fields and stop reasons passed on as the upstream sent them", () => {
-  let upstream: http.Server;
+  let upstream: ScriptedUpstream;
   let gw: TestGateway;
   let key: string;
   let n = 0;
 
   before(async () => {
-    upstream = http.createServer((req, res) => {
-      let text = "";
-      req.on("data", (d: Buffer) => (text += d));
-      req.on("end", () => answer(JSON.parse(text), res));
-    });
-    await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
-    const { port } = upstream.address() as AddressInfo;
-    gw = await startTestGateway({ SVC_ANTHROPIC_BASE_URL: `http://127.0.0.1:${port}`, SVC_ANTHROPIC_API_KEY: "sk-ant-test" }, false);
+    upstream = await scriptedUpstream(answer);
+    gw = await startTestGateway({ SVC_ANTHROPIC_BASE_URL: upstream.base, SVC_ANTHROPIC_API_KEY: "sk-ant-test" }, false);
     key = (await gw.project()).live;
   });
   after(async () => {
     await gw.close();
-    upstream.close();
+    await upstream.close();
   });
 
   const ask = (stopReason: string, extra: object = {}) =>

@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
+import type http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { postJson, rawRequest, type RawResponse, sseEvents } from "../../support/http.js";
+import { scriptedUpstream, type ScriptedUpstream } from "../../support/upstream.js";
 
 /**
  * Prompt-cache tokens through a real gateway, against a scripted upstream that speaks both styles
@@ -73,20 +73,15 @@ function answer(path: string, body: { stream?: boolean; messages: Array<{ conten
 
 describe("prompt-cache tokens: cost and usage through the gateway (scripted upstream of both styles)", function () {
   this.timeout(60_000);
-  let upstream: http.Server;
+  let upstream: ScriptedUpstream;
   let gw: TestGateway;
   let key: string;
   let dir: string;
   let n = 0;
 
   before(async () => {
-    upstream = http.createServer((req, res) => {
-      let text = "";
-      req.on("data", (d: Buffer) => (text += d));
-      req.on("end", () => answer(req.url ?? "", JSON.parse(text), res));
-    });
-    await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
-    const base = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+    upstream = await scriptedUpstream((body: Parameters<typeof answer>[1], res, req) => answer(req.url ?? "", body, res));
+    const base = upstream.base;
     dir = mkdtempSync(join(tmpdir(), "svc-prompt-cache-"));
     const config = join(dir, "svc.config.json");
     // Each style's model routed to the other style's provider; no cache prices set: the provider's multiples of the input price.
@@ -101,7 +96,7 @@ describe("prompt-cache tokens: cost and usage through the gateway (scripted upst
   });
   after(async () => {
     await gw.close();
-    upstream.close();
+    await upstream.close();
     rmSync(dir, { recursive: true, force: true });
   });
 
