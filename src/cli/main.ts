@@ -284,6 +284,9 @@ async function serve(demo: boolean): Promise<void> {
   };
   process.on("SIGINT", () => void stop("SIGINT"));
   process.on("SIGTERM", () => void stop("SIGTERM"));
+  // The terminal or ssh session that ran `svc serve` closed: as clean a stop (Node's default for
+  // SIGHUP is to die at once, losing the logs and charges not yet written).
+  process.on("SIGHUP", () => void stop("SIGHUP"));
 }
 
 /** The server the admin command talks to, for its error messages. */

@@ -299,7 +299,9 @@ const stop = () => {
   setTimeout(() => process.exit(0), 5_000).unref();
 };
 process.on("SIGTERM", stop);
-// Ctrl-C reaches the whole process group: the gateway flushes its last logs here first, then stops this.
+// Ctrl-C, and a closing terminal's SIGHUP, reach the whole process group: the gateway flushes its
+// last logs here first, then stops this.
 process.on("SIGINT", () => {});
+process.on("SIGHUP", () => {});
 // Never outlive the gateway: when it goes (even killed), the IPC channel closes.
 process.on("disconnect", stop);
