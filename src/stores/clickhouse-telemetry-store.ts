@@ -61,11 +61,20 @@ async function* jsonLines(rows: readonly unknown[], slice = 64): AsyncGenerator<
   }
 }
 
-/** Engine errors that mean "try again later" rather than "this batch is wrong". */
+/**
+ * Engine errors that mean "try again later" rather than "this batch is wrong". A full or failing
+ * disk is one: its batches are spooled and written once there is room, not set aside as bad data.
+ */
 const TRANSIENT = new Set([
   "TIMEOUT_EXCEEDED", "TOO_MANY_PARTS", "MEMORY_LIMIT_EXCEEDED", "TABLE_IS_READ_ONLY", "TOO_MANY_SIMULTANEOUS_QUERIES",
   "NETWORK_ERROR", "SOCKET_TIMEOUT", "ALL_CONNECTION_TRIES_FAILED", "KEEPER_EXCEPTION", "NO_ZOOKEEPER", "UNKNOWN_TABLE",
+  "NOT_ENOUGH_SPACE", "CANNOT_WRITE_TO_FILE_DESCRIPTOR", "CANNOT_FSYNC", "CANNOT_OPEN_FILE", "CANNOT_ALLOCATE_MEMORY", "CANNOT_TRUNCATE_FILE",
 ]);
+/** The same, told by the words of an error whose type names no cause (chDB's STD_EXCEPTION of a failed write). */
+const NO_ROOM = /not enough space|no space left on device|ENOSPC|disk quota exceeded|read-only file system/i;
+
+/** Whether an error of the engine's means the batch is wrong (refused), rather than the store unable to take it now. */
+export const refusedByEngine = (e: unknown): boolean => engineError(e) && !TRANSIENT.has(e.type ?? "") && !NO_ROOM.test(e.message);
 
 /** An error the engine itself answered with (ClickHouseError of either engine: the classes differ). */
 const engineError = (e: unknown): e is Error & { code: string; type?: string } => {
@@ -131,7 +140,7 @@ export function createClickHouseTelemetryStore(opts: ClickHouseTelemetryStoreOpt
     try {
       return await fn(c);
     } catch (e) {
-      if (engineError(e) && !TRANSIENT.has(e.type ?? "")) throw e;
+      if (refusedByEngine(e)) throw e;
       throw unavailable(e, "the telemetry store failed");
     }
   };

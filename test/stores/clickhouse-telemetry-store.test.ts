@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { randomBase62 } from "../../src/core/ids.js";
 import { utcMicrosText } from "../../src/core/telemetry/micros.js";
 import type { LogRow } from "../../src/stores/telemetry-store.js";
+import { refusedByEngine } from "../../src/stores/clickhouse-telemetry-store.js";
 import { allLogs, forEachEngine, logRow, T0 } from "../support/telemetry.js";
 
 const project = () => `proj_${randomBase62(10)}`;
@@ -274,5 +275,20 @@ describe("ClickHouse telemetry store", function () {
         assert.deepEqual(new Set(r.buckets.map((b) => b.group)), new Set(r.groups.map((g) => g.key)));
       });
     });
+  });
+});
+
+describe("telemetry store: what counts as a batch refused", () => {
+  const engineError = (code: string, type: string, message: string) => Object.assign(new Error(`Code: ${code}. DB::Exception: ${message}. (${type})`), { code, type });
+
+  it("takes a full or failing disk for an outage (spooled and written later), not for bad data (set aside)", () => {
+    for (const e of [
+      engineError("243", "NOT_ENOUGH_SPACE", "Cannot reserve 1.00 MiB, not enough space"),
+      engineError("1001", "STD_EXCEPTION", "write: No space left on device"),
+      engineError("75", "CANNOT_WRITE_TO_FILE_DESCRIPTOR", "Cannot write to file /data/x.bin"),
+      engineError("242", "TABLE_IS_READ_ONLY", "Table is in readonly mode"),
+      new Error("socket hang up"),
+    ]) assert.equal(refusedByEngine(e), false, e.message);
+    assert.equal(refusedByEngine(engineError("27", "CANNOT_PARSE_INPUT_ASSERTION_FAILED", "Cannot parse input: expected '\"' before: 'x'")), true);
   });
 });

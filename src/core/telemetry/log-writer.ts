@@ -102,7 +102,7 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
   let closing = false;
   let closed = false;
   const refusalLogged = atMostEvery(REFUSAL_LOG_INTERVAL_MS);
-  let dropLogged = false;
+  const dropLogged = atMostEvery(REFUSAL_LOG_INTERVAL_MS);
 
   const up = () => {
     if (stats.outage) {
@@ -129,9 +129,9 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
 
   const dropped = (n: number, why: string) => {
     stats.dropped += n;
-    if (dropLogged) return;
-    dropLogged = true; // once per process: the counter tells the rest
-    log.error(`request logs dropped: ${why}`, { rows: n });
+    // At most once a minute, with the count of every row dropped since start: a loss that goes on
+    // (or comes back) is seen, never one line per row.
+    if (dropLogged()) log.error(`request logs dropped: ${why}`, { rows: n, droppedSinceStart: stats.dropped });
   };
 
   const take = (mode: ModeName, max = batchSize): LogRow[] => {
