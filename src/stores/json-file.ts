@@ -29,24 +29,30 @@ export function createJsonFileWriter(path: string, indent?: number): JsonFileWri
     write(value) {
       const text = JSON.stringify(value, null, indent);
       chain = chain.catch(() => {}).then(async () => {
-        const tmp = `${path}.${process.pid}.tmp`;
-        try {
-          const fh = await open(tmp, "w", 0o600);
-          try {
-            await fh.writeFile(text);
-            await fh.sync();
-          } finally {
-            await fh.close();
-          }
-          await rename(tmp, path);
-        } catch (e) {
-          // A write that failed (a full disk) leaves no partial temporary file behind.
-          await rm(tmp, { force: true }).catch(() => {});
-          throw e;
-        }
+        await writeWhole(path, text, `${path}.${process.pid}.tmp`);
       });
       return chain;
     },
     idle: () => chain,
   };
+}
+
+/**
+ * Writes a file (mode 0600) under a temporary name `tmp`, syncs it and renames it into place: a
+ * crash leaves it whole or absent, and a write that fails (a full disk) leaves no temporary file.
+ */
+export async function writeWhole(path: string, text: string, tmp = `${path}.tmp`): Promise<void> {
+  try {
+    const fh = await open(tmp, "w", 0o600);
+    try {
+      await fh.writeFile(text);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(tmp, path);
+  } catch (e) {
+    await rm(tmp, { force: true }).catch(() => {});
+    throw e;
+  }
 }

@@ -1,8 +1,9 @@
-import { open, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { ModeName } from "../../stores/registry-store.js";
 import type { LogRow } from "../../stores/telemetry-store.js";
 import { makeDir } from "../../stores/make-dir.js";
+import { writeWhole } from "../../stores/json-file.js";
 
 /** A batch of logs of one mode, as written to the store or kept on disk until it can be. */
 export interface LogBatch {
@@ -145,14 +146,3 @@ function batchText(batch: LogBatch): string {
   return `${lines.join("\n")}\n`;
 }
 
-/** Writes a file to a temporary name, syncs it and renames it into place: a crash leaves it whole or absent. */
-async function writeWhole(path: string, text: string): Promise<void> {
-  const fh = await open(`${path}.tmp`, "w", 0o600);
-  try {
-    await fh.writeFile(text);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  await rename(`${path}.tmp`, path);
-}
