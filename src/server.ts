@@ -439,8 +439,19 @@ async function loadAdminToken(config: Config): Promise<{ token: string; path: st
     if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
   }
   const token = `svc_admin_${randomBytes(24).toString("base64url")}`;
-  await writeFile(path, `${token}\n`, { mode: 0o600 });
+  try {
+    await writeFile(path, `${token}\n`, { mode: 0o600 });
+  } catch (e) {
+    await rm(path, { force: true }).catch(() => {});
+    throw unwritableDataDir(config.dataDir, e);
+  }
   return { token, path };
+}
+
+/** The data dir refused a write at start (a full disk, a read-only mount): a configuration error naming it. */
+function unwritableDataDir(dir: string, e: unknown): Error {
+  const err = e as NodeJS.ErrnoException;
+  return err?.code ? new ConfigError(`SVC_DATA_DIR ${dir} cannot be written (${err.code}: ${err.message}); free space on its disk or set SVC_DATA_DIR to another directory`) : err;
 }
 
 /** Makes a secret's file 0600, saying so when it was not. */
@@ -473,8 +484,10 @@ async function lockDataDir(dir: string): Promise<() => Promise<void>> {
   const thisBoot = await bootId();
   const mine = `${process.pid} ${await startTimeOf(process.pid)} ${thisBoot}`.trim();
   const aside = `${path}.${process.pid}.${randomBytes(4).toString("hex")}`;
-  await writeFile(aside, mine, { mode: 0o644 });
   try {
+    await writeFile(aside, mine, { mode: 0o644 }).catch((e: unknown) => {
+      throw unwritableDataDir(dir, e);
+    });
     for (let attempt = 0; attempt < 5; attempt++) {
       try {
         await link(aside, path);

@@ -1,0 +1,45 @@
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ConfigError, loadConfig } from "../src/config.js";
+import { startServer } from "../src/server.js";
+
+/**
+ * A data dir on a full disk (a small tmpfs filled up, where this machine lets the test mount one):
+ * the server refuses to start with a configuration error naming SVC_DATA_DIR, and leaves nothing
+ * behind, rather than failing with a bare ENOSPC.
+ */
+describe("a data dir on a full disk", function () {
+  this.timeout(60_000);
+  let mnt = "";
+  let mounted = false;
+  before(function () {
+    mnt = mkdtempSync(join(tmpdir(), "svc-full-"));
+    try {
+      execFileSync("mount", ["-t", "tmpfs", "-o", "size=256k", "tmpfs", mnt], { stdio: "ignore" });
+      mounted = true;
+    } catch {
+      this.skip(); // no privilege to mount here
+    }
+  });
+  after(() => {
+    if (mounted) execFileSync("umount", [mnt]);
+    rmSync(mnt, { recursive: true, force: true });
+  });
+
+  it("is a configuration error naming SVC_DATA_DIR, with no lock or token file left half-written", async () => {
+    const dir = join(mnt, "data");
+    mkdirSync(dir);
+    // Fill the disk: writes fail with ENOSPC from here on.
+    try {
+      writeFileSync(join(mnt, "fill"), Buffer.alloc(512 * 1024));
+    } catch {
+      // full
+    }
+    const config = loadConfig({ SVC_DATA_DIR: dir, SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0" });
+    await assert.rejects(startServer(config), (e: Error) => e instanceof ConfigError && /^SVC_DATA_DIR .* cannot be written \(ENOSPC/.test(e.message));
+    assert.deepEqual(readdirSync(dir).filter((f) => f.startsWith("svc.pid") || f === "admin-token"), []);
+  });
+});
