@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { getHeapStatistics } from "node:v8";
 import { chmod, link, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { type AddressInfo, createServer as createNetServer, type Socket } from "node:net";
@@ -121,6 +122,8 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     ]);
     const authImpl = createAuthService({ store });
     const proxyImpl = createProxyService({ models: config.models, providers: config.providers, adapters, http });
+    const heapWarning = cacheHeapWarning(config, getHeapStatistics().heap_size_limit);
+    if (heapWarning) log.warn(heapWarning);
     const cacheBackend = createCacheBackend(config.redisUrl, config.cache);
     cleanups.push(() => cacheBackend.close());
     // Embedded, the month's spend and the day windows are kept in the data dir; closing writes them.
@@ -446,6 +449,17 @@ async function loadAdminToken(config: Config): Promise<{ token: string; path: st
     throw unwritableDataDir(config.dataDir, e);
   }
   return { token, path };
+}
+
+/**
+ * A warning when the embedded cache's byte budget could take most of this process's JavaScript
+ * heap (`--max-old-space-size`, a container's memory): filled, it would leave too little for the
+ * requests themselves, and the process would die out of memory rather than refuse anything.
+ */
+export function cacheHeapWarning(config: Pick<Config, "redisUrl" | "cache">, heapLimitBytes: number): string | undefined {
+  if (config.redisUrl || !config.cache.enabled || config.cache.maxBytes <= heapLimitBytes / 2) return undefined;
+  const mib = (n: number) => `${Math.round(n / 2 ** 20)} MiB`;
+  return `SVC_CACHE_MAX_BYTES (${mib(config.cache.maxBytes)}) is more than half of this process's JavaScript heap (${mib(heapLimitBytes)}): a full cache would leave too little for requests; lower it, or give Node a larger heap (--max-old-space-size)`;
 }
 
 /** The data dir refused a write at start (a full disk, a read-only mount): a configuration error naming it. */

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { ConfigError, loadConfig } from "../src/config.js";
+import { cacheHeapWarning } from "../src/server.js";
 
 describe("cache configuration", () => {
   it("defaults to a one-hour TTL, 256 MiB in memory and 4 MiB answers", () => {
@@ -43,4 +44,15 @@ describe("cache configuration", () => {
       assert.throws(() => loadConfig({ [name]: value }), (e) => e instanceof ConfigError && e.message.includes(name));
     });
   }
+});
+
+describe("the embedded cache's budget against the heap", () => {
+  const GiB = 2 ** 30;
+  it("is warned about at start when it is more than half of the process's heap, not on Redis or with the cache off", () => {
+    const config = loadConfig({ SVC_CACHE_MAX_BYTES: String(256 * 2 ** 20) });
+    assert.equal(cacheHeapWarning(config, 4 * GiB), undefined);
+    assert.match(cacheHeapWarning(config, 256 * 2 ** 20) ?? "", /^SVC_CACHE_MAX_BYTES \(256 MiB\) is more than half of this process's JavaScript heap \(256 MiB\)/);
+    assert.equal(cacheHeapWarning(loadConfig({ SVC_REDIS_URL: "redis://127.0.0.1:6379" }), 128 * 2 ** 20), undefined, "Redis holds the entries");
+    assert.equal(cacheHeapWarning(loadConfig({ SVC_CACHE_DISABLED: "1" }), 128 * 2 ** 20), undefined);
+  });
 });
