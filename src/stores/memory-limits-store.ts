@@ -142,7 +142,7 @@ export function checkLimitsSnapshot(v: unknown): LimitsSnapshot {
  * cannot be read or is not a snapshot does not stop the start: it is logged, moved aside to
  * `limits.json.unreadable` for inspection, and the store starts empty.
  */
-export async function openMemoryLimitsStore(dataDir: string, opts: { delayMs?: number } = {}): Promise<LimitsStore> {
+export async function openMemoryLimitsStore(dataDir: string, opts: { delayMs?: number; now?: () => number } = {}): Promise<LimitsStore> {
   const path = join(dataDir, LIMITS_SNAPSHOT_FILE);
   let initial: LimitsSnapshot | undefined;
   try {
@@ -157,7 +157,34 @@ export async function openMemoryLimitsStore(dataDir: string, opts: { delayMs?: n
       ...(moved ? { movedTo: aside } : {}),
     });
   }
+  if (initial) {
+    const future = fromTheFuture(initial, (opts.now ?? Date.now)());
+    if (future) {
+      log.warn("the limits snapshot was saved later than now (the clock stepped back, or the data dir comes from a machine whose clock is ahead): its day counts and the spend of months after this one are dropped, so no project is refused until the clock catches up", { path, savedAt: new Date(initial.savedAtMs).toISOString() });
+      initial = future;
+    }
+  }
   return createMemoryLimitsStore({ path, delayMs: opts.delayMs, initial });
+}
+
+/** How far ahead of this clock a snapshot may be saved before it is taken for another clock's (a second, rounded up). */
+const CLOCK_SLACK_MS = 60_000;
+
+/**
+ * A snapshot saved later than `nowMs` (beyond CLOCK_SLACK_MS), cut back to what this clock can
+ * count from: without its day windows (their newest bucket would hold the window, and refuse a
+ * project for as long as the clocks differ) and the spend of months after `nowMs`'s; undefined
+ * when it is not from the future.
+ */
+export function fromTheFuture(snap: LimitsSnapshot, nowMs: number): LimitsSnapshot | undefined {
+  if (snap.savedAtMs <= nowMs + CLOCK_SLACK_MS) return undefined;
+  const month = monthOf(nowMs);
+  const projects: LimitsSnapshot["projects"] = {};
+  for (const [id, p] of Object.entries(snap.projects)) {
+    const spent = Object.fromEntries(Object.entries(p.spent ?? {}).filter(([m]) => m <= month));
+    projects[id] = Object.keys(spent).length ? { spent } : {};
+  }
+  return { version: 1, savedAtMs: nowMs, projects };
 }
 
 /**

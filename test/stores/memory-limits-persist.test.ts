@@ -26,7 +26,7 @@ describe("the embedded limits store's snapshot (limits.json)", () => {
 
   /** Opens the store on `dir` with its service on the test's clock. */
   const start = async (delayMs = 50): Promise<{ store: LimitsStore; limits: Client<typeof LimitsService> }> => {
-    const store = await openMemoryLimitsStore(dir, { delayMs });
+    const store = await openMemoryLimitsStore(dir, { delayMs, now: () => clock.ms });
     open.push(store);
     return { store, limits: createDirectClient(LimitsService, createLimitsService({ store, now: () => clock.ms })) };
   };
@@ -167,5 +167,35 @@ describe("the embedded limits store's snapshot (limits.json)", () => {
     });
     assert.equal(lines.filter((l) => l.includes("cannot be written")).length, 1, lines.join(""));
     assert.equal(snapshot().projects[project]!.spent!["2026-11"], 50_000_000);
+  });
+});
+
+describe("the embedded limits store's snapshot saved by a clock ahead of this one", () => {
+  let dir: string;
+  beforeEach(() => void (dir = mkdtempSync(join(tmpdir(), "svc-limits-future-"))));
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("drops its day counts and later months' spend, with a warning, so no project is refused until the clocks agree", async () => {
+    const now = Date.now();
+    const ahead = now + 31 * 86_400_000;
+    const minute = Math.floor(ahead / 60_000);
+    const month = new Date(now).toISOString().slice(0, 7);
+    const later = new Date(ahead).toISOString().slice(0, 7);
+    const snap: LimitsSnapshot = { version: 1, savedAtMs: ahead, projects: { proj_f: { spent: { [month]: 2_000_000_000, [later]: 7_000_000_000 }, day: { oldest: minute - 10, counts: [[minute, 1000]] } } } };
+    writeFileSync(join(dir, LIMITS_SNAPSHOT_FILE), JSON.stringify(snap));
+    let store: LimitsStore | undefined;
+    const lines = await captureLog(async () => {
+      store = await openMemoryLimitsStore(dir, { delayMs: 10 });
+    });
+    try {
+      assert.ok(lines.some((l) => /saved later than now/.test(l)), lines.join("\n"));
+      const limits = createDirectClient(LimitsService, createLimitsService({ store: store!, now: () => now }));
+      const r = await limits.admit({ projectId: "proj_f", maxCostUsd: "0", limits: { requestsPerDay: 1000 } });
+      assert.equal(r.decision, Decision.ALLOWED, "the future day's 1000 requests do not hold the window");
+      const usage = await limits.getUsage({ projectId: "proj_f" });
+      assert.equal(usage.spentUsd, "2", "this month's spend is kept");
+    } finally {
+      await store?.close();
+    }
   });
 });
