@@ -4,7 +4,8 @@ import { Agent, buildConnector, errors as undiciErrors, type Dispatcher } from "
 import { ConnectError, Code } from "@connectrpc/connect";
 import type { Timeouts } from "../../config.js";
 import type { CancelSignal } from "../cancel.js";
-import { apiError } from "../errors.js";
+import { apiError, withRetryGuidance } from "../errors.js";
+import { atMostEvery, log } from "../../logger.js";
 import type { UpstreamHttpRequest } from "./upstreams/adapter.js";
 
 /** An upstream response: status and a body to read as text chunks. */
@@ -362,6 +363,27 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
     if (timedOut === TimedOut.FirstByte || e instanceof undiciErrors.HeadersTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not start answering in time.");
     if (timedOut === TimedOut.Idle || e instanceof undiciErrors.BodyTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider stopped sending data (idle timeout).");
     if (this.status !== 0) return apiError(502, "api_error", "upstream_stream_incomplete", "The upstream provider closed the connection before the answer was complete.");
+    if (outOfDescriptors(e)) return gatewayOutOfDescriptors(e);
     return apiError(502, "api_error", "upstream_unreachable", "The upstream provider could not be reached or closed the connection before answering.");
   }
+}
+
+/** Whether a failed connection failed for want of file descriptors in this process (EMFILE) or the system (ENFILE). */
+const outOfDescriptors = (e: unknown): boolean => {
+  for (let c: unknown = e, depth = 0; c instanceof Error && depth < 4; c = c.cause, depth++) {
+    const code = (c as NodeJS.ErrnoException).code;
+    if (code === "EMFILE" || code === "ENFILE") return true;
+  }
+  return false;
+};
+
+const descriptorsLogged = atMostEvery(60_000);
+
+/**
+ * The gateway's own limit, not the upstream's: 503 with a retry a second later, and the operator
+ * told (at most once a minute) which limit to raise, rather than a 502 that blames the provider.
+ */
+function gatewayOutOfDescriptors(e: unknown): ConnectError {
+  if (descriptorsLogged()) log.error("out of file descriptors: an upstream connection could not be opened; raise the open-files limit (ulimit -n, LimitNOFILE)", { err: String((e as Error)?.message ?? e) });
+  return withRetryGuidance(apiError(503, "api_error", "gateway_overloaded", "The gateway has no connection to spare right now; retry shortly."), { "retry-after": "1" });
 }

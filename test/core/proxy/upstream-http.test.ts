@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import http from "node:http";
 import { type AddressInfo, connect, type Socket } from "node:net";
+import { fileURLToPath } from "node:url";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Cancellation, signalCancel } from "../../../src/core/cancel.js";
 import { createUpstreamHttp, sentUpstream } from "../../../src/core/proxy/upstream-http.js";
@@ -219,5 +220,15 @@ describe("upstream HTTP client: timeouts fire on time", () => {
     for await (const chunk of res.body) events += chunk.split("\n\n").length - 1;
     assert.equal(events, 400);
     await client.close();
+  });
+});
+
+describe("upstream HTTP client: out of file descriptors", function () {
+  this.timeout(30_000);
+  it("is the gateway's own 503 gateway_overloaded, not a 502 that blames the upstream", async () => {
+    const script = fileURLToPath(new URL("../../support/emfile-upstream.ts", import.meta.url));
+    // The port is never reached: the connection cannot even be opened.
+    const out = execFileSync("bash", ["-c", `ulimit -n 128 && exec "${process.execPath}" --import tsx "${script}" http://127.0.0.1:9/v1/x`], { encoding: "utf8" });
+    assert.deepEqual(JSON.parse(out.trim().split("\n").at(-1)!), { status: 503, code: "gateway_overloaded" });
   });
 });
