@@ -1,9 +1,9 @@
 import { ApiStyle, BlockType, type Completion, type ContentBlock, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
-import { extraJson, isObject, type JsonObject } from "../../../json.js";
+import { extraJson, isObject, parseExtra, type JsonObject } from "../../../json.js";
 import { completion, contentBlock } from "../../canonical.js";
 import { invalidUpstreamResponse } from "./error.js";
 import { CUSTOM_CALL_EXTRA } from "./tool-call.js";
-import { finishForClient, toFinishReason, toUsage } from "./usage.js";
+import { finishForClient, toFinishReason, toUsage, withFinishReason } from "./usage.js";
 
 const kTopKnown: ReadonlySet<string> = new Set(["id", "object", "created", "model", "choices", "usage"]);
 const kMessageKnown: ReadonlySet<string> = new Set(["role", "content", "tool_calls", "refusal"]);
@@ -32,8 +32,10 @@ export function parseOpenAiCompletion(body: unknown, req: StreamChatRequest): Co
     usage: toUsage(body.usage),
     upstreamStyle: ApiStyle.CHAT_COMPLETIONS,
     extraJson: extraJson(body, kTopKnown),
-    messageExtraJson: extraJson(message, kMessageKnown),
-    choiceExtraJson: extraJson(choice, kChoiceKnown, true), // a null logprobs is left out
+    // A `content: null` the canonical answer would give back as "" (a legacy function_call, an
+    // audio answer) is kept as sent.
+    messageExtraJson: message.content === null ? JSON.stringify({ ...parseExtra(extraJson(message, kMessageKnown)), content: null }) : extraJson(message, kMessageKnown),
+    choiceExtraJson: withFinishReason(extraJson(choice, kChoiceKnown, true), choice.finish_reason), // a null logprobs is left out
   });
 }
 

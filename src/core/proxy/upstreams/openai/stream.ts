@@ -12,7 +12,7 @@ import { streamEvent } from "../../canonical.js";
 import type { StreamConverter } from "../adapter.js";
 import { convertOpenAiStreamError, invalidUpstreamResponse } from "./error.js";
 import { CUSTOM_CALL_EXTRA } from "./tool-call.js";
-import { finishForClient, toFinishReason, toUsage } from "./usage.js";
+import { finishForClient, toFinishReason, toUsage, withFinishReason } from "./usage.js";
 
 /**
  * Chunk fields the canonical events name. `obfuscation` is random padding OpenAI adds to each chunk
@@ -135,7 +135,7 @@ class OpenAiStreamConverter implements StreamConverter {
     // The chunk's unnamed fields (logprobs of its tokens, Azure's content_filter_results; a
     // delta's reasoning_content, annotations...) go out with the chunk that carries them. A null
     // (logprobs: null on every chunk) is left out: the renderer writes logprobs null itself.
-    const choiceExtraJson = extraJson(choice, kChoiceKnown, true);
+    const choiceExtraJson = withFinishReason(extraJson(choice, kChoiceKnown, true), choice.finish_reason);
     const deltaExtraJson = extraJson(delta, kDeltaKnown);
     if (choiceExtraJson === "" && deltaExtraJson === "") return;
     this.#extra({ choiceExtraJson, deltaExtraJson }, typeof choice.finish_reason === "string", chunk, from, out);

@@ -1,5 +1,5 @@
 import { ApiStyle, FinishReason, type Usage } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
-import { extraJson, isObject } from "../../../json.js";
+import { extraJson, isObject, parseExtra } from "../../../json.js";
 import { usage as canonicalUsage, tokenCount } from "../../canonical.js";
 
 /** Usage fields the canonical model names; `total_tokens` is derivable, so it is not carried. */
@@ -32,6 +32,19 @@ const finishByName: Record<string, FinishReason> = {
   function_call: FinishReason.TOOL_USE,
   content_filter: FinishReason.CONTENT_FILTER,
 };
+
+/** The `finish_reason` values a chat-style client gets back as they came from the canonical reason. */
+const SAID = new Set(["stop", "length", "tool_calls", "content_filter"]);
+
+/**
+ * A choice's extra_json with its `finish_reason` kept in it when the canonical reason would not
+ * give it back as sent (the legacy `function_call`, a value newer than this build): a chat-style
+ * client gets that value, not the nearest one.
+ */
+export function withFinishReason(extra: string, reason: unknown): string {
+  if (typeof reason !== "string" || SAID.has(reason)) return extra;
+  return JSON.stringify({ ...parseExtra(extra), finish_reason: reason });
+}
 
 /** Maps an OpenAI `finish_reason` (https://platform.openai.com/docs/api-reference/chat/object). */
 export const toFinishReason = (reason: unknown): FinishReason =>

@@ -1,0 +1,64 @@
+import assert from "node:assert/strict";
+import type http from "node:http";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { postJson, sseEvents } from "../../support/http.js";
+import { scriptedUpstream, type ScriptedUpstream } from "../../support/upstream.js";
+
+/**
+ * A chat-style upstream's `finish_reason` the canonical reasons do not give back as sent (the
+ * legacy `functions` API's `function_call`, a value newer than the gateway) reaches a chat client
+ * as sent, whole and streamed, and so does a message's `content: null`
+ * (https://platform.openai.com/docs/api-reference/chat/object).
+ */
+const functionCall = { name: "get_weather", arguments: '{"city":"Paris"}' };
+
+function answer(body: { stream?: boolean; messages: Array<{ content: string }> }, res: http.ServerResponse): void {
+  const reason = body.messages.at(-1)!.content.split(" ")[0]!;
+  const head = { id: "chatcmpl-fr", created: 1750431500, model: "gpt-4o-2024-11-20" };
+  if (!body.stream) {
+    res.writeHead(200, { "content-type": "application/json" });
+    const message = { role: "assistant", content: null, function_call: functionCall, refusal: null };
+    res.end(JSON.stringify({ ...head, object: "chat.completion", choices: [{ index: 0, message, logprobs: null, finish_reason: reason }], usage: { prompt_tokens: 9, completion_tokens: 7, total_tokens: 16 } }));
+    return;
+  }
+  const chunk = (delta: object, finish: string | null) => `data: ${JSON.stringify({ ...head, object: "chat.completion.chunk", choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] })}\n\n`;
+  res.writeHead(200, { "content-type": "text/event-stream" });
+  res.end(chunk({ role: "assistant", content: null, function_call: { name: "get_weather", arguments: "" } }, null) + chunk({ function_call: { arguments: '{"city":"Paris"}' } }, null) + chunk({}, reason) + "data: [DONE]\n\n");
+}
+
+describe("POST /v1/chat/completions: finish reasons passed on as the upstream sent them", () => {
+  let upstream: ScriptedUpstream;
+  let gw: TestGateway;
+  let key: string;
+  let n = 0;
+
+  before(async () => {
+    upstream = await scriptedUpstream(answer);
+    gw = await startTestGateway({ SVC_OPENAI_BASE_URL: `${upstream.base}/v1`, SVC_OPENAI_API_KEY: "sk-test" }, false);
+    key = (await gw.project()).live;
+  });
+  after(async () => {
+    await gw.close();
+    await upstream.close();
+  });
+
+  const ask = (reason: string, extra: object = {}) => postJson(`${gw.gatewayUrl}/v1/chat/completions`, key, { model: "chat-4o", messages: [{ role: "user", content: `${reason} ${++n}` }], ...extra });
+
+  it("keeps the legacy function_call answer whole: its finish_reason, content null and function_call", async () => {
+    for (const reason of ["function_call", "some_future_reason"]) {
+      const res = await ask(reason);
+      assert.equal(res.status, 200, res.text);
+      const choice = res.json().choices[0];
+      assert.equal(choice.finish_reason, reason);
+      assert.equal(choice.message.content, null);
+      assert.deepEqual(choice.message.function_call, functionCall);
+    }
+  });
+
+  it("streams the finish_reason as sent", async () => {
+    const res = await ask("function_call", { stream: true });
+    assert.equal(res.status, 200, res.text);
+    const finishes = sseEvents(res.text).filter((e) => e.data !== "[DONE]").map((e) => JSON.parse(e.data).choices[0]?.finish_reason).filter((f) => f !== null && f !== undefined);
+    assert.deepEqual(finishes, ["function_call"]);
+  });
+});
