@@ -273,7 +273,6 @@ async function serve(demo: boolean): Promise<void> {
     running.adminTokenPath ? `  admin token ${running.adminTokenPath}` : "  admin token from SVC_ADMIN_TOKEN",
   ];
   if (running.demo) lines.push(`  demo provider ${running.demo.url} (every model is answered by the built-in fake provider)`);
-  process.stdout.write(`${lines.join("\n")}\n`);
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;
@@ -287,6 +286,8 @@ async function serve(demo: boolean): Promise<void> {
   // The terminal or ssh session that ran `svc serve` closed: as clean a stop (Node's default for
   // SIGHUP is to die at once, losing the logs and charges not yet written).
   process.on("SIGHUP", () => void stop("SIGHUP"));
+  // Said once the signals are handled: whoever waits for this line may stop it at once.
+  process.stdout.write(`${lines.join("\n")}\n`);
 }
 
 /** The server the admin command talks to, for its error messages. */
