@@ -33,6 +33,10 @@ export function parseObject(json: string): JsonObject | undefined {
 /** Parses an `extra_json` text into an object ({} when empty). */
 export const parseExtra = (json: string): JsonObject => (json ? (JSON.parse(json) as JsonObject) : {});
 
+/** An `extra_json` text with `key` set to `value`; the text as it is when `value` is undefined. */
+export const withExtraField = (extra: string, key: string, value: unknown): string =>
+  value === undefined ? extra : JSON.stringify({ ...parseExtra(extra), [key]: value });
+
 /**
  * The deepest nesting of arrays and objects accepted in JSON from a client: a request body, the
  * `X-Svc-Metadata` header, a JSON text on the core port (the value itself is level 1). No real

@@ -1,8 +1,7 @@
 import assert from "node:assert/strict";
 import type http from "node:http";
-import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { postJson, sseEvents } from "../../support/http.js";
-import { scriptedUpstream, type ScriptedUpstream } from "../../support/upstream.js";
+import { gatewayOnScriptedUpstream } from "../../support/upstream.js";
 
 /**
  * What a messages-style upstream says at the end of an answer beyond the stop reason the canonical
@@ -36,23 +35,11 @@ function answer(body: { stream?: boolean; messages: Array<{ content: string }> }
 }
 
 describe("POST /v1/messages: message_delta's fields and stop reasons passed on as the upstream sent them", () => {
-  let upstream: ScriptedUpstream;
-  let gw: TestGateway;
-  let key: string;
+  const on = gatewayOnScriptedUpstream(answer);
   let n = 0;
 
-  before(async () => {
-    upstream = await scriptedUpstream(answer);
-    gw = await startTestGateway({ SVC_ANTHROPIC_BASE_URL: upstream.base, SVC_ANTHROPIC_API_KEY: "sk-ant-test" }, false);
-    key = (await gw.project()).live;
-  });
-  after(async () => {
-    await gw.close();
-    await upstream.close();
-  });
-
   const ask = (stopReason: string, extra: object = {}) =>
-    postJson(`${gw.gatewayUrl}/v1/messages`, key, { model: "assistant-3-5-sonnet-20241022", max_tokens: 100, messages: [{ role: "user", content: `${stopReason} ${++n}` }], ...extra });
+    postJson(`${on.gw.gatewayUrl}/v1/messages`, on.key, { model: "assistant-3-5-sonnet-20241022", max_tokens: 100, messages: [{ role: "user", content: `${stopReason} ${++n}` }], ...extra });
   const messageDelta = (text: string) => JSON.parse(sseEvents(text).find((e) => e.event === "message_delta")!.data);
 
   it("streams message_delta with the upstream's stop_reason, container and context_management", async () => {
@@ -71,10 +58,10 @@ describe("POST /v1/messages: message_delta's fields and stop reasons passed on a
     assert.equal(first.json().stop_reason, "model_context_window_exceeded");
     assert.deepEqual([first.json().container, first.json().context_management], [container, contextManagement]);
     const content = `model_context_window_exceeded ${n}`;
-    const again = await postJson(`${gw.gatewayUrl}/v1/messages`, key, { model: "assistant-3-5-sonnet-20241022", max_tokens: 100, messages: [{ role: "user", content }] });
+    const again = await postJson(`${on.gw.gatewayUrl}/v1/messages`, on.key, { model: "assistant-3-5-sonnet-20241022", max_tokens: 100, messages: [{ role: "user", content }] });
     assert.equal(again.headers["x-svc-cache"], "HIT");
     assert.equal(again.json().stop_reason, "model_context_window_exceeded");
-    const streamed = await postJson(`${gw.gatewayUrl}/v1/messages`, key, { model: "assistant-3-5-sonnet-20241022", max_tokens: 100, stream: true, messages: [{ role: "user", content }] });
+    const streamed = await postJson(`${on.gw.gatewayUrl}/v1/messages`, on.key, { model: "assistant-3-5-sonnet-20241022", max_tokens: 100, stream: true, messages: [{ role: "user", content }] });
     assert.equal(streamed.headers["x-svc-cache"], "HIT");
     assert.equal(messageDelta(streamed.text).delta.stop_reason, "model_context_window_exceeded");
     const start = JSON.parse(sseEvents(streamed.text).find((e) => e.event === "message_start")!.data);

@@ -1,8 +1,7 @@
 import assert from "node:assert/strict";
 import type http from "node:http";
-import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { postJson, sseEvents } from "../../support/http.js";
-import { scriptedUpstream, type ScriptedUpstream } from "../../support/upstream.js";
+import { gatewayOnScriptedUpstream } from "../../support/upstream.js";
 
 /**
  * A chat-style upstream's `finish_reason` the canonical reasons do not give back as sent (the
@@ -27,22 +26,10 @@ function answer(body: { stream?: boolean; messages: Array<{ content: string }> }
 }
 
 describe("POST /v1/chat/completions: finish reasons passed on as the upstream sent them", () => {
-  let upstream: ScriptedUpstream;
-  let gw: TestGateway;
-  let key: string;
+  const on = gatewayOnScriptedUpstream(answer);
   let n = 0;
 
-  before(async () => {
-    upstream = await scriptedUpstream(answer);
-    gw = await startTestGateway({ SVC_OPENAI_BASE_URL: `${upstream.base}/v1`, SVC_OPENAI_API_KEY: "sk-test" }, false);
-    key = (await gw.project()).live;
-  });
-  after(async () => {
-    await gw.close();
-    await upstream.close();
-  });
-
-  const ask = (reason: string, extra: object = {}) => postJson(`${gw.gatewayUrl}/v1/chat/completions`, key, { model: "chat-4o", messages: [{ role: "user", content: `${reason} ${++n}` }], ...extra });
+  const ask = (reason: string, extra: object = {}) => postJson(`${on.gw.gatewayUrl}/v1/chat/completions`, on.key, { model: "chat-4o", messages: [{ role: "user", content: `${reason} ${++n}` }], ...extra });
 
   it("keeps the legacy function_call answer whole: its finish_reason, content null and function_call", async () => {
     for (const reason of ["function_call", "some_future_reason"]) {

@@ -1,6 +1,6 @@
 import { ApiStyle, type Completion, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { apiError } from "../../../errors.js";
-import { extraJson, isObject, parseExtra } from "../../../json.js";
+import { extraJson, isObject, withExtraField } from "../../../json.js";
 import { completion, nowSeconds } from "../../canonical.js";
 import { blockFromWire, usageFromWire } from "./blocks.js";
 import { finishFromStopReason, unsaidStopReason } from "./stop-reason.js";
@@ -20,10 +20,7 @@ export const invalidResponse = (what: string) =>
  * A message's extra_json with its `stop_reason` kept in it when the canonical reason does not say it
  * as sent (unsaidStopReason): a messages-style client gets that value back.
  */
-export function withStopReason(extra: string, stopReason: unknown): string {
-  const raw = unsaidStopReason(stopReason);
-  return raw === undefined ? extra : JSON.stringify({ ...parseExtra(extra), stop_reason: raw });
-}
+export const withStopReason = (extra: string, stopReason: unknown): string => withExtraField(extra, "stop_reason", unsaidStopReason(stopReason));
 
 export function parseMessagesCompletion(body: unknown, req: StreamChatRequest): Completion {
   if (!isObject(body)) throw invalidResponse("the body is not a JSON object");

@@ -1,5 +1,5 @@
 import { ApiStyle, FinishReason, type Usage } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
-import { extraJson, isObject, parseExtra } from "../../../json.js";
+import { extraJson, isObject, withExtraField } from "../../../json.js";
 import { usage as canonicalUsage, tokenCount } from "../../canonical.js";
 
 /** Usage fields the canonical model names; `total_tokens` is derivable, so it is not carried. */
@@ -41,10 +41,8 @@ const SAID = new Set(["stop", "length", "tool_calls", "content_filter"]);
  * give it back as sent (the legacy `function_call`, a value newer than this build): a chat-style
  * client gets that value, not the nearest one.
  */
-export function withFinishReason(extra: string, reason: unknown): string {
-  if (typeof reason !== "string" || SAID.has(reason)) return extra;
-  return JSON.stringify({ ...parseExtra(extra), finish_reason: reason });
-}
+export const withFinishReason = (extra: string, reason: unknown): string =>
+  withExtraField(extra, "finish_reason", typeof reason === "string" && !SAID.has(reason) ? reason : undefined);
 
 /** Maps an OpenAI `finish_reason` (https://platform.openai.com/docs/api-reference/chat/object). */
 export const toFinishReason = (reason: unknown): FinishReason =>
