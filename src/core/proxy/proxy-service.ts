@@ -78,6 +78,7 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
       const res = await deps.http.send(route.adapter.buildRequest(req, target), cancelOf(ctx));
       try {
         if (res.status >= 400) throw withRetryGuidance(upstreamError(route.adapter, res.status, await res.text()), res.errorHeaders);
+        if (res.status >= 300) throw redirected(route.provider, res.status, res.errorHeaders.location);
         if (!req.stream) {
           yield completionEvent(await completion(route, req, res));
           return;
@@ -112,6 +113,22 @@ const noRetry = { "x-should-retry": "false" };
  * problem, not the client's: it becomes a 502 rather than a 401 or 403 that would read as "your
  * key is wrong". The upstream's own words are kept in the message, for the operator to act on.
  */
+/**
+ * A redirect from the upstream, which the gateway does not follow (the request would go, with the
+ * provider's key, wherever it points): nearly always a base URL that needs changing (http for
+ * https, a path without /v1), so the message names the setting, and the SDKs are told not to retry.
+ */
+function redirected(provider: ProviderConfig, status: number, location: string | string[] | undefined): ConnectError {
+  const to = typeof location === "string" && location !== "" ? ` to ${clipped(location)}` : "";
+  const setting = provider.baseUrlSetting ?? `the ${provider.name} provider's base URL`;
+  return withRetryGuidance(
+    apiError(502, "api_error", "upstream_redirected", `The upstream provider answered HTTP ${status}, a redirect${to}, which the gateway does not follow: check ${setting}.`),
+    noRetry,
+  );
+}
+
+const clipped = (s: string) => (s.length > 200 ? `${s.slice(0, 200)}…` : s);
+
 function upstreamError(adapter: UpstreamAdapter, status: number, body: string): ConnectError {
   const passed = adapter.convertError(status, body);
   if (status === 401 || status === 403) {

@@ -13,7 +13,7 @@ export interface UpstreamResponse {
   status: number;
   /** The response's content-type ("" when it sent none). */
   contentType: string;
-  /** An error answer's headers (status 400 and up), for its retry guidance; empty otherwise. */
+  /** An error answer's headers (status 400 and up), for its retry guidance, or a redirect's (3xx); empty otherwise. */
   errorHeaders: Record<string, string | string[] | undefined>;
   body: AsyncIterable<string>;
   /** Reads the whole body as text, up to `limit` characters (more is cut off). */
@@ -214,7 +214,7 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
     this.status = statusCode;
     const ct = headers["content-type"];
     if (ct !== undefined) this.contentType = typeof ct === "string" ? ct : ct.join(", ");
-    if (statusCode >= 400) this.errorHeaders = headers;
+    if (statusCode >= 300) this.errorHeaders = headers;
     // From here on the idle timeout: the same timer re-armed when the two are equal.
     const { firstByteMs, idleMs } = this.#timeouts;
     if (this.#phase && firstByteMs === idleMs) this.#phase.refresh();

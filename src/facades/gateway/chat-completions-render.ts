@@ -58,9 +58,12 @@ export function answerParts(c: Completion): { text: string; refusal: string; too
 export function renderChatCompletion(c: Completion): JsonObject {
   const style = c.upstreamStyle;
   const { text, refusal, toolCalls } = answerParts(c);
+  // No text: null, as OpenAI writes a message of tool calls or a refusal only, and as the openai
+  // SDK's stream helper assembles any answer that streamed no text. A chat-style upstream's own
+  // empty text stays "" (its `content: null` comes back through its extras).
   const message: JsonObject = {
     role: "assistant",
-    content: text !== "" ? text : toolCalls.length || refusal !== "" ? null : "",
+    content: text !== "" ? text : toolCalls.length || refusal !== "" || style !== ApiStyle.CHAT_COMPLETIONS ? null : "",
     refusal: refusal !== "" ? refusal : null,
     annotations: [],
     ...sameStyleExtra(style, c.messageExtraJson),

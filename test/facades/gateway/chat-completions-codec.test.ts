@@ -349,6 +349,20 @@ describe("chat-completions codec: rendering a stream", () => {
     assert.deepEqual(message, (renderChatCompletion(toolAnswer).choices as Array<{ message: object }>)[0]!.message);
   });
 
+  it("gives an answer without text from a messages-style upstream content null, whole and as the SDK's stream helper assembles it", async () => {
+    // Anthropic's refusal: stop_reason "refusal", content []; and an empty end_turn answer.
+    for (const finishReason of [FinishReason.CONTENT_FILTER, FinishReason.END_TURN]) {
+      const cross = completion({ upstreamStyle: ApiStyle.MESSAGES, blocks: [], finishReason });
+      const whole = (renderChatCompletion(cross).choices as Array<{ message: { content: unknown } }>)[0]!.message;
+      const streamed = await sdkClient(renderAll([ev({ case: "completion", value: cross })])).chat.completions.stream({ model: "chat-4o", messages: [{ role: "user", content: "x" }] }).finalChatCompletion();
+      assert.equal(whole.content, null, FinishReason[finishReason]);
+      assert.equal(streamed.choices[0]!.message.content, whole.content, FinishReason[finishReason]);
+    }
+    // A chat-style upstream's empty text is its own: kept as sent.
+    const same = (renderChatCompletion(completion({ blocks: [] })).choices as Array<{ message: { content: unknown } }>)[0]!.message;
+    assert.equal(same.content, "");
+  });
+
   it("makes the openai SDK raise an APIError for the error event", async () => {
     const r = codec.createStreamRenderer({ model: "chat-4o" });
     const sse = r.render(textEvents[0]!) + r.error({ status: 502, type: "api_error", code: "upstream_error", message: "Upstream failed." });

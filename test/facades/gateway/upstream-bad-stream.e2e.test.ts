@@ -1,8 +1,7 @@
 import assert from "node:assert/strict";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
-import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import type http from "node:http";
 import { postJson, type RawResponse, sseEvents } from "../../support/http.js";
+import { gatewayOnScriptedUpstream } from "../../support/upstream.js";
 
 /**
  * A streamed request whose upstream answers 200 with something that is not an event stream (a JSON
@@ -35,39 +34,21 @@ function answer(chatStyle: boolean, prompt: string, res: http.ServerResponse): v
       res.write(`event: content_block_start\ndata: ${JSON.stringify({ type: "content_block_start", index: 0, content_block: { type: "text", text: "" } })}\n\n`);
       res.end(`event: content_block_delta\ndata: ${JSON.stringify({ type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "Hel" } })}\n\n`);
     }
+  } else if (prompt.startsWith("redirect")) {
+    // A base URL that redirects (http to https, a path without /v1): the gateway does not follow it.
+    res.writeHead(302, { location: "https://api.example.test/v1/chat/completions" });
+    res.end();
   } else {
     res.writeHead(500).end();
   }
 }
 
 describe("gateway errors: an upstream that answers a streamed request with something other than an event stream", () => {
-  let upstream: http.Server;
-  let gw: TestGateway;
-  let key: string;
+  const on = gatewayOnScriptedUpstream((body: { messages: Array<{ content: string | Array<{ text: string }> }> }, res, req) => {
+    const last = body.messages.at(-1)!.content;
+    answer(req.url!.includes("/chat/completions"), typeof last === "string" ? last : last[0]!.text, res);
+  });
   let n = 0;
-
-  before(async () => {
-    upstream = http.createServer((req, res) => {
-      let text = "";
-      req.on("data", (d: Buffer) => (text += d));
-      req.on("end", () => {
-        const body = JSON.parse(text);
-        const last = body.messages.at(-1).content;
-        answer(req.url!.includes("/chat/completions"), typeof last === "string" ? last : last[0].text, res);
-      });
-    });
-    await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
-    const { port } = upstream.address() as AddressInfo;
-    gw = await startTestGateway(
-      { SVC_OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`, SVC_OPENAI_API_KEY: "k", SVC_ANTHROPIC_BASE_URL: `http://127.0.0.1:${port}`, SVC_ANTHROPIC_API_KEY: "k" },
-      false,
-    );
-    key = (await gw.project()).live;
-  });
-  after(async () => {
-    await gw.close();
-    upstream.close();
-  });
 
   const styles = [
     ["chat-completions (OpenAI-style upstream)", "/v1/chat/completions", (content: string, stream: boolean) => ({ model: "chat-4o", stream, messages: [{ role: "user", content }] })],
@@ -84,7 +65,7 @@ describe("gateway errors: an upstream that answers a streamed request with somet
   for (const [name, path, body] of styles) {
     for (const kind of ["json", "html", "sse-json"]) {
       it(`${name}: a stream answered with ${kind} is 502 upstream_invalid_response`, async () => {
-        const res = await postJson(`${gw.gatewayUrl}${path}`, key, body(`${kind} ${++n}`, true));
+        const res = await postJson(`${on.gw.gatewayUrl}${path}`, on.key, body(`${kind} ${++n}`, true));
         assert.equal(res.status, 502, res.text);
         const err = res.json().error;
         assert.deepEqual([err.type, err.code], ["api_error", "upstream_invalid_response"], res.text);
@@ -93,13 +74,26 @@ describe("gateway errors: an upstream that answers a streamed request with somet
     }
 
     it(`${name}: the same HTML for a non-stream request is upstream_invalid_response too`, async () => {
-      const res = await postJson(`${gw.gatewayUrl}${path}`, key, body(`html ${++n}`, false));
+      const res = await postJson(`${on.gw.gatewayUrl}${path}`, on.key, body(`html ${++n}`, false));
       assert.equal(res.status, 502, res.text);
       assert.equal(res.json().error.code, "upstream_invalid_response");
     });
 
+    for (const stream of [false, true]) {
+      it(`${name}: a redirect is 502 upstream_redirected naming the status, where it points and the base URL setting (${stream ? "stream" : "whole"})`, async () => {
+        const res = await postJson(`${on.gw.gatewayUrl}${path}`, on.key, body(`redirect ${++n}`, stream));
+        assert.equal(res.status, 502, res.text);
+        const err = res.json().error;
+        assert.deepEqual([err.type, err.code], ["api_error", "upstream_redirected"], res.text);
+        assert.match(err.message, /HTTP 302/);
+        assert.match(err.message, /https:\/\/api\.example\.test\/v1\/chat\/completions/);
+        assert.match(err.message, path === "/v1/messages" ? /SVC_ANTHROPIC_BASE_URL/ : /SVC_OPENAI_BASE_URL/);
+        assert.equal(res.headers["x-should-retry"], "false");
+      });
+    }
+
     it(`${name}: a stream that started properly and then ended early stays upstream_stream_incomplete`, async () => {
-      const res = await postJson(`${gw.gatewayUrl}${path}`, key, body(`cut ${++n}`, true));
+      const res = await postJson(`${on.gw.gatewayUrl}${path}`, on.key, body(`cut ${++n}`, true));
       const err = errorOf(res);
       assert.deepEqual([err.type, err.code], ["api_error", "upstream_stream_incomplete"], res.text);
     });
