@@ -1,6 +1,7 @@
 import { hash } from "node:crypto";
 import {
   ApiStyle,
+  BlockType,
   type ChatMessage,
   type ContentBlock,
   type ToolDefinition,
@@ -34,6 +35,7 @@ import { canonicalText, frame, parseForKey, writeCanonical } from "./canonical-f
  *   | messages         | stop_sequences      | []                                 |
  *   | messages         | tool_choice         | {"type":"auto"} with tools         |
  *   | both             | message content "t" | [{"type":"text","text":"t"}] (the documented shorthand) |
+ *   | both             | tool result "t"     | [{"type":"text","text":"t"}] (a tool message's, a tool_result block's content) |
  *
  *   Sources: https://platform.openai.com/docs/api-reference/chat/create and
  *   https://docs.anthropic.com/en/api/messages. Parameters without a documented default (max_tokens
@@ -154,10 +156,28 @@ function messageText(m: ChatMessage): string {
  */
 function blockText(b: ContentBlock): string {
   const input = b.style === ApiStyle.MESSAGES ? canonicalText(b.toolInputJson) : frame(b.toolInputJson);
+  let { rawJson, extraJson } = b;
+  // A tool result's content as one plain text block is the same result as that text as a string:
+  // kept whole for the upstream (a chat tool message's in raw_json, a tool_result block's in its
+  // extra_json), left out of the key.
+  if (b.type === BlockType.TOOL_RESULT) {
+    if (rawJson !== "" && isOneTextBlock(parseForKey(rawJson), b.text)) rawJson = "";
+    if (extraJson !== "") {
+      const extra = parseForKey(extraJson) as Record<string, unknown> | undefined;
+      if (extra && typeof extra === "object" && Object.keys(extra).length === 1 && isOneTextBlock(extra.content, b.text)) extraJson = "";
+    }
+  }
   return (
     `[${b.type},${b.style},${frame(b.text)},${frame(b.toolCallId)},${frame(b.toolName)},${input},` +
-    `${b.isError},${canonicalText(b.rawJson)},${canonicalText(b.extraJson)}]`
+    `${b.isError},${canonicalText(rawJson)},${canonicalText(extraJson)}]`
   );
+}
+
+/** Whether a value is `[{"type":"text","text":text}]`, and nothing more. */
+function isOneTextBlock(v: unknown, text: string): boolean {
+  if (!Array.isArray(v) || v.length !== 1) return false;
+  const only = v[0] as Record<string, unknown> | null;
+  return typeof only === "object" && only !== null && !Array.isArray(only) && Object.keys(only).length === 2 && only.type === "text" && only.text === text;
 }
 
 function toolText(t: ToolDefinition): string {

@@ -9,8 +9,9 @@ import { parseExtra, type JsonObject } from "../../core/json.js";
 import { toolCall } from "../../core/proxy/upstreams/openai/tool-call.js";
 
 /** Canonical finish reasons in chat-completions words (https://platform.openai.com/docs/api-reference/chat/object). */
-const finishNames: Record<FinishReason, string> = {
-  [FinishReason.UNSPECIFIED]: "stop",
+const finishNames: Record<FinishReason, string | null> = {
+  // None: the upstream said none (finish_reason null, a stream without one), passed on as such.
+  [FinishReason.UNSPECIFIED]: null,
   [FinishReason.END_TURN]: "stop",
   [FinishReason.STOP_SEQUENCE]: "stop",
   [FinishReason.PAUSE_TURN]: "stop",
@@ -19,7 +20,7 @@ const finishNames: Record<FinishReason, string> = {
   [FinishReason.CONTENT_FILTER]: "content_filter",
 };
 
-export const finishName = (r: FinishReason): string => finishNames[r] ?? "stop";
+export const finishName = (r: FinishReason): string | null => (Object.hasOwn(finishNames, r) ? finishNames[r]! : "stop");
 
 /** Seconds since the epoch; an upstream of the other style reports no creation time. */
 export const createdOr = (created: number): number => created || Math.floor(Date.now() / 1000);

@@ -10,6 +10,7 @@ import type { RequestLog } from "../../gen/svc/telemetry/v1/telemetry_service_pb
 import {
   ApiStyle,
   type Completion,
+  FinishReason,
   type ProxyService,
   type StreamChatRequest,
   type StreamChatResponse,
@@ -388,7 +389,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       // Redis, a client that sends the same request on to another replica once it has the answer
       // finds it there.
       let storing: Promise<void> | undefined;
-      const keep = policy.store ? (c: Completion) => void (storing ??= store(deps, scope, c, policy)) : undefined;
+      const keep = policy.store ? (c: Completion) => void (storable(c) && (storing ??= store(deps, scope, c, policy))) : undefined;
       try {
         answer = await callUpstream(res, svc, limitHeaders, s, deps, chat, parsed, trace, bodies, keep);
         cost = svc["X-Svc-Cost"];
@@ -412,10 +413,10 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
           land(abandoned ? ABANDONED : answer);
           // An answer to store keeps its flight, landed, until it is in the cache: an identical
           // request arriving meanwhile (the store is a round trip on Redis) is served it as a hit.
-          if (!(answer && policy.store)) flights.delete(flightKey);
+          if (!(policy.store && storable(answer))) flights.delete(flightKey);
         }
       }
-      const stored = storing ?? (answer && policy.store ? store(deps, scope, answer, policy) : undefined);
+      const stored = storing ?? (policy.store && storable(answer) ? store(deps, scope, answer!, policy) : undefined);
       if (stored && flight) {
         void stored.then(() => {
           if (flights.get(flightKey) === flight) flights.delete(flightKey);
@@ -857,6 +858,13 @@ async function serveHit(
     if (bodies) trace.responseBody = body;
   }
 }
+
+/**
+ * Whether an answer may be cached: one that said how it finished. An upstream answer without a
+ * finish reason (finish_reason null, a stream with none, no message_delta) is passed on as it came,
+ * and its repeats go to the upstream again rather than being served that answer for the TTL.
+ */
+const storable = (c: Completion | undefined): boolean => c !== undefined && c.finishReason !== FinishReason.UNSPECIFIED;
 
 const emptyEvents: AsyncIterator<never> = { next: async () => ({ done: true, value: undefined }) };
 

@@ -27,6 +27,14 @@ const toolTurns = (input: object) => [
   { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "18C" }] },
 ];
 
+/** A chat request whose last message is a tool's result, with the given content. */
+const toolMessage = (content: unknown) => ({
+  ...chat,
+  messages: [...chat.messages, { role: "assistant", tool_calls: [{ id: "c1", type: "function", function: { name: "weather", arguments: "{}" } }] }, { role: "tool", tool_call_id: "c1", content }],
+});
+/** A messages request whose last turn is a tool_result block with the given content. */
+const toolResult = (content: unknown) => ({ ...msgs, messages: [...toolTurns({ city: "Paris" }).slice(0, 2), { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content }] }] });
+
 interface Case {
   name: string;
   a: () => string;
@@ -80,6 +88,8 @@ const same: Case[] = [
   { name: "messages: stream and not", a: () => messagesKey(msgs), b: () => messagesKey({ ...msgs, stream: true }) },
   { name: "messages: metadata.user_id", a: () => messagesKey(msgs), b: () => messagesKey({ ...msgs, metadata: { user_id: "u-1" } }) },
   { name: "messages: content as a string and as one text block", a: () => messagesKey(msgs), b: () => messagesKey({ ...msgs, messages: [{ role: "user", content: [{ type: "text", text: "Hi" }] }] }) },
+  { name: "chat: a tool message's content as a string and as one text part", a: () => chatKey(toolMessage("18C")), b: () => chatKey(toolMessage([{ type: "text", text: "18C" }])) },
+  { name: "messages: a tool_result's content as a string and as one text block", a: () => messagesKey(toolResult("18C")), b: () => messagesKey(toolResult([{ text: "18C", type: "text" }])) },
 ];
 
 const different: Case[] = [
@@ -104,6 +114,9 @@ const different: Case[] = [
   { name: "messages: tools", a: () => messagesKey(msgs), b: () => messagesKey({ ...msgs, tools: [messagesTool] }) },
   { name: "messages: top_k", a: () => messagesKey(msgs), b: () => messagesKey({ ...msgs, top_k: 5 }) },
   { name: "messages: stop_sequences", a: () => messagesKey(msgs), b: () => messagesKey({ ...msgs, stop_sequences: ["END"] }) },
+  { name: "chat: a tool message's text part and the same text with cache_control", a: () => chatKey(toolMessage([{ type: "text", text: "18C" }])), b: () => chatKey(toolMessage([{ type: "text", text: "18C", cache_control: { type: "ephemeral" } }])) },
+  { name: "messages: a tool_result's text and two text blocks", a: () => messagesKey(toolResult("18C")), b: () => messagesKey(toolResult([{ type: "text", text: "18" }, { type: "text", text: "C" }])) },
+  { name: "messages: a tool_result's text and an error with that text", a: () => messagesKey(toolResult("18C")), b: () => messagesKey({ ...toolResult("18C"), messages: [...toolTurns({ city: "Paris" }).slice(0, 2), { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "18C", is_error: true }] }] }) },
   { name: "messages: a tool_use input", a: () => messagesKey({ ...msgs, messages: toolTurns({ city: "Paris" }) }), b: () => messagesKey({ ...msgs, messages: toolTurns({ city: "Rome" }) }) },
   {
     name: "chat: texts that differ only in a lone surrogate",

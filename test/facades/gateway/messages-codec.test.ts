@@ -231,7 +231,8 @@ describe("messages codec: render a whole answer", () => {
     [FinishReason.TOOL_USE, "tool_use"],
     [FinishReason.PAUSE_TURN, "pause_turn"],
     [FinishReason.CONTENT_FILTER, "refusal"],
-    [FinishReason.UNSPECIFIED, "end_turn"],
+    // None said (the upstream's stop_reason null): null, as Anthropic writes a message that has not stopped.
+    [FinishReason.UNSPECIFIED, null],
   ] as const) {
     it(`renders ${FinishReason[reason]} as stop_reason ${stop}`, () => {
       assert.equal((codec.renderCompletion(completion({ finishReason: reason })) as Json).stop_reason, stop);

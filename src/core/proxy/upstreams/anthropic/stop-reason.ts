@@ -12,8 +12,14 @@ const finishByStopReason: Record<string, FinishReason> = {
   refusal: FinishReason.CONTENT_FILTER,
 };
 
+/**
+ * A `stop_reason` as a canonical reason. One this build does not know still ended the answer: it
+ * reads as END_TURN (kept as sent for a messages client: unsaidStopReason). None at all (null, a
+ * stream without message_delta) is UNSPECIFIED: an answer that did not say it finished, passed on
+ * as such and never cached.
+ */
 export const finishFromStopReason = (v: unknown): FinishReason =>
-  (typeof v === "string" && Object.hasOwn(finishByStopReason, v) ? finishByStopReason[v] : undefined) ?? FinishReason.UNSPECIFIED;
+  typeof v === "string" && v !== "" ? (Object.hasOwn(finishByStopReason, v) ? finishByStopReason[v]! : FinishReason.END_TURN) : FinishReason.UNSPECIFIED;
 
 /**
  * The upstream's `stop_reason` when the canonical reason does not say it as sent (a value that maps
@@ -24,10 +30,10 @@ export const unsaidStopReason = (v: unknown): string | undefined =>
   typeof v === "string" && v !== "" && stopReasonFromFinish(finishFromStopReason(v)) !== v ? v : undefined;
 
 /**
- * A canonical reason as a messages-style `stop_reason`. An unknown reason on a finished answer reads
- * as `end_turn`: the answer did end, and clients branch on this value.
+ * A canonical reason as a messages-style `stop_reason`; null for none (UNSPECIFIED: the upstream
+ * said none), as Anthropic writes a message that has not stopped.
  */
-export function stopReasonFromFinish(f: FinishReason): string {
+export function stopReasonFromFinish(f: FinishReason): string | null {
   switch (f) {
     case FinishReason.MAX_TOKENS:
       return "max_tokens";
@@ -39,6 +45,8 @@ export function stopReasonFromFinish(f: FinishReason): string {
       return "pause_turn";
     case FinishReason.CONTENT_FILTER:
       return "refusal";
+    case FinishReason.UNSPECIFIED:
+      return null;
     default:
       return "end_turn";
   }

@@ -46,7 +46,9 @@ export const withFinishReason = (extra: string, reason: unknown): string =>
 
 /** Maps an OpenAI `finish_reason` (https://platform.openai.com/docs/api-reference/chat/object). */
 export const toFinishReason = (reason: unknown): FinishReason =>
-  (typeof reason === "string" ? finishByName[reason] : undefined) ?? FinishReason.UNSPECIFIED;
+  // One this build does not name still ended the answer (a chat client gets it as sent:
+  // withFinishReason); none at all (null) is UNSPECIFIED, an answer that did not say it finished.
+  typeof reason === "string" && reason !== "" ? (Object.hasOwn(finishByName, reason) ? finishByName[reason]! : FinishReason.END_TURN) : FinishReason.UNSPECIFIED;
 
 /**
  * The finish reason of an answer for the client's style. OpenAI ends an answer whose tool calls were
