@@ -54,6 +54,7 @@ export function createCoreServer(routes: (router: ConnectRouter) => void, interc
   // the request timeout. (On the answer's end() rather than its `finish`: an HTTP/2 response
   // finishes only when its stream closes, which waits for the body.)
   const served: typeof connect = (req, res) => {
+    gentlerGrpcMessage(res);
     const end = res.end as (...args: unknown[]) => unknown;
     (res as { end: unknown }).end = function (this: unknown, ...args: unknown[]) {
       const done = end.apply(this, args);
@@ -177,3 +178,40 @@ function dropRest(req: http.IncomingMessage | http2.Http2ServerRequest): void {
   stream.on("data", () => {});
   stream.resume();
 }
+
+/**
+ * gRPC's `grpc-message` percent-encoded as the gRPC spec asks (only `%`, and bytes outside printable
+ * ASCII: https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md), not as Connect writes it
+ * (encodeURIComponent, every reserved character too). The spec lets a client decode either, but
+ * grpc-js decodes with decodeURI, which leaves `%2C`, `%3A`, `%2F` in the messages its users see
+ * ("one of free%2C pro%2C enterprise"). Rewritten in the headers of a trailers-only answer and in
+ * the trailers; gRPC-Web carries its trailers in the body, which its clients decode whole.
+ */
+function gentlerGrpcMessage(res: { writeHead: unknown; addTrailers: unknown }): void {
+  const writeHead = res.writeHead as (this: unknown, ...args: unknown[]) => unknown;
+  res.writeHead = function (this: unknown, ...args: unknown[]) {
+    const headers = args[1];
+    if (typeof headers === "object" && headers !== null && !Array.isArray(headers)) reencodeGrpcMessage(headers as Record<string, unknown>);
+    return writeHead.apply(this, args);
+  };
+  const addTrailers = res.addTrailers as (this: unknown, headers: unknown) => void;
+  res.addTrailers = function (this: unknown, headers: unknown) {
+    if (typeof headers === "object" && headers !== null && !Array.isArray(headers)) reencodeGrpcMessage(headers as Record<string, unknown>);
+    return addTrailers.call(this, headers);
+  };
+}
+
+/** Rewrites a `grpc-message` value, if any, percent-encoding only what the gRPC spec requires. */
+export function reencodeGrpcMessage(headers: Record<string, unknown>): void {
+  const v = headers["grpc-message"];
+  if (typeof v !== "string" || !v.includes("%")) return;
+  let text: string;
+  try {
+    text = decodeURIComponent(v);
+  } catch {
+    return; // not Connect's encoding: left as it is
+  }
+  // A run of such characters is whole code points (it came from decodeURIComponent): encodable.
+  headers["grpc-message"] = text.replace(/[^\x20-\x24\x26-\x7e]+/g, encodeURIComponent);
+}
+

@@ -163,6 +163,15 @@ describe("core over gRPC (independent @grpc/grpc-js client loading the .proto fi
     auth.close();
   });
 
+  it("gives grpc-js messages it reads as written: commas, colons, slashes, percent signs and non-ASCII", async () => {
+    const auth = new pkg.svc.auth.v1.AuthService(target, grpc.credentials.createInsecure());
+    // grpc-js decodes grpc-message with decodeURI: reserved characters must not be percent-encoded.
+    await assert.rejects(unary(auth, "VerifyKey", { secret: "" }, md), (e: any) => e.details === "Missing API key: send it in the X-Svc-Api-Key header.");
+    await assert.rejects(unary(auth, "CreateProject", { name: "x", plan: "PLAN_UNSPECIFIED" }, md), (e: any) => e.details === "`plan` must be one of free, pro, enterprise.");
+    await assert.rejects(unary(auth, "GetProject", { project_id: "proj_100%/é" }, md), (e: any) => e.details === "No project with id 'proj_100%/é'.");
+    auth.close();
+  });
+
   it("streams a chat through ProxyService.StreamChat", async () => {
     const proxy = new pkg.svc.proxy.v1.ProxyService(target, grpc.credentials.createInsecure());
     const { projectId, liveKeyId } = await gw.project();

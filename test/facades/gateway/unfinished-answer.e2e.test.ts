@@ -51,7 +51,7 @@ describe("an upstream answer that does not say how it finished: passed on as it 
     if (!stream) return r.json().choices[0].finish_reason;
     const chunks = sseEvents(r.text).filter((e) => e.data !== "[DONE]").map((e) => JSON.parse(e.data));
     assert.equal(sseEvents(r.text).at(-1)!.data, "[DONE]", r.text);
-    return chunks.flatMap((c) => c.choices.map((ch: { finish_reason: unknown }) => ch.finish_reason)).findLast((f) => f !== null) ?? null;
+    return chunks.flatMap((c) => c.choices.map((ch: { finish_reason: unknown }) => ch.finish_reason)).filter((f: unknown) => f !== null).at(-1) ?? null;
   };
   const messagesStop = (r: RawResponse, stream: boolean): unknown => {
     if (!stream) return r.json().stop_reason;
