@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { isIP, isIPv6 } from "node:net";
 import { join, resolve } from "node:path";
 import { ApiStyle } from "./gen/svc/proxy/v1/proxy_service_pb.js";
-import { defaultCachePrices, defaultModels, FALLBACK_MAX_OUTPUT_TOKENS, type ModelRoute } from "./core/proxy/models.js";
+import { defaultCachePrices, defaultModels, FALLBACK_IMAGE_TOKENS, FALLBACK_MAX_OUTPUT_TOKENS, type ModelRoute } from "./core/proxy/models.js";
 import { parsePrice } from "./core/proxy/cost.js";
 import { isObject, type JsonObject } from "./core/json.js";
 import { MAX_CACHE_TTL_SECONDS } from "./core/cache/cache-service.js";
@@ -313,7 +313,7 @@ const FILE_KEYS: Record<string, readonly string[] | undefined> = {
   maxRequestBytes: undefined,
 };
 const PROVIDER_KEYS = ["style", "baseUrl", "apiKeyEnv"];
-const MODEL_KEYS = ["surface", "provider", "upstreamModel", "inputPer1M", "outputPer1M", "cacheReadPer1M", "cacheWritePer1M", "cacheWrite1hPer1M", "maxOutputTokens"];
+const MODEL_KEYS = ["surface", "provider", "upstreamModel", "inputPer1M", "outputPer1M", "cacheReadPer1M", "cacheWritePer1M", "cacheWrite1hPer1M", "maxOutputTokens", "imageTokens"];
 /** The prices of a model, USD per 1M tokens; the cache's default to the provider's multiples of the input price. */
 const PRICE_KEYS = ["inputPer1M", "outputPer1M", "cacheReadPer1M", "cacheWritePer1M", "cacheWrite1hPer1M"] as const;
 
@@ -397,11 +397,14 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
         cacheWritePer1M: m.cacheWritePer1M === undefined ? "" : String(m.cacheWritePer1M),
         cacheWrite1hPer1M: m.cacheWrite1hPer1M === undefined ? "" : String(m.cacheWrite1hPer1M),
         maxOutputTokens: FALLBACK_MAX_OUTPUT_TOKENS,
+        imageTokens: FALLBACK_IMAGE_TOKENS,
       };
       // A default model's ceiling holds only while it still names the same upstream model.
       const sameModel = base !== undefined && base.provider === route.provider && base.upstreamModel === route.upstreamModel;
       if (m.maxOutputTokens !== undefined) route.maxOutputTokens = positiveInt(m.maxOutputTokens, `${where}.maxOutputTokens`);
       else if (sameModel) route.maxOutputTokens = base.maxOutputTokens;
+      if (m.imageTokens !== undefined) route.imageTokens = positiveInt(m.imageTokens, `${where}.imageTokens`);
+      else if (sameModel) route.imageTokens = base.imageTokens;
       // Its cache prices hold while it also keeps its input price; otherwise they follow the input price.
       if (sameModel && base.inputPer1M === route.inputPer1M) {
         if (m.cacheReadPer1M === undefined) route.cacheReadPer1M = base.cacheReadPer1M;

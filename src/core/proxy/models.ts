@@ -28,10 +28,30 @@ export interface ModelRoute {
    * request that sets no `max_tokens` (chat completions makes it optional).
    */
   maxOutputTokens: number;
+  /**
+   * The most input tokens the upstream model bills for one image: what a spend cap reserves for
+   * each image in a request (an image given by URL is a few bytes of text, billed as hundreds or
+   * thousands of tokens).
+   */
+  imageTokens: number;
 }
 
 /** The output ceiling of a configured model that states none: high, so a spend cap's reservation is too. */
 export const FALLBACK_MAX_OUTPUT_TOKENS = 32_768;
+
+/** The image ceiling of a configured model that states none: gpt-4o-mini's (the dearest in tokens), rounded up. */
+export const FALLBACK_IMAGE_TOKENS = 50_000;
+
+/**
+ * The most tokens one image costs: gpt-4o and gpt-4-turbo, high detail, 85 + 170 a 512-pixel tile
+ * with at most 2 x 4 tiles (the image scaled into 2048 x 2048, then its short side to 768); gpt-4o-mini
+ * the same tiles at 2,833 + 5,667 a tile; Claude about 1,600 (width x height / 750, images resized
+ * to about 1.15 megapixels). https://platform.openai.com/docs/guides/images-vision,
+ * https://docs.anthropic.com/en/docs/build-with-claude/vision.
+ */
+const GPT4O_IMAGE = 85 + 170 * 8;
+const GPT4O_MINI_IMAGE = 2_833 + 5_667 * 8;
+const CLAUDE_IMAGE = 1_600;
 
 const chat = ApiStyle.CHAT_COMPLETIONS;
 const messages = ApiStyle.MESSAGES;
@@ -65,16 +85,16 @@ export const pricesOf = (m: ModelRoute): Prices => ({
  * where the provider lists a rounded price (Claude 3 Haiku: $0.30 five-minute writes, $0.03 reads).
  */
 export const defaultModels: readonly ModelRoute[] = [
-  { id: "chat-4o", surface: chat, provider: "openai", upstreamModel: "gpt-4o", inputPer1M: "2.50", outputPer1M: "10.00", cacheReadPer1M: "1.25", cacheWritePer1M: "2.50", cacheWrite1hPer1M: "2.50", maxOutputTokens: 16384 },
-  { id: "chat-4o-mini", surface: chat, provider: "openai", upstreamModel: "gpt-4o-mini", inputPer1M: "0.15", outputPer1M: "0.60", cacheReadPer1M: "0.075", cacheWritePer1M: "0.15", cacheWrite1hPer1M: "0.15", maxOutputTokens: 16384 },
-  { id: "chat-4-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-4-turbo", inputPer1M: "10", outputPer1M: "30", cacheReadPer1M: "5", cacheWritePer1M: "10", cacheWrite1hPer1M: "10", maxOutputTokens: 4096 },
-  { id: "chat-4", surface: chat, provider: "openai", upstreamModel: "gpt-4", inputPer1M: "30", outputPer1M: "60", cacheReadPer1M: "15", cacheWritePer1M: "30", cacheWrite1hPer1M: "30", maxOutputTokens: 8192 },
-  { id: "chat-3.5-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-3.5-turbo", inputPer1M: "0.50", outputPer1M: "1.50", cacheReadPer1M: "0.25", cacheWritePer1M: "0.50", cacheWrite1hPer1M: "0.50", maxOutputTokens: 4096 },
-  { id: "assistant-3-5-sonnet-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15", cacheReadPer1M: "0.30", cacheWritePer1M: "3.75", cacheWrite1hPer1M: "6", maxOutputTokens: 8192 },
-  { id: "assistant-3-5-haiku-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-haiku-20241022", inputPer1M: "0.80", outputPer1M: "4", cacheReadPer1M: "0.08", cacheWritePer1M: "1", cacheWrite1hPer1M: "1.6", maxOutputTokens: 8192 },
-  { id: "assistant-3-opus-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-opus-20240229", inputPer1M: "15", outputPer1M: "75", cacheReadPer1M: "1.50", cacheWritePer1M: "18.75", cacheWrite1hPer1M: "30", maxOutputTokens: 4096 },
-  { id: "assistant-3-sonnet-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-sonnet-20240229", inputPer1M: "3", outputPer1M: "15", cacheReadPer1M: "0.30", cacheWritePer1M: "3.75", cacheWrite1hPer1M: "6", maxOutputTokens: 4096 },
-  { id: "assistant-3-haiku-20240307", surface: messages, provider: "anthropic", upstreamModel: "claude-3-haiku-20240307", inputPer1M: "0.25", outputPer1M: "1.25", cacheReadPer1M: "0.03", cacheWritePer1M: "0.30", cacheWrite1hPer1M: "0.50", maxOutputTokens: 4096 },
+  { id: "chat-4o", surface: chat, provider: "openai", upstreamModel: "gpt-4o", inputPer1M: "2.50", outputPer1M: "10.00", cacheReadPer1M: "1.25", cacheWritePer1M: "2.50", cacheWrite1hPer1M: "2.50", maxOutputTokens: 16384, imageTokens: GPT4O_IMAGE },
+  { id: "chat-4o-mini", surface: chat, provider: "openai", upstreamModel: "gpt-4o-mini", inputPer1M: "0.15", outputPer1M: "0.60", cacheReadPer1M: "0.075", cacheWritePer1M: "0.15", cacheWrite1hPer1M: "0.15", maxOutputTokens: 16384, imageTokens: GPT4O_MINI_IMAGE },
+  { id: "chat-4-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-4-turbo", inputPer1M: "10", outputPer1M: "30", cacheReadPer1M: "5", cacheWritePer1M: "10", cacheWrite1hPer1M: "10", maxOutputTokens: 4096, imageTokens: GPT4O_IMAGE },
+  { id: "chat-4", surface: chat, provider: "openai", upstreamModel: "gpt-4", inputPer1M: "30", outputPer1M: "60", cacheReadPer1M: "15", cacheWritePer1M: "30", cacheWrite1hPer1M: "30", maxOutputTokens: 8192, imageTokens: GPT4O_IMAGE },
+  { id: "chat-3.5-turbo", surface: chat, provider: "openai", upstreamModel: "gpt-3.5-turbo", inputPer1M: "0.50", outputPer1M: "1.50", cacheReadPer1M: "0.25", cacheWritePer1M: "0.50", cacheWrite1hPer1M: "0.50", maxOutputTokens: 4096, imageTokens: GPT4O_IMAGE },
+  { id: "assistant-3-5-sonnet-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15", cacheReadPer1M: "0.30", cacheWritePer1M: "3.75", cacheWrite1hPer1M: "6", maxOutputTokens: 8192, imageTokens: CLAUDE_IMAGE },
+  { id: "assistant-3-5-haiku-20241022", surface: messages, provider: "anthropic", upstreamModel: "claude-3-5-haiku-20241022", inputPer1M: "0.80", outputPer1M: "4", cacheReadPer1M: "0.08", cacheWritePer1M: "1", cacheWrite1hPer1M: "1.6", maxOutputTokens: 8192, imageTokens: CLAUDE_IMAGE },
+  { id: "assistant-3-opus-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-opus-20240229", inputPer1M: "15", outputPer1M: "75", cacheReadPer1M: "1.50", cacheWritePer1M: "18.75", cacheWrite1hPer1M: "30", maxOutputTokens: 4096, imageTokens: CLAUDE_IMAGE },
+  { id: "assistant-3-sonnet-20240229", surface: messages, provider: "anthropic", upstreamModel: "claude-3-sonnet-20240229", inputPer1M: "3", outputPer1M: "15", cacheReadPer1M: "0.30", cacheWritePer1M: "3.75", cacheWrite1hPer1M: "6", maxOutputTokens: 4096, imageTokens: CLAUDE_IMAGE },
+  { id: "assistant-3-haiku-20240307", surface: messages, provider: "anthropic", upstreamModel: "claude-3-haiku-20240307", inputPer1M: "0.25", outputPer1M: "1.25", cacheReadPer1M: "0.03", cacheWritePer1M: "0.30", cacheWrite1hPer1M: "0.50", maxOutputTokens: 4096, imageTokens: CLAUDE_IMAGE },
 ];
 
 /**

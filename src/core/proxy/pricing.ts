@@ -1,4 +1,4 @@
-import type { ApiStyle, Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { type ApiStyle, BlockType, type Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { type ChatRequestBody, localInputTokens, localTokens, usage } from "./canonical.js";
 import { costPico, formatUsd, type Prices } from "./cost.js";
 import { type ModelRoute, pricesOf, unservedModel } from "./models.js";
@@ -7,7 +7,8 @@ import { type ModelRoute, pricesOf, unservedModel } from "./models.js";
 export interface Pricing {
   /**
    * The most the request can cost, in USD: its prompt estimated high (UTF-8 bytes / 2 tokens, about
-   * twice what tokenizers count for English, plus 8 a message) at the highest of the model's input
+   * twice what tokenizers count for English, plus 8 a message, plus the model's `imageTokens` for
+   * each image, in a message or a tool result) at the highest of the model's input
    * prices (plain input, cache reads, cache writes: so never below the cost with nothing cached, nor
    * below one whose prompt the provider writes to its cache), plus `max_tokens` (the model's output
    * ceiling when the request sets none) at the output price. "0" for a model without a price (it is
@@ -29,8 +30,8 @@ export interface Pricing {
 }
 
 export function createPricing(models: Map<string, ModelRoute>): Pricing {
-  const prices = new Map<string, Prices & { maxOutputTokens: number }>();
-  for (const m of models.values()) prices.set(m.id, { ...pricesOf(m), maxOutputTokens: m.maxOutputTokens });
+  const prices = new Map<string, Prices & { maxOutputTokens: number; imageTokens: number }>();
+  for (const m of models.values()) prices.set(m.id, { ...pricesOf(m), maxOutputTokens: m.maxOutputTokens, imageTokens: m.imageTokens });
   return {
     providerOf: (model) => models.get(model)?.provider ?? "",
     checkServed(model, style) {
@@ -49,16 +50,35 @@ export function createPricing(models: Map<string, ModelRoute>): Pricing {
       const p = prices.get(req.model);
       if (!p) return "0";
       let bytes = Buffer.byteLength(req.system) + Buffer.byteLength(req.extraJson);
+      let images = 0;
       for (const m of req.messages) {
         bytes += 16;
-        for (const b of m.blocks) bytes += Buffer.byteLength(b.text) + Buffer.byteLength(b.toolInputJson) + Buffer.byteLength(b.rawJson);
+        for (const b of m.blocks) {
+          bytes += Buffer.byteLength(b.text) + Buffer.byteLength(b.toolInputJson) + Buffer.byteLength(b.rawJson);
+          if (b.type === BlockType.IMAGE) images++;
+          // A messages-style tool result's content blocks ride in its extra_json: images among them.
+          else if (b.type === BlockType.TOOL_RESULT && b.extraJson !== "") {
+            bytes += Buffer.byteLength(b.extraJson);
+            images += countOf(b.extraJson, IMAGE_BLOCK);
+          }
+        }
       }
       for (const t of req.tools) bytes += Buffer.byteLength(t.name) + Buffer.byteLength(t.description) + Buffer.byteLength(t.inputSchemaJson);
       const output = req.maxTokens ?? p.maxOutputTokens;
-      const prompt = Math.ceil(bytes / 2);
+      const prompt = Math.ceil(bytes / 2) + images * p.imageTokens;
       // Priced as if the whole prompt went at the dearest input rate (for Anthropic, a cache write).
       const dearest = [p.cacheRead, p.cacheWrite, p.cacheWrite1h].reduce((a, b) => (b > a ? b : a), p.input);
       return formatUsd(costPico({ ...p, input: dearest }, { inputTokens: prompt, outputTokens: output }));
     },
   };
+}
+
+/** An image block in JSON as the gateway writes it back out (JSON.stringify: no spaces). */
+const IMAGE_BLOCK = '"type":"image"';
+
+/** How many times `needle` occurs in `text`. */
+function countOf(text: string, needle: string): number {
+  let n = 0;
+  for (let i = text.indexOf(needle); i >= 0; i = text.indexOf(needle, i + needle.length)) n++;
+  return n;
 }

@@ -108,12 +108,6 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
 const noRetry = { "x-should-retry": "false" };
 
 /**
- * An upstream's rejection of the gateway's own credentials (401), or of what they may use (403: a
- * model the provider account may not sample, a region it does not serve), is the operator's
- * problem, not the client's: it becomes a 502 rather than a 401 or 403 that would read as "your
- * key is wrong". The upstream's own words are kept in the message, for the operator to act on.
- */
-/**
  * A redirect from the upstream, which the gateway does not follow (the request would go, with the
  * provider's key, wherever it points): nearly always a base URL that needs changing (http for
  * https, a path without /v1), so the message names the setting, and the SDKs are told not to retry.
@@ -129,6 +123,12 @@ function redirected(provider: ProviderConfig, status: number, location: string |
 
 const clipped = (s: string) => (s.length > 200 ? `${s.slice(0, 200)}…` : s);
 
+/**
+ * An upstream's rejection of the gateway's own credentials (401), or of what they may use (403: a
+ * model the provider account may not sample, a region it does not serve), is the operator's
+ * problem, not the client's: it becomes a 502 rather than a 401 or 403 that would read as "your
+ * key is wrong". The upstream's own words are kept in the message, for the operator to act on.
+ */
 function upstreamError(adapter: UpstreamAdapter, status: number, body: string): ConnectError {
   const passed = adapter.convertError(status, body);
   if (status === 401 || status === 403) {

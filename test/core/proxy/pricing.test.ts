@@ -9,6 +9,8 @@ import type { ChatRequestBody } from "../../../src/core/proxy/canonical.js";
 import { createPricing } from "../../../src/core/proxy/pricing.js";
 import { costPico, formatUsd } from "../../../src/core/proxy/cost.js";
 import { pricesOf } from "../../../src/core/proxy/models.js";
+import { chatCompletionsCodec } from "../../../src/facades/gateway/chat-completions-codec.js";
+import { messagesCodec } from "../../../src/facades/gateway/messages-codec.js";
 
 const body = (model: string, text: string, maxTokens?: number): ChatRequestBody => ({
   style: ApiStyle.CHAT_COMPLETIONS,
@@ -33,6 +35,52 @@ describe("pricing: what a spend cap reserves, and what an answer cut short costs
     assert.equal(pricing.worstCaseUsd(body("chat-4o-mini", prompt)), "0.0098391");
     // gpt-4 stops at 8,192 ($60 per million).
     assert.equal(pricing.worstCaseUsd(body("chat-4", prompt)), "0.49326");
+  });
+
+  it("reserves each image at the most tokens the model bills for one, however few bytes name it", () => {
+    const url = "https://example.com/cat.png";
+    const chat = (model: string, images: number) =>
+      chatCompletionsCodec.parseRequest({ model, max_tokens: 5, messages: [{ role: "user", content: [{ type: "text", text: "What is this?" }, ...Array.from({ length: images }, () => ({ type: "image_url", image_url: { url, detail: "high" } }))] }] });
+    const worst = (b: ChatRequestBody) => Number(pricing.worstCaseUsd(b));
+    // gpt-4o: up to 85 + 170 x 8 tiles = 1,445 tokens an image at $2.50/M; gpt-4o-mini: 2,833 + 5,667 x 8 = 48,169 at $0.15/M.
+    assert.ok(worst(chat("chat-4o", 1)) - worst(chat("chat-4o", 0)) >= 1445 * 2.5e-6, String(worst(chat("chat-4o", 1))));
+    // Three images: three times that (and their few bytes of JSON).
+    const three = worst(chat("chat-4o", 3)) - worst(chat("chat-4o", 0));
+    assert.ok(three >= 3 * 1445 * 2.5e-6 && three < 3 * 1445 * 2.5e-6 * 1.1, String(three));
+    assert.ok(worst(chat("chat-4o-mini", 1)) - worst(chat("chat-4o-mini", 0)) >= 48_169 * 0.15e-6);
+    // Claude: about 1,600 tokens an image (at the dearest input price, a one-hour cache write: $6/M for 3.5 Sonnet).
+    const image = { type: "image", source: { type: "url", url } };
+    const messages = (content: unknown[]) => messagesCodec.parseRequest({ model: "assistant-3-5-sonnet-20241022", max_tokens: 5, messages: [{ role: "user", content }] });
+    const text = { type: "text", text: "What is this?" };
+    const one = worst(messages([text, image])) - worst(messages([text]));
+    assert.ok(one >= 1600 * 6e-6 && one < 1600 * 6e-6 * 1.1, String(one));
+    // An image a tool returned, inside its tool_result.
+    const withResult = (content: unknown[]) => messagesCodec.parseRequest({
+      model: "assistant-3-5-sonnet-20241022",
+      max_tokens: 5,
+      messages: [
+        { role: "user", content: "Screenshot?" },
+        { role: "assistant", content: [{ type: "tool_use", id: "t1", name: "shot", input: {} }] },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: "t1", content }] },
+      ],
+    });
+    assert.ok(worst(withResult([text, image])) - worst(withResult([text])) >= 1600 * 6e-6);
+  });
+
+  it("takes a configured model's image ceiling, and refuses one that is not a positive integer", () => {
+    const dir = mkdtempSync(join(tmpdir(), "svc-pricing-"));
+    try {
+      const file = join(dir, "svc.config.json");
+      writeFileSync(file, JSON.stringify({ models: { "chat-4o": { imageTokens: 10_000 } } }));
+      assert.equal(loadConfig({ SVC_CONFIG: file }).models.get("chat-4o")?.imageTokens, 10_000);
+      // Routed to another upstream model: the high fallback, unless set.
+      writeFileSync(file, JSON.stringify({ models: { "chat-4o": { upstreamModel: "gpt-4.1" } } }));
+      assert.equal(loadConfig({ SVC_CONFIG: file }).models.get("chat-4o")?.imageTokens, 50_000);
+      writeFileSync(file, JSON.stringify({ models: { "chat-4o": { imageTokens: -1 } } }));
+      assert.throws(() => loadConfig({ SVC_CONFIG: file }), ConfigError);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("takes a configured model's output ceiling, and refuses one that is not a positive integer", () => {
