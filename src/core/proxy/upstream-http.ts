@@ -358,10 +358,17 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
       return new ConnectError("client closed the request", Code.Canceled, sent);
     }
     const timedOut = this.#timedOut;
-    if (e instanceof TotalTimeout || timedOut === TimedOut.Total) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not finish within the total timeout.");
     if (e instanceof undiciErrors.ConnectTimeoutError) return apiError(504, "api_error", "upstream_timeout", "Timed out connecting to the upstream provider.");
-    if (timedOut === TimedOut.FirstByte || e instanceof undiciErrors.HeadersTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider did not start answering in time.");
-    if (timedOut === TimedOut.Idle || e instanceof undiciErrors.BodyTimeoutError) return apiError(504, "api_error", "upstream_timeout", "The upstream provider stopped sending data (idle timeout).");
+    // A timeout after the request went out: the upstream has the prompt and bills it, as when a
+    // client leaves (SENT_UPSTREAM tells the gateway to charge it).
+    const late = (message: string) => {
+      const err = apiError(504, "api_error", "upstream_timeout", message);
+      if (this.#sent) err.metadata.set(SENT_UPSTREAM, "1");
+      return err;
+    };
+    if (e instanceof TotalTimeout || timedOut === TimedOut.Total) return late("The upstream provider did not finish within the total timeout.");
+    if (timedOut === TimedOut.FirstByte || e instanceof undiciErrors.HeadersTimeoutError) return late("The upstream provider did not start answering in time.");
+    if (timedOut === TimedOut.Idle || e instanceof undiciErrors.BodyTimeoutError) return late("The upstream provider stopped sending data (idle timeout).");
     if (this.status !== 0) return apiError(502, "api_error", "upstream_stream_incomplete", "The upstream provider closed the connection before the answer was complete.");
     if (outOfDescriptors(e)) return gatewayOutOfDescriptors(e);
     return apiError(502, "api_error", "upstream_unreachable", "The upstream provider could not be reached or closed the connection before answering.");

@@ -396,10 +396,10 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
         trace.costUsd = cost;
       } catch (e) {
         // The client left before the answer's first event (any non-stream answer, a stream's
-        // start), or the shutdown cut the request there, after the request went out: the upstream
-        // has the prompt and bills it, so the month is charged for it. One that never left the
-        // gateway costs nothing.
-        if ((isCanceled(e) || isShutdownCut(e)) && sentUpstream(e)) {
+        // start), the shutdown cut the request there, or the upstream timed out there, after the
+        // request went out: the upstream has the prompt and bills it, so the month is charged for
+        // it. One that never left the gateway costs nothing.
+        if ((isCanceled(e) || isShutdownCut(e) || isUpstreamTimeout(e)) && sentUpstream(e)) {
           const part = deps.pricing.partialAnswer(chat, undefined, 0);
           cost = part.costUsd;
           trace.costUsd = cost;
@@ -806,6 +806,9 @@ function cutByShutdown(e: unknown, res: ServerResponse, shutdown: ShutdownCut | 
   if (sentUpstream(e)) err.metadata.set(SENT_UPSTREAM, "1");
   return err;
 }
+
+/** Whether an error is the upstream's timeout (504 `upstream_timeout`). */
+const isUpstreamTimeout = (e: unknown): boolean => toErrorInfo(e).code === "upstream_timeout";
 
 /** Whether an error is the 503 `shutting_down` the shutdown's cut answered (cutByShutdown). */
 const isShutdownCut = (e: unknown): boolean => toErrorInfo(e).code === "shutting_down";

@@ -7,6 +7,7 @@ import { join } from "node:path";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
+import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { freePort } from "../../support/redis.js";
 import { eventually, postJson, rawRequest, sseEvents } from "../../support/http.js";
@@ -519,6 +520,24 @@ describe("gateway errors: unreachable and slow upstreams", () => {
       const idle = await postJson(url, key, chat("[[fake:stall]]", { stream: true }));
       const last = JSON.parse(sseEvents(idle.text).at(-1)!.data);
       assert.equal(last.error.code, "upstream_timeout");
+    } finally {
+      await gw.close();
+    }
+  });
+
+  it("an upstream timeout after the request went out charges the month for the prompt, as a client that leaves does", async () => {
+    const gw = await startTestGateway({ SVC_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: "300" });
+    try {
+      const { project } = await gw.admin.createProject({ name: "timeouts", plan: Plan.PRO, limitOverrides: { monthlySpendCapUsd: "100" } });
+      const key = (await gw.admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE })).secret;
+      const slow = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, key, chat(`[[fake:delay=2000]] ${"long prompt ".repeat(2000)}`));
+      assert.equal(slow.status, 504);
+      assert.equal(slow.json().error.code, "upstream_timeout");
+      // The month is charged once the settle lands (off the request's path).
+      await eventually(async () => Number((await gw.limits.getUsage({ projectId: project!.id })).spentUsd) > 0, 5000, "the prompt charged");
+      const spent = Number((await gw.limits.getUsage({ projectId: project!.id })).spentUsd);
+      // About 6,000 tokens of prompt at $2.50 per million, nothing of an answer.
+      assert.ok(spent > 0.005 && spent < 0.05, String(spent));
     } finally {
       await gw.close();
     }
