@@ -308,7 +308,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
         admission = await deps.limits.admit({ projectId: chat.projectId, userId: admitUser, maxCostUsd: "0", limits, rescindable: true });
       }
       limitHeaders = rateLimitHeaders(admission, s.style);
-      if (admission.decision !== Decision.ALLOWED) throw admissionError(admission);
+      if (admission.decision !== Decision.ALLOWED) throw refused(admission, deps, chat);
     }
     let cost = "0";
     try {
@@ -359,7 +359,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
             reservesNothing = false;
             admission = await reserveOwn(deps, admission, { projectId: chat.projectId, userId: admitUser, maxCostUsd: deps.pricing.worstCaseUsd(chat), limits: limits! });
             limitHeaders = rateLimitHeaders(admission, s.style);
-            if (admission.decision !== Decision.ALLOWED) throw admissionError(admission);
+            if (admission.decision !== Decision.ALLOWED) throw refused(admission, deps, chat);
           }
           // An identical request ended, its answer stored, after this one's lookup missed: the answer
           // is in the cache now. Looked up again, then round again (one may have started meanwhile).
@@ -806,6 +806,10 @@ function cutByShutdown(e: unknown, res: ServerResponse, shutdown: ShutdownCut | 
   if (sentUpstream(e)) err.metadata.set(SENT_UPSTREAM, "1");
   return err;
 }
+
+/** The error of a refused admission; a spend-cap refusal says when the request could never fit the cap. */
+const refused = (a: AdmitResponse, deps: GatewayDeps, chat: StreamChatRequest): Error =>
+  admissionError(a, a.decision === Decision.SPEND_CAPPED ? deps.pricing.worstCaseUsd(chat) : undefined);
 
 /** Whether an error is the upstream's timeout (504 `upstream_timeout`). */
 const isUpstreamTimeout = (e: unknown): boolean => toErrorInfo(e).code === "upstream_timeout";

@@ -20,3 +20,20 @@ describe("rate-limit refusals: their wording", () => {
     });
   }
 });
+
+describe("spend-cap refusals: a request that can never fit the cap says so", () => {
+  const capped = create(AdmitResponseSchema, { decision: Decision.SPEND_CAPPED, window: LimitWindow.MONTH, retryAfterSeconds: 285140, spendCapUsd: "0.1", spendRemainingUsd: "0.1" });
+
+  it("names its worst case and the whole cap, and says to lower max_tokens, not to wait", () => {
+    const info = toErrorInfo(admissionError(capped, "0.16384"));
+    assert.deepEqual([info.status, info.code], [429, "spend_cap_exceeded"]);
+    assert.match(info.message, /could cost up to \$0\.16384 .*more than the project's whole monthly spend cap of \$0\.1: it cannot fit in any month\. Set a lower max_tokens/);
+    assert.doesNotMatch(info.message, /Retry after/);
+  });
+
+  it("keeps the wait for one that fits the cap once the month's spend allows it", () => {
+    const info = toErrorInfo(admissionError({ ...capped, spendRemainingUsd: "0.01" }, "0.05"));
+    assert.match(info.message, /would be exceeded by this request \(\$0\.01 left this month.*Retry after 285140 s\./);
+  });
+});
+

@@ -112,6 +112,8 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     const big = await postJson(url, keys.live, chat({ max_tokens: 100_000 }), noCache);
     assert.equal(big.status, 429);
     assert.equal(big.json().error.code, "spend_cap_exceeded");
+    // Its worst case is more than the whole cap: it says so, rather than to wait for next month.
+    assert.match(big.json().error.message, /more than the project's whole monthly spend cap of \$0\.01: it cannot fit in any month/);
     // Retry-After runs to the month's end; the SDKs are told not to sleep on it.
     assert.ok(Number(big.headers["retry-after"]) > 61, String(big.headers["retry-after"]));
     assert.equal(big.headers["x-should-retry"], "false");
