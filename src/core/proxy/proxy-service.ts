@@ -12,6 +12,7 @@ import { cancelOf } from "../cancel.js";
 import { apiError, withRetryGuidance } from "../errors.js";
 import { newRequestId } from "../ids.js";
 import { type SseEvent, SseParser } from "../sse.js";
+import { cutText } from "../text.js";
 import { completionEvent, localInputTokens, localTokens, nowSeconds, usage as canonicalUsage } from "./canonical.js";
 import { costPico, formatUsd, type Prices } from "./cost.js";
 import { type ModelRoute, pricesOf, unservedModel } from "./models.js";
@@ -113,15 +114,13 @@ const noRetry = { "x-should-retry": "false" };
  * https, a path without /v1), so the message names the setting, and the SDKs are told not to retry.
  */
 function redirected(provider: ProviderConfig, status: number, location: string | string[] | undefined): ConnectError {
-  const to = typeof location === "string" && location !== "" ? ` to ${clipped(location)}` : "";
+  const to = typeof location === "string" && location !== "" ? ` to ${location.length > 200 ? `${cutText(location, 200)}…` : location}` : "";
   const setting = provider.baseUrlSetting ?? `the ${provider.name} provider's base URL`;
   return withRetryGuidance(
     apiError(502, "api_error", "upstream_redirected", `The upstream provider answered HTTP ${status}, a redirect${to}, which the gateway does not follow: check ${setting}.`),
     noRetry,
   );
 }
-
-const clipped = (s: string) => (s.length > 200 ? `${s.slice(0, 200)}…` : s);
 
 /**
  * An upstream's rejection of the gateway's own credentials (401), or of what they may use (403: a
