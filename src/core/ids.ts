@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 
-const ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+export const ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
 /**
  * CSPRNG bytes are drawn 4 KiB at a time: one `randomBytes` call per request id costs more than

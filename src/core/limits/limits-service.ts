@@ -1,10 +1,12 @@
+import { createHash } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { ProjectLimits } from "../../gen/svc/common/v1/project_limits_pb.js";
 import { type AdmitResponseSchema, Decision, LimitWindow, LimitsService } from "../../gen/svc/limits/v1/limits_service_pb.js";
 import { type AdmitInput, type AdmitOutcome, type LimitsStore, StoreUnavailableError } from "../../stores/limits-store.js";
 import { apiError, invalidRequest, notFound } from "../errors.js";
-import { randomBase62 } from "../ids.js";
+import { ALPHABET, randomBase62 } from "../ids.js";
+import { cutText } from "../text.js";
 import { formatNano, MAX_REQUEST_USD, NANO_PER_USD, parseCapNano, usdToNanoCeil } from "./usd.js";
 import { monthEndMs, monthOf, type WindowName } from "./windows.js";
 
@@ -24,7 +26,23 @@ export interface LimitsDeps {
 export const DEFAULT_RESERVATION_TTL_MS = 15 * 60_000;
 
 const MAX_USER_ID = 256;
-const reservationPattern = /^rsv_(\d{4}-\d{2})_[0-9A-Za-z]+$/;
+/**
+ * `rsv_<month>_<20 random><4 check>`: the check is a hash of the project, the month and the random
+ * part, so an id names the project Admit made it for. Settle and Rescind refuse an id of another
+ * project (a caller's mix-up would charge the wrong one) or one Admit never gave out.
+ */
+const reservationPattern = /^rsv_(\d{4}-\d{2})_([0-9A-Za-z]{20})([0-9A-Za-z]{4})$/;
+
+function reservationCheck(projectId: string, month: string, random: string): string {
+  const d = createHash("sha256").update(`${projectId}\n${month}\n${random}`).digest();
+  return ALPHABET[d[0]! % 62]! + ALPHABET[d[1]! % 62]! + ALPHABET[d[2]! % 62]! + ALPHABET[d[3]! % 62]!;
+}
+
+/** A new reservation id of the project, in the month. */
+function newReservationId(projectId: string, month: string): string {
+  const random = randomBase62(20);
+  return `rsv_${month}_${random}${reservationCheck(projectId, month, random)}`;
+}
 
 const windowOf: Record<WindowName, LimitWindow> = {
   minute: LimitWindow.MINUTE,
@@ -39,10 +57,12 @@ const decisionOf: Record<WindowName, Decision> = {
   month: Decision.SPEND_CAPPED,
 };
 
-/** The month a reservation id names; refuses an id Admit cannot have returned. */
-function monthOfReservation(id: string): string {
+/** The month a reservation id names; refuses an id Admit cannot have returned for the project. */
+function monthOfReservation(id: string, projectId: string): string {
   const m = reservationPattern.exec(id);
-  if (!m) throw invalidRequest("invalid_value", `\`reservation_id\` ${JSON.stringify(id)} is not one Admit returned.`);
+  if (!m || reservationCheck(projectId, m[1]!, m[2]!) !== m[3]) {
+    throw invalidRequest("invalid_value", `\`reservation_id\` ${JSON.stringify(cutText(id, 100))} is not one Admit returned for project '${projectId}'.`);
+  }
   return m[1]!;
 }
 
@@ -107,7 +127,7 @@ export function createLimitsService(deps: LimitsDeps): ServiceImpl<typeof Limits
       const worstNano = money(req.maxCostUsd, "max_cost_usd");
       const t = now();
       const month = monthOf(t);
-      const reservationId = `rsv_${month}_${randomBase62(20)}`;
+      const reservationId = newReservationId(projectId, month);
       const input: AdmitInput = {
         projectId,
         userId: req.userId,
@@ -140,7 +160,7 @@ export function createLimitsService(deps: LimitsDeps): ServiceImpl<typeof Limits
       const t = now();
       let month = monthOf(t);
       if (req.reservationId) {
-        month = monthOfReservation(req.reservationId);
+        month = monthOfReservation(req.reservationId, projectId);
         // A reservation is settled within its TTL of being made: in this month, or in the next
         // one for a request that spanned midnight at a month's end. Another month is no id Admit
         // gave out lately, and would charge a month that is not being spent.
@@ -162,7 +182,7 @@ export function createLimitsService(deps: LimitsDeps): ServiceImpl<typeof Limits
     async rescind(req) {
       const projectId = project(req.projectId);
       if (!req.reservationId) throw invalidRequest("missing_required_field", "`reservation_id` is required.");
-      monthOfReservation(req.reservationId);
+      monthOfReservation(req.reservationId, projectId);
       if (req.userId.length > MAX_USER_ID) throw invalidRequest("invalid_value", `\`user_id\` must be at most ${MAX_USER_ID} characters.`);
       try {
         return { rescinded: await store.rescind({ projectId, userId: req.userId, reservationId: req.reservationId, nowMs: now() }) };

@@ -70,9 +70,21 @@ describe("LimitsService.Rescind", () => {
       assert.equal(u.requestsLastDay, 1);
     });
 
-    it("refuses a reservation id Admit cannot have returned", async () => {
+    it("refuses a reservation id Admit cannot have returned for the project, in Rescind and Settle, and charges nothing", async () => {
       const s = await backend.service();
-      for (const id of ["", "rsv_nope"]) {
+      const other = await backend.service();
+      const theirs = (await admit(other, { maxCostUsd: "0.1" })).reservationId;
+      const mine = (await admit(s, { maxCostUsd: "0.1" })).reservationId;
+      // Well-formed, but made up; and another project's: refused, not charged to this one.
+      const madeUp = mine.slice(0, -1) + (mine.endsWith("0") ? "1" : "0");
+      for (const id of [madeUp, theirs, "rsv_2026-11_ZZZZZZZZZZZZZZZZZZZZ"]) {
+        await assert.rejects(s.limits.settle({ projectId: s.projectId, reservationId: id, costUsd: "0.2" }), (e: unknown) => toErrorInfo(e).status === 400 && /not one Admit returned for project/.test(toErrorInfo(e).message));
+      }
+      assert.equal((await s.limits.getUsage({ projectId: s.projectId })).spentUsd, "0");
+      // Its own id settles.
+      assert.equal((await s.limits.settle({ projectId: s.projectId, reservationId: mine, costUsd: "0.2" })).recorded, true);
+      assert.equal((await s.limits.getUsage({ projectId: s.projectId })).spentUsd, "0.2");
+      for (const id of ["", "rsv_nope", madeUp, theirs]) {
         await assert.rejects(rescind(s, id), (e: unknown) => {
           assert.ok(e instanceof ConnectError);
           const info = toErrorInfo(e);

@@ -174,7 +174,8 @@ export type SettleRequest = Message<"svc.limits.v1.SettleRequest"> & {
 
   /**
    * The reservation from AdmitResponse; empty (a degraded admission) charges the current month.
-   * One made in a month other than this one or the last is refused (INVALID_ARGUMENT).
+   * One made in a month other than this one or the last, or one Admit did not return for this
+   * project (an id names its project), is refused (INVALID_ARGUMENT).
    *
    * @generated from field: string reservation_id = 2;
    */
