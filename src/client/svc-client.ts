@@ -34,10 +34,28 @@ export class SvcApiError extends Error {
 }
 
 /** An origin as given, without trailing slashes or the API's `/v1` (what `svc serve` prints). */
-const origin = (u: string) => u.replace(/\/+$/, "").replace(/\/v1$/, "");
+/**
+ * A base URL as given (`/v1` or not), checked: http or https, no query or fragment. Refused at
+ * once, naming where it came from, rather than built into URLs that fail at the first call.
+ */
+function origin(u: string, from: string): string {
+  let url: URL;
+  try {
+    url = new URL(u);
+  } catch {
+    throw new Error(`${from} is not a URL: ${JSON.stringify(u)} (write it as http://host:port).`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error(`${from} must be an http:// or https:// URL, got ${JSON.stringify(u)}.`);
+  if (url.search !== "" || url.hash !== "") throw new Error(`${from} must not have a query or fragment, got ${JSON.stringify(u)}.`);
+  return u.replace(/\/+$/, "").replace(/\/v1$/, "");
+}
 
-/** The default address on this machine: the port `svc serve` listens on, from the same setting. */
-const local = (port: string | undefined, fallback: number) => `http://127.0.0.1:${port && /^\d+$/.test(port) && port !== "0" ? port : fallback}`;
+/** The default address on this machine: the port `svc serve` listens on, from the same setting (checked as it checks it). */
+function local(port: string | undefined, fallback: number, name: string): string {
+  if (port === undefined || port === "") return `http://127.0.0.1:${fallback}`;
+  if (!/^\d+$/.test(port) || Number(port) < 1 || Number(port) > 65535) throw new Error(`${name} must be a port from 1 to 65535, got ${JSON.stringify(port)}.`);
+  return `http://127.0.0.1:${Number(port)}`;
+}
 
 /**
  * A typed client for the management API (request logs, analytics, prompts) of the key's project,
@@ -48,6 +66,10 @@ const local = (port: string | undefined, fallback: number) => `http://127.0.0.1:
  *   const anthropic = new Anthropic(svc.anthropicOptions());
  *   const page = await svc.logs.list({ limit: 20, model: "chat-4o" });
  */
+/** The URL to use and where it came from: the option, else the variable, else the local default. */
+const pick = (given: string | undefined, option: string, set: string | undefined, variable: string, fallback: () => string): [string, string] =>
+  given !== undefined ? [given, `{ ${option} }`] : set ? [set, variable] : [fallback(), "the default address"];
+
 export class SvcClient {
   readonly apiKey: string;
   readonly managementUrl: string;
@@ -57,8 +79,8 @@ export class SvcClient {
     const key = opts.apiKey ?? env.SVC_API_KEY;
     if (!key) throw new Error("No service API key: pass { apiKey } or set SVC_API_KEY.");
     this.apiKey = key;
-    this.managementUrl = origin(opts.managementUrl ?? env.SVC_MANAGEMENT_URL ?? local(env.SVC_MANAGEMENT_PORT, 8081));
-    this.gatewayUrl = origin(opts.gatewayUrl ?? env.SVC_GATEWAY_URL ?? local(env.SVC_GATEWAY_PORT, 8080));
+    this.managementUrl = origin(...pick(opts.managementUrl, "managementUrl", env.SVC_MANAGEMENT_URL, "SVC_MANAGEMENT_URL", () => local(env.SVC_MANAGEMENT_PORT, 8081, "SVC_MANAGEMENT_PORT")));
+    this.gatewayUrl = origin(...pick(opts.gatewayUrl, "gatewayUrl", env.SVC_GATEWAY_URL, "SVC_GATEWAY_URL", () => local(env.SVC_GATEWAY_PORT, 8080, "SVC_GATEWAY_PORT")));
   }
 
   /** Options for `new OpenAI(...)`: the gateway's /v1 and the service key (sent as Bearer, which the gateway accepts). */

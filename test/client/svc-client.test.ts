@@ -38,6 +38,17 @@ describe("client library: SvcClient and createCoreClients against a running gate
     await assert.rejects(nowhere.logs.list(), new RegExp(`Cannot reach the management API at http://127\\.0\\.0\\.1:${closed} \\(ECONNREFUSED\\).*SVC_MANAGEMENT_URL`));
   });
 
+  it("refuses at once an address it could only fail on later, naming where it came from", () => {
+    const key = { apiKey: "svc_sk_live_x" };
+    assert.throws(() => new SvcClient(key, { SVC_MANAGEMENT_PORT: "abc" }), /SVC_MANAGEMENT_PORT must be a port from 1 to 65535, got "abc"/);
+    assert.throws(() => new SvcClient(key, { SVC_GATEWAY_PORT: "70000" }), /SVC_GATEWAY_PORT must be a port/);
+    assert.throws(() => new SvcClient({ ...key, managementUrl: "localhost:8081" }, {}), /\{ managementUrl \} must be an http:\/\/ or https:\/\/ URL/);
+    assert.throws(() => new SvcClient(key, { SVC_GATEWAY_URL: "127.0.0.1" }), /SVC_GATEWAY_URL is not a URL/);
+    assert.throws(() => new SvcClient({ ...key, gatewayUrl: "http://127.0.0.1:8080/v1?x=1" }, {}), /must not have a query or fragment/);
+    assert.equal(new SvcClient(key, {}).managementUrl, "http://127.0.0.1:8081");
+    assert.equal(new SvcClient(key, { SVC_GATEWAY_URL: "https://gw.example.com/v1" }).gatewayUrl, "https://gw.example.com");
+  });
+
   it("configures the official SDKs for the gateway, and reads their requests back from the logs", async () => {
     const openai = new OpenAI({ ...svc.openaiOptions(), maxRetries: 0 });
     const anthropic = new Anthropic({ ...svc.anthropicOptions(), maxRetries: 0 });
