@@ -209,6 +209,12 @@ describe("slow clients", function () {
         const r = await trickle(portOf(url()), `POST ${path} HTTP/1.1\r\nHost: x\r\nX-Pad: `, "a");
         assert408(r, t.headersMs, name);
       });
+
+      it(`${name}: a connection that sends nothing is closed after the headers timeout, with no answer`, async () => {
+        const r = await trickle(portOf(url()), "", null);
+        assert.equal(r.text, "", name);
+        assert.ok(r.closedAfterMs >= t.headersMs - 20, `closed after ${r.closedAfterMs} ms`);
+      });
     }
 
     // Refused before its body is read: the answer at once, then, the rest of the body trickling in

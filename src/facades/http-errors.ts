@@ -220,6 +220,12 @@ export function answerClientError(err: Error & { code?: string }, socket: Duplex
     socket.destroy();
     return;
   }
+  // A connection that sent nothing at all (a client's pool opened it and never used it) is closed
+  // without an answer: a 408 would be read as the answer to the request it might send next.
+  if (err.code === "ERR_HTTP_REQUEST_TIMEOUT" && !res && (socket as Duplex & { bytesRead?: number }).bytesRead === 0) {
+    socket.destroy();
+    return;
+  }
   if (res?.req?.complete) {
     // A whole request is still being answered, and a bad one came in behind it: the whole one gets
     // its answer, then the bad one its error, then the connection closes. (Cutting the connection

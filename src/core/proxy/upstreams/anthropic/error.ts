@@ -1,7 +1,7 @@
 import type { ConnectError } from "@connectrpc/connect";
 import { apiError } from "../../../errors.js";
 import { isObject } from "../../../json.js";
-import { passedOnType } from "../openai/error.js";
+import { clip, passedOnType } from "../openai/error.js";
 import { UPSTREAM_SAID } from "../adapter.js";
 
 /**
@@ -25,8 +25,6 @@ const statusByType: Record<string, number> = {
   timeout_error: 504,
   overloaded_error: 529,
 };
-
-const MAX_MESSAGE = 500;
 
 /** Converts an upstream error response (status and body text). */
 export function convertMessagesError(status: number, bodyText: string): ConnectError {
@@ -68,6 +66,6 @@ function readError(json: unknown): { type?: string; message?: string } {
   const err = isObject(json) && isObject(json.error) ? json.error : {};
   return {
     type: typeof err.type === "string" ? err.type : undefined,
-    message: typeof err.message === "string" ? err.message.slice(0, MAX_MESSAGE) : undefined,
+    message: typeof err.message === "string" ? clip(err.message) : undefined,
   };
 }

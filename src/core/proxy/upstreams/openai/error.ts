@@ -24,7 +24,8 @@ export const passedOnType = (type: string | undefined): string => (type && /^[a-
 const str = (v: unknown): string | undefined => (typeof v === "string" && v !== "" ? v : undefined);
 
 /** Upstream messages are short sentences; cap them so a huge body never becomes an error message. */
-const clip = (s: string): string => (s.length > 500 ? `${cutText(s, 500)}...` : s);
+/** An upstream's own error message, cut to 500 characters (between characters, ending in `…`). */
+export const clip = (s: string): string => (s.length > 500 ? `${cutText(s, 500)}…` : s);
 
 /**
  * Converts an OpenAI error response to the core error. Client errors (4xx) keep their status and

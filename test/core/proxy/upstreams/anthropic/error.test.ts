@@ -87,8 +87,11 @@ describe("anthropic error conversion", () => {
     });
   }
 
-  it("cuts a very long upstream message", () => {
+  it("cuts a very long upstream message to 500 characters, between characters, ending in …", () => {
     const info = toErrorInfo(adapter.convertError(400, body("invalid_request_error", "x".repeat(5000))));
-    assert.ok(info.message.length < 600);
+    assert.equal(info.message, `Upstream error: ${"x".repeat(500)}…`);
+    // Not between the two halves of a character outside the BMP.
+    const emoji = toErrorInfo(adapter.convertError(400, body("invalid_request_error", `${"x".repeat(499)}😀 and more`)));
+    assert.equal(emoji.message, `Upstream error: ${"x".repeat(499)}…`);
   });
 });

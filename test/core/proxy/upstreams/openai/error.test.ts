@@ -83,3 +83,11 @@ describe("openai error conversion", () => {
     assert.deepEqual(retryGuidanceOf(err), { "x-should-retry": "false" });
   });
 });
+
+describe("OpenAI-style upstream errors: a long message", () => {
+  it("is cut to 500 characters, between characters, ending in …", () => {
+    const info = toErrorInfo(adapter.convertError(400, openAiError("y".repeat(2000), "invalid_request_error", null)));
+    assert.equal(info.message, `Upstream error: ${"y".repeat(500)}…`);
+  });
+});
+
