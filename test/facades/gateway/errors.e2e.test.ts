@@ -365,12 +365,14 @@ describe("gateway errors: the spec's status and error object for every kind of b
     const raw = await exchange(head + partial, true);
     assert.deepEqual(statusLines(raw), ["HTTP/1.1 400"], raw);
     const id = /\r\nX-Svc-Request-Id: (req_\w+)\r\n/.exec(raw)![1]!;
-    let log: { status: number; requestBody: string; responseBody: string; errorCode: string } | undefined;
+    let log: { status: number; requestBody: string; responseBody: string; errorCode: string; ttfbMs: number; latencyMs: number } | undefined;
     await eventually(async () => {
       log = (await gw.telemetry.getLog({ projectId: own.projectId, keyMode: KeyMode.LIVE, requestId: id }).catch(() => undefined))?.log;
       return log !== undefined;
     }, 5_000, "the broken request's log");
     assert.deepEqual([log!.status, log!.errorCode], [400, "malformed_request"]);
+    // It was answered: its time to first byte is that answer's, not 0 (none sent).
+    assert.ok(log!.ttfbMs > 0 && log!.ttfbMs <= log!.latencyMs, `ttfb ${log!.ttfbMs} of ${log!.latencyMs} ms`);
     assert.equal(log!.requestBody, partial);
     assert.equal(JSON.parse(log!.responseBody).error.code, "malformed_request");
   });

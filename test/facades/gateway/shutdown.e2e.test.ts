@@ -139,7 +139,7 @@ function accepts(url: string): Promise<boolean> {
   });
 }
 
-const chat = (content: string, stream: boolean) => ({ model: "chat-4o", stream, messages: [{ role: "user", content }] });
+const chat = (content: string, stream = false) => ({ model: "chat-4o", stream, messages: [{ role: "user", content }] });
 const msg = (content: string, stream: boolean) => ({ model: "assistant-3-5-sonnet-20241022", max_tokens: 200, stream, messages: [{ role: "user", content }] });
 
 describe("shutdown with requests in flight", function () {
@@ -284,6 +284,28 @@ describe("shutdown with requests in flight", function () {
     }, 10_000, "the stalled stream's log");
     assert.deepEqual([got.status, got.error], [200, { type: "api_error", code: "shutting_down" }]);
     assert.ok(Number(got.cost_usd) > 0, "billed for what it carried");
+  });
+
+  it("logs a request whose body was still arriving when the grace ended as 503 shutting_down (the gateway cut it), not as a client that left", async () => {
+    const first = await start();
+    const { key } = await project(first);
+    const body = JSON.stringify(chat("partial"));
+    const socket = net.connect(Number(new URL(first.gatewayUrl).port), "127.0.0.1");
+    await new Promise<void>((r) => socket.once("connect", () => r()));
+    socket.on("error", () => {});
+    // The headers and part of the body; the rest never comes, and the client never closes.
+    socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 20)}`);
+    await new Promise((r) => setTimeout(r, 300));
+    await stop(first);
+    socket.destroy();
+    const second = await start();
+    let got: any;
+    await eventually(async () => {
+      const r = await rawRequest(`${second.managementUrl}/v1/logs?limit=5`, { method: "GET", headers: { authorization: `Bearer ${key}` } });
+      got = r.status === 200 ? r.json().data[0] : undefined;
+      return got !== undefined;
+    }, 10_000, "the cut request's log");
+    assert.deepEqual([got.status, got.error], [503, { type: "api_error", code: "shutting_down" }]);
   });
 
   it("stops taking work on every port at once: new connections refused, idle ones closed, a request on a kept-alive connection refused with 503", async () => {
