@@ -94,12 +94,17 @@ export function servedLimitsService(impl: ServiceImpl<typeof LimitsService>, pro
 /**
  * CacheService for the core port: PutEntry's payload must be what the gateway stores and serves as
  * a hit (a Completion in protobuf binary form), for a project that exists; an entry nobody could
- * serve is refused instead of stored. The facades' in-process puts are answers the gateway itself
+ * serve is refused instead of stored. GetEntry of a project that does not exist is NOT_FOUND, as the
+ * other services' calls are, not a miss. The facades' in-process puts are answers the gateway itself
  * encoded (completion-binary.ts), and skip the decode.
  */
 export function servedCacheService(impl: ServiceImpl<typeof CacheService>, project: ProjectCheck): ServiceImpl<typeof CacheService> {
   return {
     ...impl,
+    async getEntry(req, ctx) {
+      await existsIfNamed(project, req.projectId);
+      return impl.getEntry(req, ctx);
+    },
     async putEntry(req, ctx) {
       if (req.payload.byteLength > 0) {
         try {

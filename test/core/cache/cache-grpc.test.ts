@@ -45,7 +45,8 @@ describe("CacheService over gRPC (independent @grpc/grpc-js client loading the .
 
   it("misses for another project and for the other key mode", async () => {
     await unary(cache, "PutEntry", { ...entry, payload, cost_usd: "1" }, md);
-    assert.equal((await unary<any>(cache, "GetEntry", { ...entry, project_id: "proj_other" }, md)).hit, false);
+    const other = (await gw.project()).projectId;
+    assert.equal((await unary<any>(cache, "GetEntry", { ...entry, project_id: other }, md)).hit, false);
     assert.equal((await unary<any>(cache, "GetEntry", { ...entry, key_mode: "KEY_MODE_TEST" }, md)).hit, false);
   });
 
@@ -70,5 +71,9 @@ describe("CacheService over gRPC (independent @grpc/grpc-js client loading the .
     });
     assert.equal((await unary<any>(cache, "GetEntry", key, md)).hit, false, "nothing stored");
     await assert.rejects(unary(cache, "PutEntry", { ...key, project_id: "proj_nobody", payload, cost_usd: "1" }, md), (e: any) => e.code === grpc.status.NOT_FOUND);
+  });
+
+  it("answers NOT_FOUND for a lookup in a project that does not exist, rather than a miss that reads as a mistyped id's empty cache", async () => {
+    await assert.rejects(unary(cache, "GetEntry", { ...entry, project_id: "proj_nobody" }, md), (e: any) => e.code === grpc.status.NOT_FOUND && /proj_nobody/.test(e.details));
   });
 });
