@@ -95,6 +95,12 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
         for await (const chunk of res.body) {
           for (const ev of events.push(chunk)) yield ev;
           events.check();
+          // The answer is whole ([DONE], message_stop): it ends here, whatever the upstream does
+          // with its connection after (holds it open past the idle timeout, sends more).
+          if (events.complete) {
+            res.finishAnswer();
+            break;
+          }
         }
         for (const ev of events.end()) yield ev;
         events.check();
@@ -203,12 +209,20 @@ class UpstreamEvents {
     return out;
   }
 
+  /** Whether the upstream's last event ([DONE], message_stop) came: nothing after it is passed on. */
+  get complete(): boolean {
+    return this.#converter.complete;
+  }
+
   /** Throws the failure met by the last `push` or `end`, after its events were passed on. */
   check(): void {
     if (this.#failure !== undefined) throw this.#failure;
   }
 
   #convert(sse: SseEvent, out: StreamChatResponse[]): void {
+    // After the answer's last event, the same chunk's rest (a second message_stop, a stray delta)
+    // is not part of it: the client's stream, the log and the cache all end at that event.
+    if (this.#converter.complete) return;
     this.#sawEvent = true;
     for (const ev of this.#converter.push(sse)) out.push(this.#finish(ev));
   }

@@ -20,6 +20,13 @@ export interface UpstreamResponse {
   text(limit?: number): Promise<string>;
   /** Stops reading and releases the connection. */
   dispose(): void;
+  /**
+   * The answer is whole (its last event came): what is left of the body (the chunked end, which
+   * usually follows at once) is read and dropped, so the connection goes back to the pool; a body
+   * that does not end within `graceMs` is cut. No timeout applies, nothing is reported, and
+   * dispose() changes nothing, from here on.
+   */
+  finishAnswer(graceMs?: number): void;
 }
 
 /** Sends adapter-built requests upstream over keep-alive pools, with the configured timeouts. */
@@ -31,6 +38,13 @@ export interface UpstreamHttp {
 const MAX_ERROR_BODY = 64 * 1024;
 /** Decoded chunks a stream may hold unread before the upstream socket is paused (backpressure). */
 const HIGH_WATER_CHUNKS = 64;
+
+/**
+ * How long the end of a body may take once the answer in it is whole (its last SSE event came):
+ * the chunked terminator normally follows at once; an upstream that holds the connection open
+ * after its answer has it closed, rather than holding the client's answer or failing it.
+ */
+const FINISH_GRACE_MS = 1000;
 
 /**
  * One undici Agent (a keep-alive pool per origin) for all upstreams. The timeouts are plain Node
@@ -171,6 +185,8 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   #wake: (() => void) | undefined;
   /** While `text()` gathers the body: what it has so far and its limit. */
   #text: { out: string; limit: number; done: (s: string) => void; fail: (e: unknown) => void } | undefined;
+  /** After finishAnswer(): the cut of a body that does not end in time; what comes is dropped meanwhile. */
+  #draining: NodeJS.Timeout | undefined;
 
   constructor(resolve: (r: UpstreamResponse) => void, reject: (e: unknown) => void, cancel: CancelSignal, timeouts: Timeouts) {
     this.#resolve = resolve;
@@ -228,6 +244,7 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#draining) return;
     this.#phase?.refresh();
     const s = (this.#decoder ??= new StringDecoder("utf8")).write(chunk);
     if (s === "") return;
@@ -251,6 +268,10 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
     this.#ended = true;
     clearTimeout(this.#timer);
     clearTimeout(this.#phase);
+    if (this.#draining) {
+      clearTimeout(this.#draining);
+      return;
+    }
     const t = this.#text;
     if (t) {
       this.#text = undefined;
@@ -264,6 +285,12 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   onResponseError(_c: Dispatcher.DispatchController | undefined, err: Error): void {
     clearTimeout(this.#timer);
     clearTimeout(this.#phase);
+    if (this.#draining) {
+      // The answer was whole: its connection's end (or the grace's cut) is nobody's error.
+      clearTimeout(this.#draining);
+      this.#ended = true;
+      return;
+    }
     const e = this.#failure(err);
     if (this.#reject) {
       const reject = this.#reject;
@@ -337,7 +364,23 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
     this.#phase?.refresh();
   }
 
+  finishAnswer(graceMs = FINISH_GRACE_MS): void {
+    if (this.#ended || this.#draining) return;
+    clearTimeout(this.#timer);
+    clearTimeout(this.#phase);
+    this.#queue = [];
+    this.#draining = setTimeout(Exchange.#cut, graceMs, this);
+    this.#draining.unref();
+    if (this.#controller?.paused) this.#controller.resume();
+  }
+
+  static #cut(ex: Exchange): void {
+    ex.#ended = true;
+    if (ex.#controller && !ex.#controller.aborted) ex.#controller.abort(new ClientGone("answer complete; the rest of the body did not come"));
+  }
+
   dispose(): void {
+    if (this.#draining) return;
     clearTimeout(this.#timer);
     clearTimeout(this.#phase);
     if (this.#ended) return;
