@@ -26,7 +26,9 @@ export async function scriptedUpstream<B>(answer: (body: B, res: http.ServerResp
 export interface ScriptedGateway {
   upstream: ScriptedUpstream;
   gw: TestGateway;
+  /** A live key of `projectId`. */
   key: string;
+  projectId: string;
 }
 
 /**
@@ -40,7 +42,9 @@ export function gatewayOnScriptedUpstream<B>(answer: (body: B, res: http.ServerR
     s.upstream = await scriptedUpstream(answer);
     const base = s.upstream.base;
     s.gw = await startTestGateway({ SVC_OPENAI_BASE_URL: `${base}/v1`, SVC_OPENAI_API_KEY: "sk-test", SVC_ANTHROPIC_BASE_URL: base, SVC_ANTHROPIC_API_KEY: "sk-ant-test", ...env }, false);
-    s.key = (await s.gw.project()).live;
+    const p = await s.gw.project();
+    s.key = p.live;
+    s.projectId = p.projectId;
   });
   after(async () => {
     await s.gw?.close();

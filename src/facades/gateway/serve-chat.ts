@@ -785,7 +785,9 @@ async function callUpstream(
     const answer = clientGone ? undefined : whole.result();
     if (bodies) {
       if (answer) trace.responseBody = JSON.stringify(s.codec.renderCompletion(answer));
-      else if (clientGone || failure) trace.responseBody = partialBody(s.codec, whole, usage);
+      // Cut short; or whole, with parts the cache cannot rebuild (thinking, citations, per-chunk
+      // fields): the log still has the answer as far as it can be written whole.
+      else trace.responseBody = partialBody(s.codec, whole, usage);
     }
     return answer;
   }

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import type http from "node:http";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
-import { postJson, sseEvents } from "../../support/http.js";
+import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
+import { eventually, postJson, sseEvents } from "../../support/http.js";
 import { gatewayOnScriptedUpstream } from "../../support/upstream.js";
 
 /**
@@ -36,6 +37,20 @@ function answer(body: { messages: Array<{ content: string }> }, res: http.Server
     // The whole answer, then the connection held open past the gateway's idle timeout.
     res.write(whole);
     setTimeout(() => res.end(), HOLD_MS);
+  } else if (prompt.startsWith("thinking")) {
+    // Thinking before the text: a stream the cache does not keep (it cannot be rebuilt whole).
+    res.end(
+      sse("message_start", { message: { id: "msg_th", type: "message", role: "assistant", model: "claude-3-5-haiku-20241022", content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 1 } } }) +
+        sse("content_block_start", { index: 0, content_block: { type: "thinking", thinking: "" } }) +
+        sse("content_block_delta", { index: 0, delta: { type: "thinking_delta", thinking: "hmm" } }) +
+        sse("content_block_delta", { index: 0, delta: { type: "signature_delta", signature: "sig" } }) +
+        sse("content_block_stop", { index: 0 }) +
+        sse("content_block_start", { index: 1, content_block: { type: "text", text: "" } }) +
+        sse("content_block_delta", { index: 1, delta: { type: "text_delta", text: "Result" } }) +
+        sse("content_block_stop", { index: 1 }) +
+        sse("message_delta", { delta: { stop_reason: "end_turn", stop_sequence: null }, usage: { output_tokens: 3 } }) +
+        sse("message_stop", {}),
+    );
   } else if (prompt.startsWith("after")) {
     // More after the last event: a stray delta and a second message_stop, in the same write.
     res.end(whole + sse("content_block_delta", { index: 0, delta: { type: "text_delta", text: "AFTER" } }) + sse("message_stop", {}));
@@ -68,6 +83,22 @@ describe("a stream ends at the upstream's last event", () => {
     assert.equal(events.at(-1)!.data, "[DONE]", raw.text);
     assert.ok(!raw.text.includes('"error"'), raw.text);
     assert.ok(Number(raw.trailers["x-svc-cost"]) > 0, "the cost trailer came with the answer");
+  });
+
+  it("logs a whole stream the cache does not keep (thinking) with its answer, not an empty body", async () => {
+    const raw = await postJson(`${on.gw.gatewayUrl}/v1/messages`, on.key, { model: "assistant-3-5-haiku-20241022", max_tokens: 50, stream: true, messages: [{ role: "user", content: `thinking ${++n}` }] });
+    assert.equal(raw.status, 200, raw.text);
+    const id = String(raw.headers["x-svc-request-id"]);
+    const projectId = on.projectId;
+    let log: { responseBody: string; status: number } | undefined;
+    await eventually(async () => {
+      log = (await on.gw.telemetry.getLog({ projectId, keyMode: KeyMode.LIVE, requestId: id }).catch(() => undefined))?.log;
+      return log !== undefined;
+    }, 5_000, "the stream's log");
+    assert.equal(log!.status, 200);
+    const body = JSON.parse(log!.responseBody);
+    assert.equal(body.stop_reason, "end_turn");
+    assert.ok(body.content.some((b: { type: string; text?: string }) => b.type === "text" && b.text === "Result"), log!.responseBody);
   });
 
   it("messages: nothing after message_stop reaches the client; the stream has one message_stop, last", async () => {
