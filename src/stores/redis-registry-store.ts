@@ -15,6 +15,8 @@ import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryS
  *   {svc:reg}:hash:<sha256>   key id, for verification
  */
 const T = "{svc:reg}";
+/** The channel a deleted key's hash is published on (registry-store: every replica forgets it). */
+const REVOKED = `${T}:revoked`;
 const kProject = (id: string) => `${T}:project:${id}`;
 const kProjects = `${T}:projects`;
 const kKey = (id: string) => `${T}:key:${id}`;
@@ -32,7 +34,8 @@ redis.call('SET', KEYS[2], ARGV[4])
 redis.call('SET', KEYS[3], ARGV[3])
 return 1`;
 
-// KEYS: key. ARGV: key-set prefix, hash prefix. Returns the deleted key's JSON.
+// KEYS: key. ARGV: key-set prefix, hash prefix, the revocations channel (the deleted key's hash is
+// published there: every replica forgets its copy). Returns the deleted key's JSON.
 const deleteKeyScript = `
 local v = redis.call('GET', KEYS[1])
 if not v then return false end
@@ -40,6 +43,7 @@ local k = cjson.decode(v)
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', ARGV[1] .. k.projectId, k.id)
 redis.call('DEL', ARGV[2] .. k.hash)
+redis.call('PUBLISH', ARGV[3], k.hash)
 return v`;
 
 // KEYS: project, its keys-set. ARGV: the JSON read, the JSON to write, the number of keys read.
@@ -66,7 +70,7 @@ return {k, redis.call('GET', ARGV[2] .. cjson.decode(k).projectId)}`;
 type ScriptedRedis = Redis & {
   svcReplaceProject(k1: string, k2: string, before: string, after: string, keyCount: number): Promise<number>;
   svcCreateKey(k1: string, k2: string, k3: string, k4: string, max: number, at: number, id: string, json: string, projectJson: string): Promise<number>;
-  svcDeleteKey(k1: string, setPrefix: string, hashPrefix: string): Promise<string | null>;
+  svcDeleteKey(k1: string, setPrefix: string, hashPrefix: string, revokedChannel: string): Promise<string | null>;
   svcFindKey(k1: string, keyPrefix: string, projectPrefix: string): Promise<[string, string | null] | null>;
 };
 
@@ -121,6 +125,19 @@ export function createRedisRegistryStore(url: string): RegistryStore {
   // per-record messages (built once per record object) are not rebuilt on every request.
   const knownKeys = new Lru<string, Known<KeyRecord>>();
   const knownProjects = new Lru<string, Known<ProjectRecord>>();
+  // A key deleted on any replica is published by the delete's own script, and every replica forgets
+  // its copy when it hears of it: an outage that starts after a delete finds no copy of the deleted
+  // key anywhere. A subscription that was interrupted may have missed deletes: on its return, every
+  // copy is forgotten (each is read again from Redis at its next use).
+  const revocations = redis.duplicate();
+  let heardBefore = false;
+  revocations.on("error", () => {}); // the registry's own connection reports outages
+  revocations.on("ready", () => {
+    if (heardBefore) knownKeys.clear();
+    heardBefore = true;
+  });
+  revocations.on("message", (_channel: string, hash: string) => void knownKeys.delete(hash));
+  revocations.subscribe(REVOKED).catch(() => {});
   /** Remembers the record read as `text` (null: none), reusing the remembered one when it is unchanged. */
   const remember = <V>(m: Lru<string, Known<V>>, k: string, text: string | null): V | undefined => {
     const was = m.get(k);
@@ -293,7 +310,7 @@ export function createRedisRegistryStore(url: string): RegistryStore {
       return values.map((v) => parse<KeyRecord>(v)).filter((k): k is KeyRecord => k !== undefined);
     },
     async deleteKey(id) {
-      const k = parse<KeyRecord>(await call(() => redis.svcDeleteKey(kKey(id), `${T}:keys:`, `${T}:hash:`)));
+      const k = parse<KeyRecord>(await call(() => redis.svcDeleteKey(kKey(id), `${T}:keys:`, `${T}:hash:`, REVOKED)));
       if (k) knownKeys.delete(k.hash);
       return k;
     },
@@ -309,6 +326,7 @@ export function createRedisRegistryStore(url: string): RegistryStore {
     async close() {
       closed = true;
       writes.close();
+      revocations.disconnect();
       // QUIT would wait in the offline queue for a Redis that is gone, or behind a stalled one.
       if (redis.status !== "ready" || stalled) return redis.disconnect();
       await redis.quit().catch(() => redis.disconnect());

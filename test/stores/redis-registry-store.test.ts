@@ -246,11 +246,13 @@ describe("Redis registry store reconnecting", () => {
       Redis.prototype.connect = connect;
     }
     try {
-      assert.equal(made.length, 2);
-      const [registry, shared] = made.map((r) => r.options);
+      // The registry's connection, its subscription to deleted keys, and the shared one.
+      assert.equal(made.length, 3);
+      const [registry, revocations, shared] = made.map((r) => r.options);
       // A 30 s outage is about 35 attempts: ioredis's own back-off is 2 s apart by then.
       const delays = (o: typeof registry) => Array.from({ length: 200 }, (_, i) => o!.retryStrategy!(i + 1));
       assert.deepEqual(delays(registry), delays(shared));
+      assert.deepEqual(delays(revocations), delays(shared));
       assert.ok(delays(registry).every((d) => typeof d === "number" && d <= 1_000), "at most 1 s between attempts, never giving up");
       assert.equal(registry!.connectTimeout, shared!.connectTimeout);
       // And it does reconnect: a key is verified again as soon as Redis is back.
