@@ -25,7 +25,7 @@ import { createAnthropicAdapter } from "./core/proxy/upstreams/anthropic/adapter
 import { createOpenAiAdapter } from "./core/proxy/upstreams/openai/adapter.js";
 import { startFakeProvider, type FakeProvider } from "./demo/fake-provider.js";
 import { createGatewayHandler } from "./facades/gateway/gateway-app.js";
-import { answerClientError, framingRefusal, requestIdOnSocket, shuttingDown, writeRawError, writeRefusal } from "./facades/http-errors.js";
+import { answerClientError, answeredAtCut, framingRefusal, requestIdOnSocket, shuttingDown, writeRawError, writeRefusal } from "./facades/http-errors.js";
 import { cutText } from "./core/text.js";
 import { createManagementApp } from "./facades/management/management-app.js";
 import { ShutdownCut } from "./facades/gateway/serve-chat.js";
@@ -401,6 +401,16 @@ async function serveHttp(
         if (opts.onCut) {
           opts.onCut();
           await drainedWithin(CUT_SETTLE_MS);
+          // A request whose body is still arriving gets no answer from its handler (it waits on the
+          // body): it is answered here, 503 shutting_down under its own request id, as the cut
+          // requests are, before its connection goes; its log says so (answeredAtCut).
+          for (const res of open) {
+            if (res.headersSent || res.destroyed || res.req.complete) continue;
+            answeredAtCut.add(res);
+            refuseWhileClosing(res, opts.errorHeaders?.(res.socket!));
+            // Its handler's read of the body ends then (node:http would only drop the rest unread).
+            res.once("finish", () => res.req.destroy(new Error("the gateway is shutting down")));
+          }
         }
         // What is left loses its connection: a client that does not read, a handler still waiting.
         server.closeAllConnections();

@@ -303,3 +303,11 @@ export function writeRefusal(res: ServerResponse, info: ErrorInfo, headers: Reco
   res.writeHead(info.status, { ...headers, "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(body) });
   res.end(body);
 }
+
+/**
+ * Gateway responses the shutdown's cut answered itself (503 shutting_down) while their request's
+ * body was still arriving: their handler, failing on the body when the connection goes, logs that
+ * answer rather than a client that left.
+ */
+export const answeredAtCut = new WeakSet<object>();
+

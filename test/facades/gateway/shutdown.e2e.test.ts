@@ -286,26 +286,32 @@ describe("shutdown with requests in flight", function () {
     assert.ok(Number(got.cost_usd) > 0, "billed for what it carried");
   });
 
-  it("logs a request whose body was still arriving when the grace ended as 503 shutting_down (the gateway cut it), not as a client that left", async () => {
+  it("answers a request whose body was still arriving when the grace ended 503 shutting_down, and logs it so (not as a client that left)", async () => {
     const first = await start();
     const { key } = await project(first);
     const body = JSON.stringify(chat("partial"));
     const socket = net.connect(Number(new URL(first.gatewayUrl).port), "127.0.0.1");
     await new Promise<void>((r) => socket.once("connect", () => r()));
     socket.on("error", () => {});
+    let got = "";
+    socket.on("data", (d: Buffer) => (got += d.toString()));
     // The headers and part of the body; the rest never comes, and the client never closes.
     socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 20)}`);
     await new Promise((r) => setTimeout(r, 300));
     await stop(first);
     socket.destroy();
+    assert.match(got, /^HTTP\/1\.1 503 /, got);
+    assert.match(got, /"code":"shutting_down"/, got);
+    const id = /\r\nX-Svc-Request-Id: (req_\w+)\r\n/i.exec(got)?.[1];
     const second = await start();
-    let got: any;
+    let log: any;
     await eventually(async () => {
       const r = await rawRequest(`${second.managementUrl}/v1/logs?limit=5`, { method: "GET", headers: { authorization: `Bearer ${key}` } });
-      got = r.status === 200 ? r.json().data[0] : undefined;
-      return got !== undefined;
+      log = r.status === 200 ? r.json().data[0] : undefined;
+      return log !== undefined;
     }, 10_000, "the cut request's log");
-    assert.deepEqual([got.status, got.error], [503, { type: "api_error", code: "shutting_down" }]);
+    assert.deepEqual([log.id, log.status, log.error], [id, 503, { type: "api_error", code: "shutting_down" }]);
+    assert.ok(log.ttfb_ms > 0, "its answer was sent");
   });
 
   it("stops taking work on every port at once: new connections refused, idle ones closed, a request on a kept-alive connection refused with 503", async () => {
