@@ -25,6 +25,9 @@ export function cutText(s: string, n: number): string {
   return s.slice(0, last >= 0xd800 && last <= 0xdbff ? n - 1 : n);
 }
 
+/** `s` cut to `n` code units as cutText cuts it, with `…` after when it was cut. */
+export const cutMarked = (s: string, n: number): string => (s.length > n ? `${cutText(s, n)}…` : s);
+
 /**
  * Characters refused in names and descriptions, which tables and logs print: C0 and C1 controls and
  * DEL (a terminal acts on ESC and CSI), line and paragraph separators, and the bidirectional

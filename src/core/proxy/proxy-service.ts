@@ -12,7 +12,7 @@ import { cancelOf } from "../cancel.js";
 import { apiError, withRetryGuidance } from "../errors.js";
 import { newRequestId } from "../ids.js";
 import { type SseEvent, SseParser } from "../sse.js";
-import { cutText } from "../text.js";
+import { cutMarked } from "../text.js";
 import { completionEvent, localInputTokens, localTokens, nowSeconds, usage as canonicalUsage } from "./canonical.js";
 import { costPico, formatUsd, type Prices } from "./cost.js";
 import { type ModelRoute, pricesOf, unservedModel } from "./models.js";
@@ -120,7 +120,7 @@ const noRetry = { "x-should-retry": "false" };
  * https, a path without /v1), so the message names the setting, and the SDKs are told not to retry.
  */
 function redirected(provider: ProviderConfig, status: number, location: string | string[] | undefined): ConnectError {
-  const to = typeof location === "string" && location !== "" ? ` to ${location.length > 200 ? `${cutText(location, 200)}…` : location}` : "";
+  const to = typeof location === "string" && location !== "" ? ` to ${cutMarked(location, 200)}` : "";
   const setting = provider.baseUrlSetting ?? `the ${provider.name} provider's base URL`;
   return withRetryGuidance(
     apiError(502, "api_error", "upstream_redirected", `The upstream provider answered HTTP ${status}, a redirect${to}, which the gateway does not follow: check ${setting}.`),

@@ -3,7 +3,7 @@ import { invalidRequest } from "../../../errors.js";
 import { isObject, parseExtra, parseObject, type JsonObject } from "../../../json.js";
 import { isCustomCall } from "../openai/tool-call.js";
 import { blockToWire, toolInput } from "./blocks.js";
-import { cutText } from "../../../text.js";
+import { cutMarked, cutText } from "../../../text.js";
 
 /**
  * Translates a chat-completions-style request into a messages-style body
@@ -120,7 +120,7 @@ function toolUseFromChat(b: ContentBlock, path: string, model: string): JsonObje
     }
   }
   if (!isObject(input)) {
-    const shown = JSON.stringify(b.toolInputJson.length > 80 ? `${cutText(b.toolInputJson, 80)}…` : b.toolInputJson);
+    const shown = JSON.stringify(cutMarked(b.toolInputJson, 80));
     throw invalidRequest("invalid_value", `\`${path}\` must be the text of a JSON object: ${routed(model)}, whose tool calls take an object as their input; got ${shown}.`);
   }
   return { type: "tool_use", id: b.toolCallId, name: b.toolName, input };

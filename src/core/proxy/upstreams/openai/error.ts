@@ -2,7 +2,7 @@ import type { ConnectError } from "@connectrpc/connect";
 import { apiError, withRetryGuidance } from "../../../errors.js";
 import { isObject, type JsonObject } from "../../../json.js";
 import { UPSTREAM_SAID } from "../adapter.js";
-import { cutText } from "../../../text.js";
+import { cutMarked } from "../../../text.js";
 
 /** The `{error:{message,type,code,param}}` body OpenAI answers errors with, when the text is one. */
 function errorObject(bodyText: string): JsonObject | undefined {
@@ -23,9 +23,11 @@ export const passedOnType = (type: string | undefined): string => (type && /^[a-
 
 const str = (v: unknown): string | undefined => (typeof v === "string" && v !== "" ? v : undefined);
 
-/** Upstream messages are short sentences; cap them so a huge body never becomes an error message. */
-/** An upstream's own error message, cut to 500 characters (between characters, ending in `…`). */
-export const clip = (s: string): string => (s.length > 500 ? `${cutText(s, 500)}…` : s);
+/**
+ * An upstream's own error message, cut to 500 characters (ending in `…`): upstream messages are
+ * short sentences, and a huge body must never become an error message.
+ */
+export const clip = (s: string): string => cutMarked(s, 500);
 
 /**
  * Converts an OpenAI error response to the core error. Client errors (4xx) keep their status and
