@@ -146,6 +146,15 @@ export function completion(c: Fields<Completion>): Completion {
  * An answer's creation time, in seconds since the epoch, when its upstream gives none: the
  * messages style has no such field, and an OpenAI-compatible upstream may leave it out.
  */
+/**
+ * An upstream's finish word (`finish_reason`, `stop_reason`) as a canonical reason, by its style's
+ * table. A word this build does not know still ended the answer: END_TURN (the word itself is kept
+ * for a client of that style). None at all (null, a stream that never said) is UNSPECIFIED: an
+ * answer that did not say it finished, passed on as such and never cached.
+ */
+export const finishFromWord = (table: Readonly<Record<string, FinishReason>>, word: unknown): FinishReason =>
+  typeof word === "string" && word !== "" ? (Object.hasOwn(table, word) ? table[word]! : FinishReason.END_TURN) : FinishReason.UNSPECIFIED;
+
 export const nowSeconds = (): number => Math.floor(Date.now() / 1000);
 
 /** The one event of a non-stream answer. */

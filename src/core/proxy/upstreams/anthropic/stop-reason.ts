@@ -1,4 +1,5 @@
 import { FinishReason } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { finishFromWord } from "../../canonical.js";
 
 /** Messages-style `stop_reason` values (https://docs.anthropic.com/en/api/handling-stop-reasons) as canonical reasons. */
 const finishByStopReason: Record<string, FinishReason> = {
@@ -12,14 +13,8 @@ const finishByStopReason: Record<string, FinishReason> = {
   refusal: FinishReason.CONTENT_FILTER,
 };
 
-/**
- * A `stop_reason` as a canonical reason. One this build does not know still ended the answer: it
- * reads as END_TURN (kept as sent for a messages client: unsaidStopReason). None at all (null, a
- * stream without message_delta) is UNSPECIFIED: an answer that did not say it finished, passed on
- * as such and never cached.
- */
-export const finishFromStopReason = (v: unknown): FinishReason =>
-  typeof v === "string" && v !== "" ? (Object.hasOwn(finishByStopReason, v) ? finishByStopReason[v]! : FinishReason.END_TURN) : FinishReason.UNSPECIFIED;
+/** A `stop_reason` as a canonical reason (finishFromWord); an unknown one is kept as sent for a messages client: unsaidStopReason. */
+export const finishFromStopReason = (v: unknown): FinishReason => finishFromWord(finishByStopReason, v);
 
 /**
  * The upstream's `stop_reason` when the canonical reason does not say it as sent (a value that maps

@@ -1,5 +1,5 @@
 import { ApiStyle, BlockType, type Completion, type ContentBlock, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
-import { extraJson, isObject, parseExtra, type JsonObject } from "../../../json.js";
+import { extraJson, isObject, type JsonObject, withExtraField } from "../../../json.js";
 import { completion, contentBlock } from "../../canonical.js";
 import { invalidUpstreamResponse } from "./error.js";
 import { CUSTOM_CALL_EXTRA } from "./tool-call.js";
@@ -34,7 +34,7 @@ export function parseOpenAiCompletion(body: unknown, req: StreamChatRequest): Co
     extraJson: extraJson(body, kTopKnown),
     // A `content: null` the canonical answer would give back as "" (a legacy function_call, an
     // audio answer) is kept as sent.
-    messageExtraJson: message.content === null ? JSON.stringify({ ...parseExtra(extraJson(message, kMessageKnown)), content: null }) : extraJson(message, kMessageKnown),
+    messageExtraJson: withExtraField(extraJson(message, kMessageKnown), "content", message.content === null ? null : undefined),
     choiceExtraJson: withFinishReason(extraJson(choice, kChoiceKnown, true), choice.finish_reason), // a null logprobs is left out
   });
 }

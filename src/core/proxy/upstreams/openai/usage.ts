@@ -1,6 +1,6 @@
 import { ApiStyle, FinishReason, type Usage } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject, withExtraField } from "../../../json.js";
-import { usage as canonicalUsage, tokenCount } from "../../canonical.js";
+import { usage as canonicalUsage, finishFromWord, tokenCount } from "../../canonical.js";
 
 /** Usage fields the canonical model names; `total_tokens` is derivable, so it is not carried. */
 const kUsageKnown: ReadonlySet<string> = new Set(["prompt_tokens", "completion_tokens", "total_tokens"]);
@@ -44,11 +44,11 @@ const SAID = new Set(["stop", "length", "tool_calls", "content_filter"]);
 export const withFinishReason = (extra: string, reason: unknown): string =>
   withExtraField(extra, "finish_reason", typeof reason === "string" && !SAID.has(reason) ? reason : undefined);
 
-/** Maps an OpenAI `finish_reason` (https://platform.openai.com/docs/api-reference/chat/object). */
-export const toFinishReason = (reason: unknown): FinishReason =>
-  // One this build does not name still ended the answer (a chat client gets it as sent:
-  // withFinishReason); none at all (null) is UNSPECIFIED, an answer that did not say it finished.
-  typeof reason === "string" && reason !== "" ? (Object.hasOwn(finishByName, reason) ? finishByName[reason]! : FinishReason.END_TURN) : FinishReason.UNSPECIFIED;
+/**
+ * Maps an OpenAI `finish_reason` (https://platform.openai.com/docs/api-reference/chat/object) by
+ * finishFromWord; an unknown one is kept as sent for a chat client: withFinishReason.
+ */
+export const toFinishReason = (reason: unknown): FinishReason => finishFromWord(finishByName, reason);
 
 /**
  * The finish reason of an answer for the client's style. OpenAI ends an answer whose tool calls were
