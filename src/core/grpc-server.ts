@@ -4,6 +4,7 @@ import net from "node:net";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { refuseUnauthenticated } from "./admin-auth.js";
+import { isObject } from "./json.js";
 import { applyClientTimeouts, clientTimeouts, type ClientTimeouts } from "../client-timeouts.js";
 import { answerClientError } from "../facades/http-errors.js";
 
@@ -190,19 +191,19 @@ function dropRest(req: http.IncomingMessage | http2.Http2ServerRequest): void {
 function gentlerGrpcMessage(res: { writeHead: unknown; addTrailers: unknown }): void {
   const writeHead = res.writeHead as (this: unknown, ...args: unknown[]) => unknown;
   res.writeHead = function (this: unknown, ...args: unknown[]) {
-    const headers = args[1];
-    if (typeof headers === "object" && headers !== null && !Array.isArray(headers)) reencodeGrpcMessage(headers as Record<string, unknown>);
+    reencodeGrpcMessage(args[1]);
     return writeHead.apply(this, args);
   };
   const addTrailers = res.addTrailers as (this: unknown, headers: unknown) => void;
   res.addTrailers = function (this: unknown, headers: unknown) {
-    if (typeof headers === "object" && headers !== null && !Array.isArray(headers)) reencodeGrpcMessage(headers as Record<string, unknown>);
+    reencodeGrpcMessage(headers);
     return addTrailers.call(this, headers);
   };
 }
 
-/** Rewrites a `grpc-message` value, if any, percent-encoding only what the gRPC spec requires. */
-export function reencodeGrpcMessage(headers: Record<string, unknown>): void {
+/** Rewrites a headers object's `grpc-message`, if any, percent-encoding only what the gRPC spec requires. */
+function reencodeGrpcMessage(headers: unknown): void {
+  if (!isObject(headers)) return;
   const v = headers["grpc-message"];
   if (typeof v !== "string" || !v.includes("%")) return;
   let text: string;

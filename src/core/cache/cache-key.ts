@@ -7,6 +7,7 @@ import {
   type ToolDefinition,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ChatRequestBody } from "../proxy/canonical.js";
+import { isObject } from "../json.js";
 import { isWellFormed } from "../text.js";
 import { canonicalText, frame, parseForKey, writeCanonical } from "./canonical-form.js";
 
@@ -163,8 +164,8 @@ function blockText(b: ContentBlock): string {
   if (b.type === BlockType.TOOL_RESULT) {
     if (rawJson !== "" && isOneTextBlock(parseForKey(rawJson), b.text)) rawJson = "";
     if (extraJson !== "") {
-      const extra = parseForKey(extraJson) as Record<string, unknown> | undefined;
-      if (extra && typeof extra === "object" && Object.keys(extra).length === 1 && isOneTextBlock(extra.content, b.text)) extraJson = "";
+      const extra = parseForKey(extraJson);
+      if (isObject(extra) && Object.keys(extra).length === 1 && isOneTextBlock(extra.content, b.text)) extraJson = "";
     }
   }
   return (
@@ -176,8 +177,8 @@ function blockText(b: ContentBlock): string {
 /** Whether a value is `[{"type":"text","text":text}]`, and nothing more. */
 function isOneTextBlock(v: unknown, text: string): boolean {
   if (!Array.isArray(v) || v.length !== 1) return false;
-  const only = v[0] as Record<string, unknown> | null;
-  return typeof only === "object" && only !== null && !Array.isArray(only) && Object.keys(only).length === 2 && only.type === "text" && only.text === text;
+  const only: unknown = v[0];
+  return isObject(only) && Object.keys(only).length === 2 && only.type === "text" && only.text === text;
 }
 
 function toolText(t: ToolDefinition): string {
