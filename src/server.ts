@@ -8,7 +8,7 @@ import type { Duplex } from "node:stream";
 import type { Client, ConnectRouter } from "@connectrpc/connect";
 import { applyClientTimeouts, clientTimeouts, type ClientTimeouts } from "./client-timeouts.js";
 import { checkAdminToken, clusterWarnings, type Config, ConfigError, connectHost, providerWarning } from "./config.js";
-import { toErrorBody, toErrorInfo } from "./core/errors.js";
+import { type ErrorInfo, toErrorBody, toErrorInfo } from "./core/errors.js";
 import { adminAuthInterceptor, adminTokenCheck } from "./core/admin-auth.js";
 import { createAuthService } from "./core/auth/auth-service.js";
 import { createCacheBackend } from "./core/cache/cache-backend.js";
@@ -25,7 +25,7 @@ import { createAnthropicAdapter } from "./core/proxy/upstreams/anthropic/adapter
 import { createOpenAiAdapter } from "./core/proxy/upstreams/openai/adapter.js";
 import { startFakeProvider, type FakeProvider } from "./demo/fake-provider.js";
 import { createGatewayHandler } from "./facades/gateway/gateway-app.js";
-import { answerClientError, answeredAtCut, framingRefusal, requestIdOnSocket, shuttingDown, writeRawError, writeRefusal } from "./facades/http-errors.js";
+import { answerClientError, fileAnswer, framingRefusal, requestIdOnSocket, shuttingDown, writeRawError, writeRefusal } from "./facades/http-errors.js";
 import { cutText } from "./core/text.js";
 import { createManagementApp } from "./facades/management/management-app.js";
 import { ShutdownCut } from "./facades/gateway/serve-chat.js";
@@ -403,12 +403,12 @@ async function serveHttp(
           await drainedWithin(CUT_SETTLE_MS);
           // A request whose body is still arriving gets no answer from its handler (it waits on the
           // body): it is answered here, 503 shutting_down under its own request id, as the cut
-          // requests are, before its connection goes; its log says so (answeredAtCut).
+          // requests are, before its connection goes. The answer is filed on the socket, and the
+          // handler's read of the body ends with it (node:http would only drop the rest unread), so
+          // its log says so.
           for (const res of open) {
             if (res.headersSent || res.destroyed || res.req.complete) continue;
-            answeredAtCut.add(res);
-            refuseWhileClosing(res, opts.errorHeaders?.(res.socket!));
-            // Its handler's read of the body ends then (node:http would only drop the rest unread).
+            fileAnswer(res.socket!, refuseWhileClosing(res, opts.errorHeaders?.(res.socket!)));
             res.once("finish", () => res.req.destroy(new Error("the gateway is shutting down")));
           }
         }
@@ -423,13 +423,14 @@ async function serveHttp(
   };
 }
 
-/** The answer to a request that arrives on an open connection during shutdown: 503 `shutting_down`, unread, and the connection closed. */
-function refuseWhileClosing(res: ServerResponse, headers: Record<string, string> | undefined): void {
-  const err = shuttingDown();
-  const body = JSON.stringify(toErrorBody(toErrorInfo(err)));
+/** The answer to a request that arrives on an open connection during shutdown: 503 `shutting_down`, unread, and the connection closed. Returns the answer written. */
+function refuseWhileClosing(res: ServerResponse, headers: Record<string, string> | undefined): ErrorInfo {
+  const info = toErrorInfo(shuttingDown());
+  const body = JSON.stringify(toErrorBody(info));
   res.shouldKeepAlive = false;
   res.writeHead(503, { ...headers, "Retry-After": "1", "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(body), Connection: "close" });
   res.end(body);
+  return info;
 }
 
 /**

@@ -305,9 +305,11 @@ export function writeRefusal(res: ServerResponse, info: ErrorInfo, headers: Reco
 }
 
 /**
- * Gateway responses the shutdown's cut answered itself (503 shutting_down) while their request's
- * body was still arriving: their handler, failing on the body when the connection goes, logs that
- * answer rather than a client that left.
+ * Files the answer someone other than the request's handler gave the request still being read on
+ * `socket` (the shutdown's cut, while its body was arriving), as answerClientError files its own:
+ * the handler's read of the body then fails with that answer (bodyBrokenOff), which its log records.
  */
-export const answeredAtCut = new WeakSet<object>();
+export function fileAnswer(socket: Duplex, info: ErrorInfo): void {
+  (socket as Duplex & { [ANSWERED]?: ErrorInfo })[ANSWERED] = info;
+}
 

@@ -26,7 +26,7 @@ import type { Pricing } from "../../core/proxy/pricing.js";
 import { toErrorInfo } from "../../core/errors.js";
 import { Lru } from "../../core/lru.js";
 import { atMostEvery, log } from "../../logger.js";
-import { answeredAtCut, answeredBody, shuttingDown } from "../http-errors.js";
+import { answeredBody, shuttingDown } from "../http-errors.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
@@ -429,10 +429,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       // A re-admission refused here (reserveOwn) reserved nothing and has nothing to settle.
       if (admission?.decision === Decision.ALLOWED) settle(deps, chat.projectId, admission.reservationId, cost);
     }
-  } catch (caught) {
-    // A request the shutdown's cut ended before it had an answer (its body still arriving, its
-    // connection closed by the gateway) did not see its client leave: it was shut down.
-    const err = deps.shutdown?.isCut && isCanceled(caught) && (!res.headersSent || answeredAtCut.has(res)) ? shuttingDown() : caught;
+  } catch (err) {
     const { info, body, written } = writeError(res, svc, err, limitHeaders);
     await written;
     // A client that left before any of the answer got no first byte (its ttfb stays 0); one that
