@@ -60,28 +60,23 @@ describe("an upstream answer that does not say how it finished: passed on as it 
     return JSON.parse(events.find((e) => e.event === "message_delta")!.data).delta.stop_reason;
   };
 
+  const surfaces = [
+    ["chat completions", "finish_reason", chat, chatFinish],
+    ["messages", "stop_reason", messages, messagesStop],
+  ] as const;
   for (const stream of [false, true]) {
     const how = stream ? "streamed" : "whole";
-    it(`chat completions, ${how}: finish_reason null, and the repeat is a miss that calls the upstream again`, async () => {
-      const prompt = `chat ${how} ${++n}`;
-      for (let i = 1; i <= 2; i++) {
-        const r = await chat(prompt, stream);
-        assert.equal(r.status, 200, r.text);
-        assert.equal(r.headers["x-svc-cache"], "MISS", `request ${i}`);
-        assert.equal(chatFinish(r, stream), null, r.text);
-      }
-      assert.equal(calls.get(prompt), 2);
-    });
-
-    it(`messages, ${how}: stop_reason null, and the repeat is a miss that calls the upstream again`, async () => {
-      const prompt = `messages ${how} ${++n}`;
-      for (let i = 1; i <= 2; i++) {
-        const r = await messages(prompt, stream);
-        assert.equal(r.status, 200, r.text);
-        assert.equal(r.headers["x-svc-cache"], "MISS", `request ${i}`);
-        assert.equal(messagesStop(r, stream), null, r.text);
-      }
-      assert.equal(calls.get(prompt), 2);
-    });
+    for (const [name, field, send, reasonOf] of surfaces) {
+      it(`${name}, ${how}: ${field} null, and the repeat is a miss that calls the upstream again`, async () => {
+        const prompt = `${name} ${how} ${++n}`;
+        for (let i = 1; i <= 2; i++) {
+          const r = await send(prompt, stream);
+          assert.equal(r.status, 200, r.text);
+          assert.equal(r.headers["x-svc-cache"], "MISS", `request ${i}`);
+          assert.equal(reasonOf(r, stream), null, r.text);
+        }
+        assert.equal(calls.get(prompt), 2);
+      });
+    }
   }
 });
