@@ -199,7 +199,7 @@ class UpstreamEvents {
       for (const sse of this.#parser.end()) this.#convert(sse, out);
       // A body without a single event was never a stream: a bad answer, not one that broke off.
       if (!this.#sawEvent) throw invalidResponse("a streamed answer held no server-sent events");
-      if (!this.#converter.complete) {
+      if (!this.#converter.complete && !this.#converter.finished) {
         throw apiError(502, "api_error", "upstream_stream_incomplete", "The upstream provider ended the stream before the answer was complete.");
       }
       for (const ev of this.#converter.end()) out.push(this.#finish(ev));

@@ -34,6 +34,23 @@ function answer(chatStyle: boolean, prompt: string, res: http.ServerResponse): v
       res.write(`event: content_block_start\ndata: ${JSON.stringify({ type: "content_block_start", index: 0, content_block: { type: "text", text: "" } })}\n\n`);
       res.end(`event: content_block_delta\ndata: ${JSON.stringify({ type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "Hel" } })}\n\n`);
     }
+  } else if (prompt.startsWith("unmarked")) {
+    // A whole answer, its finish and usage said, then the body ends cleanly without [DONE] /
+    // message_stop (as some OpenAI-compatible servers end their streams).
+    res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8" });
+    if (chatStyle) {
+      const chunk = (choices: unknown[], usage?: unknown) => `data: ${JSON.stringify({ id: "c2", object: "chat.completion.chunk", created: 1, model: "gpt-4o", choices, ...(usage ? { usage } : {}) })}\n\n`;
+      res.write(chunk([{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }]));
+      res.write(chunk([{ index: 0, delta: { content: "Hello there" }, finish_reason: null }]));
+      res.write(chunk([{ index: 0, delta: {}, finish_reason: "stop" }]));
+      res.end(chunk([], { prompt_tokens: 1000, completion_tokens: 2000, total_tokens: 3000 }));
+    } else {
+      res.write(`event: message_start\ndata: ${JSON.stringify({ type: "message_start", message: { id: "msg_2", type: "message", role: "assistant", model: "claude", content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 1000, output_tokens: 1 } } })}\n\n`);
+      res.write(`event: content_block_start\ndata: ${JSON.stringify({ type: "content_block_start", index: 0, content_block: { type: "text", text: "" } })}\n\n`);
+      res.write(`event: content_block_delta\ndata: ${JSON.stringify({ type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "Hello there" } })}\n\n`);
+      res.write(`event: content_block_stop\ndata: ${JSON.stringify({ type: "content_block_stop", index: 0 })}\n\n`);
+      res.end(`event: message_delta\ndata: ${JSON.stringify({ type: "message_delta", delta: { stop_reason: "end_turn", stop_sequence: null }, usage: { output_tokens: 2000 } })}\n\n`);
+    }
   } else if (prompt.startsWith("redirect")) {
     // A base URL that redirects (http to https, a path without /v1): the gateway does not follow it.
     res.writeHead(302, { location: "https://api.example.test/v1/chat/completions" });
@@ -91,6 +108,29 @@ describe("gateway errors: an upstream that answers a streamed request with somet
         assert.equal(res.headers["x-should-retry"], "false");
       });
     }
+
+    it(`${name}: a stream whose finish was said and whose body then ends cleanly without its end marker is a whole answer, billed on the upstream's usage and cached`, async () => {
+      const prompt = `unmarked ${++n}`;
+      const res = await postJson(`${on.gw.gatewayUrl}${path}`, on.key, body(prompt, true));
+      assert.equal(res.status, 200, res.text);
+      const events = sseEvents(res.text);
+      const datas = events.map((e) => e.data);
+      if (path === "/v1/messages") {
+        assert.deepEqual(events.map((e) => e.event).slice(-2), ["message_delta", "message_stop"], res.text);
+        assert.equal(JSON.parse(datas.at(-2)!).delta.stop_reason, "end_turn");
+      } else {
+        assert.equal(datas.at(-1), "[DONE]", res.text);
+        assert.ok(datas.some((d) => d !== "[DONE]" && JSON.parse(d).choices[0]?.finish_reason === "stop"), res.text);
+      }
+      assert.match(res.text, /Hello there/);
+      assert.ok(!res.text.includes("upstream_stream_incomplete"), res.text);
+      // 1000 input and 2000 output tokens at chat-4o's 2.50/10.00 (assistant-3-5-haiku's 0.80/4) per 1M.
+      const cost = path === "/v1/messages" ? "0.0088" : "0.0225";
+      assert.equal(res.trailers["x-svc-cost"], cost, JSON.stringify(res.trailers));
+      const again = await postJson(`${on.gw.gatewayUrl}${path}`, on.key, body(prompt, false));
+      assert.equal(again.headers["x-svc-cache"], "HIT", again.text);
+      assert.match(again.text, /Hello there/);
+    });
 
     it(`${name}: a stream that started properly and then ended early stays upstream_stream_incomplete`, async () => {
       const res = await postJson(`${on.gw.gatewayUrl}${path}`, on.key, body(`cut ${++n}`, true));

@@ -40,6 +40,13 @@ export interface StreamConverter {
   end(): StreamChatResponse[];
   /** True once the upstream signalled a complete answer (`[DONE]` / `message_stop`). */
   readonly complete: boolean;
+  /**
+   * True once the upstream said how the answer finished (a finish or stop reason). A body that
+   * ends cleanly after that is a whole answer even without its end marker (some OpenAI-compatible
+   * servers send no `[DONE]`; the official SDKs end such a stream without an error); `end()` then
+   * gives what is owed.
+   */
+  readonly finished: boolean;
 }
 
 /**

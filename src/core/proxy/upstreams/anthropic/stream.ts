@@ -89,10 +89,15 @@ export class MessagesStreamConverter implements StreamConverter {
     }
   }
 
+  get finished(): boolean {
+    return this.#finish !== FinishReason.UNSPECIFIED;
+  }
+
   end(): StreamChatResponse[] {
-    // Everything owed was sent at message_stop; a stream that ended without it is the caller's
-    // upstream failure, not something to paper over here.
-    return [];
+    // Everything owed was sent at message_stop. Without it, a stream whose message_delta said how
+    // it finished (its blocks all stopped before) owes the answer's end; one that did not is the
+    // caller's upstream failure, not something to paper over here.
+    return this.#complete || !this.finished ? [] : [this.#end()];
   }
 
   #start(message: unknown): StreamChatResponse {

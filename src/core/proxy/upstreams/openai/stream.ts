@@ -70,6 +70,10 @@ class OpenAiStreamConverter implements StreamConverter {
     return this.#complete;
   }
 
+  get finished(): boolean {
+    return this.#finish !== FinishReason.UNSPECIFIED;
+  }
+
   push(event: SseEvent): StreamChatResponse[] {
     if (this.#ended) return [];
     const data = event.data.trim();
