@@ -44,6 +44,12 @@ export interface GatewayDeps {
   /** False when the cache is switched off (SVC_CACHE_DISABLED): no lookups, no stores, no single flight. */
   cacheEnabled: boolean;
   /**
+   * True when the cache is shared with other processes (Redis): an answer is stored as soon as it
+   * is whole, before its last bytes go out, so a client that sends the same request on to another
+   * replica finds it. A cache of this process's own is filled just after the answer is written.
+   */
+  cacheShared?: boolean;
+  /**
    * Admit a live request while its key is being verified, on the limits the key's project had at
    * its last verification (SVC_LIMITS_ADMIT_AHEAD): on Redis the admission then shares the key's
    * round trip instead of taking one of its own. The admission is rescindable, and taken back
@@ -387,7 +393,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       let answer: Completion | undefined;
       // The answer is stored as soon as it is whole, before its last bytes go to the client: on
       // Redis, a client that sends the same request on to another replica once it has the answer
-      // finds it there.
+      // finds it there (in this process's own cache, just after: store).
       let storing: Promise<void> | undefined;
       const keep = policy.store ? (c: Completion) => void (storable(c) && (storing ??= store(deps, scope, c, policy))) : undefined;
       try {
@@ -880,11 +886,20 @@ const emptyEvents: AsyncIterator<never> = { next: async () => ({ done: true, val
 
 /**
  * Stores an answer off the request's path: the client already has it, and the cache never fails a
- * request. Resolves when the entry is in the store (or the store failed); never rejects. An answer
- * the cache's bytes cannot carry as it is (a lone surrogate: encodeCompletion) is not stored, so
- * its repeats are answered as it was, by the upstream.
+ * request. A cache shared with other replicas is written at once (GatewayDeps.cacheShared); this
+ * process's own is written once the answer's bytes have been handed to the socket (setImmediate:
+ * after this turn's writes), so encoding and storing the entry never delays the answer, and an
+ * identical request arriving meanwhile finds the answer's flight, kept until the store ends
+ * (serve), and is served it as a hit. Resolves when the entry is in the store (or the store
+ * failed); never rejects. An answer the cache's bytes cannot carry as it is (a lone surrogate:
+ * encodeCompletion) is not stored, so its repeats are answered as it was, by the upstream.
  */
 function store(deps: GatewayDeps, scope: GetEntryRequest, c: Completion, policy: CachePolicy): Promise<void> {
+  if (deps.cacheShared) return storeNow(deps, scope, c, policy);
+  return new Promise<void>((resolve) => setImmediate(() => void storeNow(deps, scope, c, policy).then(resolve)));
+}
+
+function storeNow(deps: GatewayDeps, scope: GetEntryRequest, c: Completion, policy: CachePolicy): Promise<void> {
   const { projectId, keyMode, cacheKey } = scope;
   const payload = encodeCompletion(c);
   if (!payload) return stored;
