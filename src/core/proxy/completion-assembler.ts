@@ -1,4 +1,5 @@
-import { BlockType, type Completion, type ContentBlock, type StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { ApiStyle, BlockType, type Completion, type ContentBlock, type StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { parseExtra, withExtraField, type JsonObject } from "../json.js";
 import { completion, contentBlock } from "./canonical.js";
 import { isCustomCall } from "./upstreams/openai/tool-call.js";
 
@@ -55,7 +56,7 @@ export class CompletionAssembler {
       }
       case "messageEnd":
         if (!this.#c) break;
-        if (hasChunkFields(e.value)) this.#ok = false;
+        if (hasChunkFields(e.value) && !this.#keptReason(e.value)) this.#ok = false;
         this.#ended = true;
         this.#c.finishReason = e.value.finishReason;
         this.#c.stopSequence = e.value.stopSequence;
@@ -88,10 +89,36 @@ export class CompletionAssembler {
     return { ...this.#c, blocks: this.#blocks.size ? this.#sortedBlocks() : this.#c.blocks };
   }
 
+  /**
+   * Whether the end's only unnamed field is the upstream's own finish word, kept as sent where the
+   * canonical reason does not say it (a `stop_reason` newer than this build: withStopReason; a
+   * `finish_reason`: withFinishReason). The whole answer keeps it where a non-stream answer does
+   * (a messages-style upstream's in the answer's extra_json, a chat-style one's in its choice's), so
+   * such an answer is cached and given back with it, as the non-stream answer is.
+   */
+  #keptReason(end: { choiceExtraJson: string; deltaExtraJson: string }): boolean {
+    const c = this.#c!;
+    if (c.upstreamStyle === ApiStyle.MESSAGES) {
+      if (end.choiceExtraJson !== "") return false;
+      const d = parseExtra(end.deltaExtraJson);
+      if (!onlyKey(d, "stop_reason")) return false;
+      c.extraJson = withExtraField(c.extraJson, "stop_reason", d.stop_reason);
+      return true;
+    }
+    if (end.deltaExtraJson !== "" || !onlyKey(parseExtra(end.choiceExtraJson), "finish_reason")) return false;
+    c.choiceExtraJson = end.choiceExtraJson;
+    return true;
+  }
+
   #sortedBlocks(): ContentBlock[] {
     return [...this.#blocks.entries()].sort((a, b) => a[0] - b[0]).map(([, b]) => b);
   }
 }
+
+const onlyKey = (o: JsonObject, key: string): boolean => {
+  const keys = Object.keys(o);
+  return keys.length === 1 && keys[0] === key && typeof o[key] === "string";
+};
 
 /** Whether an event carries fields of an upstream chunk's choice or delta that the canonical model does not name. */
 const hasChunkFields = (e: { choiceExtraJson: string; deltaExtraJson: string }): boolean => e.choiceExtraJson !== "" || e.deltaExtraJson !== "";

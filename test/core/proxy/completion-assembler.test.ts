@@ -38,4 +38,17 @@ describe("CompletionAssembler", () => {
       }
     }
   });
+
+  it("assembles a stream whose end carried only the upstream's own finish word, kept where a whole answer keeps it", () => {
+    const c = assemble(textStream({ on: "end", choiceExtraJson: '{"finish_reason":"some_future_reason"}' })).result();
+    assert.equal(c?.choiceExtraJson, '{"finish_reason":"some_future_reason"}');
+    // With another unnamed field beside it, as before: not assembled.
+    assert.equal(assemble(textStream({ on: "end", choiceExtraJson: '{"finish_reason":"x","content_filter_results":{}}' })).result(), undefined);
+    assert.equal(assemble(textStream({ on: "end", choiceExtraJson: '{"finish_reason":"x"}', deltaExtraJson: '{"audio":{}}' })).result(), undefined);
+    // A messages-style upstream's stop_reason rides in the end's delta; the whole answer keeps it in its own extra_json.
+    const messages = textStream({ on: "end", deltaExtraJson: '{"stop_reason":"model_context_window_exceeded"}' });
+    const start = messages[0]!.event;
+    if (start.case === "messageStart") start.value.upstreamStyle = ApiStyle.MESSAGES;
+    assert.equal(assemble(messages).result()?.extraJson, '{"stop_reason":"model_context_window_exceeded"}');
+  });
 });

@@ -29,7 +29,9 @@ function answer(body: { stream?: boolean; messages: Array<{ content: string }> }
       sse("content_block_start", { index: 0, content_block: { type: "text", text: "" } }) +
       sse("content_block_delta", { index: 0, delta: { type: "text_delta", text: "Hi" } }) +
       sse("content_block_stop", { index: 0 }) +
-      sse("message_delta", { delta: { stop_reason: stopReason, stop_sequence: null, container }, usage, context_management: contextManagement }) +
+      (body.messages.at(-1)!.content.includes("plain")
+        ? sse("message_delta", { delta: { stop_reason: stopReason, stop_sequence: null }, usage })
+        : sse("message_delta", { delta: { stop_reason: stopReason, stop_sequence: null, container }, usage, context_management: contextManagement })) +
       sse("message_stop", {}),
   );
 }
@@ -66,5 +68,20 @@ describe("POST /v1/messages: message_delta's fields and stop reasons passed on a
     assert.equal(messageDelta(streamed.text).delta.stop_reason, "model_context_window_exceeded");
     const start = JSON.parse(sseEvents(streamed.text).find((e) => e.event === "message_start")!.data);
     assert.equal(start.message.stop_reason, null, "message_start says no stop reason yet");
+  });
+
+  it("caches a streamed answer whose only unnamed end field is its stop_reason, and gives it back with it as a stream and as JSON", async () => {
+    const content = `model_context_window_exceeded plain ${++n}`;
+    const req = (stream: boolean) => postJson(`${on.gw.gatewayUrl}/v1/messages`, on.key, { model: "assistant-3-5-sonnet-20241022", max_tokens: 100, stream, messages: [{ role: "user", content }] });
+    const first = await req(true);
+    assert.equal(first.headers["x-svc-cache"], "MISS", first.text);
+    assert.equal(messageDelta(first.text).delta.stop_reason, "model_context_window_exceeded");
+    const streamed = await req(true);
+    assert.equal(streamed.headers["x-svc-cache"], "HIT", streamed.text);
+    assert.equal(messageDelta(streamed.text).delta.stop_reason, "model_context_window_exceeded");
+    const whole = await req(false);
+    assert.equal(whole.headers["x-svc-cache"], "HIT", whole.text);
+    assert.equal(whole.json().stop_reason, "model_context_window_exceeded");
+    assert.equal(whole.json().content[0].text, "Hi");
   });
 });
