@@ -4,6 +4,7 @@ import { isObject, parseExtra, parseObject, type JsonObject } from "../../../jso
 import { isCustomCall } from "../openai/tool-call.js";
 import { blockToWire, toolInput } from "./blocks.js";
 import { cutMarked, cutText } from "../../../text.js";
+import { dataUrl } from "../data-url.js";
 
 /**
  * Translates a chat-completions-style request into a messages-style body
@@ -27,6 +28,12 @@ interface Turn {
 
 export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
   const extra = parseExtra(req.extraJson);
+  // JSON mode has no counterpart there: left out, the answer would be free text where the client
+  // (the openai SDK's parse()) expects JSON.
+  const format = extra.response_format;
+  if (isObject(format) && format.type !== "text") {
+    throw invalidRequest("unsupported_parameter", `\`response_format\` ${JSON.stringify(cutText(String(format.type ?? ""), 40))} is not supported: ${routed(req.model)}, which has no JSON mode; ask for JSON in the prompt, or use a tool whose input is the JSON.`);
+  }
   const system: string[] = req.system ? [req.system] : [];
   const turns: Turn[] = [];
   for (const [i, m] of req.messages.entries()) {
@@ -43,6 +50,11 @@ export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
     else turns.push({ role, content });
   }
 
+  // Anthropic refuses a request without a message (a conversation of system prompts only, or of
+  // empty texts): refused here, saying why, rather than with the upstream's own 400.
+  if (!turns.length) {
+    throw invalidRequest("invalid_value", `\`messages\` holds no message with content besides system prompts: ${routed(req.model)}, which needs at least one user or assistant message that is not empty.`);
+  }
   const body: JsonObject = {
     model: "",
     max_tokens: req.maxTokens ?? positiveInt(extra.max_completion_tokens) ?? DEFAULT_MAX_TOKENS,
@@ -60,7 +72,7 @@ export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
   });
   const tools = req.tools.map(toolFromChat);
   if (tools.length) body.tools = tools;
-  Object.assign(body, samplingFromChat(extra), toolChoiceFromChat(extra, tools.length > 0));
+  Object.assign(body, samplingFromChat(extra, req.model), toolChoiceFromChat(extra, tools.length > 0, req.model));
   return body;
 }
 
@@ -93,7 +105,7 @@ function blockFromChat(b: ContentBlock, path: string, model: string): JsonObject
     case BlockType.TOOL_RESULT:
       return blockToWire(b);
     case BlockType.IMAGE:
-      return imageFromChat(b.rawJson);
+      return imageFromChat(b.rawJson, path, model);
     case BlockType.OTHER:
       return otherFromChat(b.rawJson, path, model);
     default:
@@ -154,25 +166,27 @@ function otherFromChat(rawJson: string, path: string, model: string): JsonObject
 
 /** The base64 data of a `data:application/pdf[;param...];base64,DATA` URL; undefined for any other text. */
 function pdfData(url: string): string | undefined {
-  const comma = url.indexOf(",");
-  if (comma < 0 || !/^data:/i.test(url)) return undefined;
-  const [mime, ...params] = url.slice(5, comma).split(";");
-  const base64 = params.at(-1)?.toLowerCase() === "base64";
-  return mime?.trim().toLowerCase() === "application/pdf" && base64 ? url.slice(comma + 1) : undefined;
+  const d = dataUrl(url);
+  return d?.mediaType === "application/pdf" && d.base64 ? d.data : undefined;
 }
 
 /**
- * A chat-style image part as an image block: an inline `data:` URL becomes a base64 source, an
- * http(s) URL a url source (https://docs.anthropic.com/en/docs/build-with-claude/vision); anything
- * else is left out.
+ * A chat-style image part as an image block: an inline base64 `data:` URL (with or without
+ * parameters) becomes a base64 source, an http(s) URL a url source
+ * (https://docs.anthropic.com/en/docs/build-with-claude/vision). Any other image (a data URL that
+ * is not base64 or names no image type, another scheme) has no counterpart, and leaving it out
+ * would ask about an image the model never sees: refused, naming the part.
  */
-function imageFromChat(rawJson: string): JsonObject | undefined {
+function imageFromChat(rawJson: string, path: string, model: string): JsonObject {
   const ref = parseObject(rawJson)?.image_url;
   const url = typeof ref === "string" ? ref : isObject(ref) && typeof ref.url === "string" ? ref.url : "";
-  const m = /^data:([^;,]+);base64,(.*)$/s.exec(url);
-  if (m) return { type: "image", source: { type: "base64", media_type: m[1], data: m[2] } };
+  const d = dataUrl(url);
+  if (d?.base64 && d.mediaType.startsWith("image/")) return { type: "image", source: { type: "base64", media_type: d.mediaType, data: d.data } };
   if (/^https?:\/\//i.test(url)) return { type: "image", source: { type: "url", url } };
-  return undefined;
+  throw invalidRequest(
+    "invalid_value",
+    `\`${path}.image_url.url\` must be an http(s) URL or a base64 data URL of an image (\`data:image/png;base64,...\`): ${routed(model)}, which takes images in those forms only.`,
+  );
 }
 
 /** Tool results must open the user turn that answers a tool call; the rest keep their order. */
@@ -197,28 +211,48 @@ function toolFromChat(t: ToolDefinition): JsonObject {
 /**
  * stop → stop_sequences, top_p → top_p, user → metadata.user_id. The API refuses a stop sequence
  * that is empty or only whitespace (400 "each stop sequence must contain non-whitespace"), so those
- * are left out, as a string `stop` or as items of an array.
+ * are left out, as a string `stop` or as items of an array. A value OpenAI itself would refuse (a
+ * `stop` that is not a string or an array of strings, a `top_p` outside 0..1, a `user` that is not
+ * a string) is refused here too, rather than left out or bent into range: null reads as not sent.
  */
-function samplingFromChat(extra: JsonObject): JsonObject {
+function samplingFromChat(extra: JsonObject, model: string): JsonObject {
   const out: JsonObject = {};
-  const stop = typeof extra.stop === "string" ? [extra.stop] : Array.isArray(extra.stop) ? extra.stop : [];
-  const sequences = stop.filter((s): s is string => typeof s === "string" && s.trim() !== "");
+  const stop = extra.stop ?? [];
+  if (typeof stop !== "string" && !(Array.isArray(stop) && stop.every((s) => typeof s === "string"))) {
+    throw invalidRequest("invalid_type", `\`stop\` must be a string or an array of strings: ${routed(model)}, whose stop sequences are strings.`);
+  }
+  const sequences = (typeof stop === "string" ? [stop] : (stop as string[])).filter((s) => s.trim() !== "");
   if (sequences.length) out.stop_sequences = sequences;
-  if (typeof extra.top_p === "number") out.top_p = Math.min(1, Math.max(0, extra.top_p));
-  if (typeof extra.user === "string" && extra.user) out.metadata = { user_id: extra.user };
+  const topP = extra.top_p ?? undefined;
+  if (topP !== undefined && (typeof topP !== "number" || !(topP >= 0 && topP <= 1))) {
+    throw invalidRequest("invalid_value", `\`top_p\` must be a number from 0 to 1: ${routed(model)}.`);
+  }
+  if (topP !== undefined) out.top_p = topP;
+  const user = extra.user ?? "";
+  if (typeof user !== "string") throw invalidRequest("invalid_type", "`user` must be a string.");
+  if (user) out.metadata = { user_id: user };
   return out;
 }
 
-/** tool_choice auto/none/required/{function} → auto/none/any/tool; parallel_tool_calls false → disable_parallel_tool_use. */
-function toolChoiceFromChat(extra: JsonObject, hasTools: boolean): JsonObject {
-  if (!hasTools) return {}; // the API rejects a tool_choice without tools
-  const c = extra.tool_choice;
+/**
+ * tool_choice auto/none/required/{function} → auto/none/any/tool; parallel_tool_calls false →
+ * disable_parallel_tool_use. A tool_choice of another form (one the model could not be held to
+ * here) or a parallel_tool_calls that is not a boolean is refused; null reads as not sent.
+ */
+function toolChoiceFromChat(extra: JsonObject, hasTools: boolean, model: string): JsonObject {
+  const c = extra.tool_choice ?? undefined;
   let choice: JsonObject | undefined;
   if (c === "auto") choice = { type: "auto" };
   else if (c === "none") choice = { type: "none" };
   else if (c === "required") choice = { type: "any" };
-  else if (isObject(c) && isObject(c.function) && typeof c.function.name === "string") choice = { type: "tool", name: c.function.name };
-  if (extra.parallel_tool_calls === false && choice?.type !== "none") {
+  else if (isObject(c) && c.type === "function" && isObject(c.function) && typeof c.function.name === "string" && c.function.name !== "") choice = { type: "tool", name: c.function.name };
+  else if (c !== undefined) {
+    throw invalidRequest("invalid_value", `\`tool_choice\` must be "auto", "none", "required" or {"type": "function", "function": {"name": ...}}: ${routed(model)}, which has no other tool choice.`);
+  }
+  const parallel = extra.parallel_tool_calls ?? undefined;
+  if (parallel !== undefined && typeof parallel !== "boolean") throw invalidRequest("invalid_type", "`parallel_tool_calls` must be a boolean.");
+  if (!hasTools) return {}; // the API rejects a tool_choice without tools
+  if (parallel === false && choice?.type !== "none") {
     choice = { ...(choice ?? { type: "auto" }), disable_parallel_tool_use: true };
   }
   return choice ? { tool_choice: choice } : {};

@@ -1,15 +1,16 @@
 import { BlockType, type ChatMessage, type ContentBlock, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { invalidRequest } from "../../../errors.js";
-import { isObject, parseObject, type JsonObject } from "../../../json.js";
+import { isObject, parseExtra, parseObject, type JsonObject } from "../../../json.js";
+import { cutText } from "../../../text.js";
 import { toolCall } from "./tool-call.js";
 
 /**
  * Messages-style conversations as chat-completions messages. The two styles differ in where tool
  * results live (a user block there, a `tool` message here) and in the system prompt (a field there,
  * a leading message here). Blocks with no chat-completions equivalent that the model can do without
- * (thinking, server tool results, images in an unknown source form) are left out; what would change
- * the question if it were left out (a document OpenAI cannot read, an image or a document inside a
- * tool result) is refused with a 400 naming the block.
+ * (thinking, server tool results) are left out; what would change the question if it were left out
+ * (an image or a document OpenAI cannot read, an image or a document inside a tool result) is
+ * refused with a 400 naming the block.
  */
 export function messagesFromMessagesStyle(req: StreamChatRequest): JsonObject[] {
   const out: JsonObject[] = [];
@@ -39,6 +40,20 @@ export function refuseThread(extra: JsonObject, model: string): void {
   );
 }
 
+/**
+ * Refuses a server tool (web search, code execution, ...: a tool with a `type` of its own, carried
+ * whole): it runs on Anthropic's side, and an OpenAI upstream has none. Left out, the model would
+ * answer without the search the client asked for, and a `tool_choice` naming it would reach
+ * OpenAI without any tool, which it refuses.
+ */
+export function refuseServerTools(req: StreamChatRequest): void {
+  req.tools.forEach((t, i) => {
+    if (t.name !== "") return;
+    const type = JSON.stringify(cutText(String(parseExtra(t.extraJson).type ?? ""), 40));
+    throw invalidRequest("unsupported_parameter", `\`tools[${i}].type\` ${type} is not supported: ${routed(req.model)}, which takes custom (function) tools only.`);
+  });
+}
+
 function pushAssistant(m: ChatMessage, out: JsonObject[]): void {
   const text = m.blocks.filter((b) => b.type === BlockType.TEXT).map((b) => b.text).join("");
   const calls = m.blocks.filter((b) => b.type === BlockType.TOOL_USE).map((b) => toolCall(b));
@@ -57,13 +72,8 @@ function pushUser(m: ChatMessage, path: string, model: string, out: JsonObject[]
   const parts: JsonObject[] = [];
   m.blocks.forEach((b, j) => {
     if (b.type === BlockType.TEXT) parts.push({ type: "text", text: b.text });
-    else if (b.type === BlockType.IMAGE) {
-      const image = imagePart(b.rawJson);
-      if (image) parts.push(image);
-    } else if (b.type === BlockType.OTHER) {
-      const doc = documentPart(b.rawJson, `${path}.content[${j}]`, model);
-      if (doc) parts.push(doc);
-    }
+    else if (b.type === BlockType.IMAGE) parts.push(imagePart(b.rawJson, `${path}.content[${j}]`, model));
+    else if (b.type === BlockType.OTHER) parts.push(documentPart(b.rawJson, `${path}.content[${j}]`, model));
   });
   if (!parts.length) return;
   const onlyText = parts.every((p) => p.type === "text");
@@ -118,11 +128,15 @@ const parseOr = (json: string): unknown => {
  * (https://platform.openai.com/docs/guides/pdf-files), named by the document's `title` (else
  * "document.pdf"); a plain-text source becomes a text part with its text. A document OpenAI cannot
  * be given (a URL, a Files API id, custom content) is refused, naming the block, rather than left
- * out. Blocks of other types are left out (undefined).
+ * out, and so is a user block of any other type (a search result, a container upload): the model
+ * would answer without what it holds.
  */
-function documentPart(rawJson: string, path: string, model: string): JsonObject | undefined {
+function documentPart(rawJson: string, path: string, model: string): JsonObject {
   const raw = parseObject(rawJson);
-  if (raw?.type !== "document") return undefined;
+  if (raw?.type !== "document") {
+    const type = JSON.stringify(cutText(String(raw?.type ?? ""), 40));
+    throw invalidRequest("unsupported_parameter", `\`${path}\` is a block of type ${type}: ${routed(model)}, which has no such content; send its content as text.`);
+  }
   const src = isObject(raw.source) ? raw.source : {};
   if (src.type === "base64") {
     if (src.media_type !== "application/pdf" || typeof src.data !== "string") {
@@ -139,18 +153,21 @@ function documentPart(rawJson: string, path: string, model: string): JsonObject 
   );
 }
 
-/** A messages-style image block as an `image_url` part (base64 becomes a data URL). */
-function imagePart(rawJson: string): JsonObject | undefined {
-  const raw = parseObject(rawJson);
-  if (!raw) return undefined;
+/**
+ * A messages-style image block as an `image_url` part (base64 becomes a data URL). An image of
+ * another source form (a Files API `file_id`) has no counterpart, and leaving it out would ask
+ * about an image the model never sees: refused, naming the block.
+ */
+function imagePart(rawJson: string, path: string, model: string): JsonObject {
+  const raw = parseObject(rawJson) ?? {};
   if (raw.type === "image_url") return raw; // already this style
-  const src = raw.source;
-  if (!isObject(src)) return undefined;
+  const src = isObject(raw.source) ? raw.source : {};
   if (src.type === "base64" && typeof src.media_type === "string" && typeof src.data === "string") {
     return { type: "image_url", image_url: { url: `data:${src.media_type};base64,${src.data}` } };
   }
   if (src.type === "url" && typeof src.url === "string") return { type: "image_url", image_url: { url: src.url } };
-  return undefined;
+  const what = typeof src.type === "string" ? `a \`${src.type}\` source` : "no source";
+  throw invalidRequest("unsupported_parameter", `\`${path}\` is an image with ${what}: ${routed(model)}, which takes an image only by URL or as base64 data (\`source.type\` "url" or "base64").`);
 }
 
 /**
@@ -158,7 +175,7 @@ function imagePart(rawJson: string): JsonObject | undefined {
  * (https://docs.anthropic.com/en/api/messages). `tool_choice` and parallel-call settings only make
  * sense, and are only accepted by OpenAI, when tools are sent.
  */
-export function paramsFromMessagesStyle(extra: JsonObject, hasTools: boolean): JsonObject {
+export function paramsFromMessagesStyle(extra: JsonObject, hasTools: boolean, model: string): JsonObject {
   const out: JsonObject = {};
   if (Array.isArray(extra.stop_sequences) && extra.stop_sequences.length) out.stop = extra.stop_sequences;
   if (typeof extra.top_p === "number") out.top_p = extra.top_p;
@@ -166,7 +183,11 @@ export function paramsFromMessagesStyle(extra: JsonObject, hasTools: boolean): J
   const choice = extra.tool_choice;
   if (hasTools && isObject(choice)) {
     const mapped = toolChoice(choice);
-    if (mapped !== undefined) out.tool_choice = mapped;
+    // The codec checked its `type` is a string; one without a counterpart would leave the model free.
+    if (mapped === undefined) {
+      throw invalidRequest("invalid_value", `\`tool_choice\` must be {"type": "auto" | "any" | "none"} or {"type": "tool", "name": ...}: ${routed(model)}, which has no other tool choice.`);
+    }
+    out.tool_choice = mapped;
     if (choice.disable_parallel_tool_use === true) out.parallel_tool_calls = false;
   }
   return out;

@@ -8,7 +8,7 @@ import {
 } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { isObject, parseExtra, type JsonObject } from "../../../json.js";
 import type { UpstreamHttpRequest, UpstreamTarget } from "../adapter.js";
-import { messagesFromMessagesStyle, paramsFromMessagesStyle, refuseThread } from "./request-from-messages.js";
+import { messagesFromMessagesStyle, paramsFromMessagesStyle, refuseServerTools, refuseThread } from "./request-from-messages.js";
 import { toolCall } from "./tool-call.js";
 
 /**
@@ -30,10 +30,13 @@ export function buildOpenAiRequest(req: StreamChatRequest, target: UpstreamTarge
 export function buildOpenAiBody(req: StreamChatRequest, upstreamModel: string): JsonObject {
   const crossStyle = req.style === ApiStyle.MESSAGES;
   const extra = parseExtra(req.extraJson);
-  if (crossStyle) refuseThread(extra, req.model);
+  if (crossStyle) {
+    refuseThread(extra, req.model);
+    refuseServerTools(req);
+  }
   // Same style: everything the client sent rides along verbatim. Cross style: only the few
   // parameters with an OpenAI equivalent (the rest means nothing to this upstream).
-  const params = crossStyle ? paramsFromMessagesStyle(extra, req.tools.length > 0) : extra;
+  const params = crossStyle ? paramsFromMessagesStyle(extra, req.tools.length > 0, req.model) : extra;
   const body: JsonObject = {
     model: upstreamModel,
     messages: crossStyle ? messagesFromMessagesStyle(req) : sameStyleMessages(req),
@@ -44,7 +47,7 @@ export function buildOpenAiBody(req: StreamChatRequest, upstreamModel: string): 
   // canonical limit) must not also get `max_tokens`: reasoning models reject it.
   if (req.maxTokens !== undefined && params.max_completion_tokens !== req.maxTokens) body.max_tokens = req.maxTokens;
   if (req.tools.length) {
-    const tools = crossStyle ? req.tools.filter((t) => t.name !== "").map(crossStyleTool) : req.tools.map(sameStyleTool);
+    const tools = crossStyle ? req.tools.map(crossStyleTool) : req.tools.map(sameStyleTool);
     if (tools.length) body.tools = tools;
   }
   if (req.stream) {

@@ -231,12 +231,17 @@ describe("anthropic request: from the chat-completions style", () => {
     assert.deepEqual(b.messages, [{ role: "user", content: [{ type: "image", source: { type: "url", url: "https://x.test/a.png" } }] }]);
   });
 
+  it("takes a data: URL with parameters before base64 (RFC 2397) as a base64 image block", () => {
+    const part = '{"type":"image_url","image_url":{"url":"data:image/jpeg;name=photo.jpg;base64,/9j/4AAQ"}}';
+    const b = chat({ messages: [{ role: "user", blocks: [{ type: BlockType.IMAGE, rawJson: part, style: C }] }] });
+    assert.deepEqual(b.messages, [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/jpeg", data: "/9j/4AAQ" } }] }]);
+  });
+
   it("drops other chat-style parts, empty texts, and turns left empty", () => {
-    const ftp = '{"type":"image_url","image_url":{"url":"ftp://x.test/a.png"}}';
     const b = chat({
       messages: [
         user("hi", C),
-        { role: "user", blocks: [{ type: BlockType.IMAGE, rawJson: ftp, style: C }, { type: BlockType.OTHER, rawJson: '{"type":"x_future_part"}', style: C }] },
+        { role: "user", blocks: [{ type: BlockType.OTHER, rawJson: '{"type":"x_future_part"}', style: C }] },
         { role: "assistant", blocks: [text(""), text("ok")] },
       ],
     });
@@ -323,6 +328,57 @@ describe("anthropic request: from the chat-completions style", () => {
     });
   }
 
+  for (const [what, imageUrl] of [
+    ["an ftp URL", { url: "ftp://x.test/a.png" }],
+    ["an empty URL", { url: "" }],
+    ["a URL that is not a string", { url: 5 }],
+    ["a data URL that is not base64", { url: "data:image/png,rawbytes" }],
+    ["a data URL of something other than an image", { url: "data:text/plain;base64,aGk=" }],
+  ] as const) {
+    it(`refuses an image part with ${what}, naming it, rather than asking about an image the model never sees`, () => {
+      const part = JSON.stringify({ type: "image_url", image_url: imageUrl });
+      const [status, type, code, message] = refusal({ model: "chat-x", messages: [user("hi", C), { role: "assistant", blocks: [text("ok")] }, { role: "user", blocks: [text("what is this?"), { type: BlockType.IMAGE, rawJson: part, style: C }] }] });
+      assert.deepEqual([status, type, code], [400, "invalid_request_error", "invalid_value"]);
+      assert.ok(String(message).startsWith("`messages[2].content[1].image_url.url` must be an http(s) URL or a base64 data URL"), String(message));
+    });
+  }
+
+  for (const [what, messages] of [
+    ["only a system prompt", [{ role: "system", contentIsString: true, blocks: [{ type: BlockType.TEXT, text: "be brief", style: C }] }]],
+    ["only an empty user text", [user("", C)]],
+  ] as const) {
+    it(`refuses a conversation of ${what} (Anthropic needs a message), saying so`, () => {
+      const [status, , code, message] = refusal({ model: "chat-x", messages: messages as never });
+      assert.deepEqual([status, code], [400, "invalid_value"]);
+      assert.match(String(message), /^`messages` holds no message with content besides system prompts/);
+    });
+  }
+
+  for (const [extra, code, says] of [
+    ['{"response_format":{"type":"json_object"}}', "unsupported_parameter", '`response_format` "json_object" is not supported'],
+    ['{"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}}}', "unsupported_parameter", '`response_format` "json_schema" is not supported'],
+    ['{"stop":5}', "invalid_type", "`stop` must be a string or an array of strings"],
+    ['{"stop":["a",1]}', "invalid_type", "`stop` must be a string or an array of strings"],
+    ['{"top_p":1.5}', "invalid_value", "`top_p` must be a number from 0 to 1"],
+    ['{"top_p":[1]}', "invalid_value", "`top_p` must be a number from 0 to 1"],
+    ['{"user":5}', "invalid_type", "`user` must be a string"],
+    ['{"tool_choice":"bogus"}', "invalid_value", "`tool_choice` must be"],
+    ['{"tool_choice":5}', "invalid_value", "`tool_choice` must be"],
+    ['{"tool_choice":{"type":"function"}}', "invalid_value", "`tool_choice` must be"],
+    ['{"parallel_tool_calls":"no"}', "invalid_type", "`parallel_tool_calls` must be a boolean"],
+  ] as const) {
+    it(`refuses ${extra} rather than leaving it out or bending it into range`, () => {
+      const [status, , got, message] = refusal({ model: "chat-x", messages: [user("hi", C)], tools: [{ name: "lookup" }], extraJson: extra });
+      assert.deepEqual([status, got], [400, code]);
+      assert.ok(String(message).startsWith(says), String(message));
+    });
+  }
+
+  it("takes null sampling and tool fields, and a text response_format, as not sent", () => {
+    const b = chat({ messages: [user("hi", C)], tools: [{ name: "lookup" }], extraJson: '{"stop":null,"top_p":null,"user":null,"tool_choice":null,"parallel_tool_calls":null,"response_format":{"type":"text"}}' });
+    assert.deepEqual(Object.keys(b).sort(), ["max_tokens", "messages", "model", "tools"]);
+  });
+
   it("defaults max_tokens to 4096", () => {
     assert.equal(chat({ messages: [user("hi", C)] }).max_tokens, 4096);
   });
@@ -338,7 +394,7 @@ describe("anthropic request: from the chat-completions style", () => {
   it("translates stop, top_p and user, and copies no other chat-style field", () => {
     const b = chat({
       messages: [user("hi", C)],
-      extraJson: JSON.stringify({ stop: "END", top_p: 0.5, user: "u-9", frequency_penalty: 1, n: 2, logprobs: true, response_format: { type: "json_object" } }),
+      extraJson: JSON.stringify({ stop: "END", top_p: 0.5, user: "u-9", frequency_penalty: 1, n: 2, logprobs: true, response_format: { type: "text" } }),
     });
     assert.deepEqual(b, { model: target.upstreamModel, max_tokens: 4096, messages: [{ role: "user", content: "hi" }], stop_sequences: ["END"], top_p: 0.5, metadata: { user_id: "u-9" } });
   });

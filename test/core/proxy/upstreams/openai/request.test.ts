@@ -112,7 +112,6 @@ describe("openai request: from a messages client (cross style)", () => {
     extraJson: JSON.stringify({ stop_sequences: ["STOP"], top_p: 0.8, top_k: 5, metadata: { user_id: "user-9" }, tool_choice: { type: "any", disable_parallel_tool_use: true }, thinking: { type: "enabled", budget_tokens: 1024 } }),
     tools: [
       { name: "get_weather", description: "Weather", inputSchemaJson: '{"type":"object","properties":{"city":{"type":"string"}}}', extraJson: '{"cache_control":{"type":"ephemeral"}}' },
-      { name: "", extraJson: '{"type":"web_search_20250305","name":"web_search"}' },
     ],
     messages: [
       { role: "user", contentIsString: true, blocks: [{ type: BlockType.TEXT, text: "Weather in Paris?" }] },
@@ -130,7 +129,6 @@ describe("openai request: from a messages client (cross style)", () => {
           { type: BlockType.TOOL_RESULT, toolCallId: "toolu_1", text: "18C" },
           { type: BlockType.TEXT, text: "And this?" },
           { type: BlockType.IMAGE, rawJson: '{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0"}}', style: ApiStyle.MESSAGES },
-          { type: BlockType.IMAGE, rawJson: '{"type":"image","source":{"type":"file","file_id":"file_1"}}', style: ApiStyle.MESSAGES },
         ],
       },
     ],
@@ -153,7 +151,7 @@ describe("openai request: from a messages client (cross style)", () => {
     assert.deepEqual(msgs[3], { role: "tool", tool_call_id: "toolu_1", content: "18C" });
   });
 
-  it("turns a base64 image into a data URL part and drops an image it cannot express", () => {
+  it("turns a base64 image into a data URL part", () => {
     assert.deepEqual((bodyOf(req).messages as unknown[])[4], {
       role: "user",
       content: [{ type: "text", text: "And this?" }, { type: "image_url", image_url: { url: "data:image/png;base64,iVBORw0" } }],
@@ -176,7 +174,7 @@ describe("openai request: from a messages client (cross style)", () => {
     });
   });
 
-  it("maps input_schema to parameters and leaves out server tools", () => {
+  it("maps input_schema to parameters", () => {
     assert.deepEqual(bodyOf(req).tools, [
       { type: "function", function: { name: "get_weather", description: "Weather", parameters: { type: "object", properties: { city: { type: "string" } } } } },
     ]);
@@ -252,6 +250,32 @@ describe("openai request: from a messages client, what has no plain counterpart"
       const [status, got, message] = refusal(msgs([{ type: "text", text: "read" }, { type: "document", source }]));
       assert.deepEqual([status, got], [400, code], JSON.stringify(source));
       assert.match(String(message), /^`messages\[0\]\.content\[1\]/);
+    }
+  });
+
+  it("refuses a server tool (it runs on Anthropic's side), naming it, rather than leaving it out", () => {
+    const [status, code, message] = refusal(msgs([{ type: "text", text: "news?" }], { tools: [{ name: "f", input_schema: { type: "object" } }, { type: "web_search_20250305", name: "web_search" }], tool_choice: { type: "any" } }));
+    assert.deepEqual([status, code], [400, "unsupported_parameter"]);
+    assert.equal(message, '`tools[1].type` "web_search_20250305" is not supported: the model \'assistant-x\' is served by a chat-completions-style (OpenAI) upstream, which takes custom (function) tools only.');
+  });
+
+  it("refuses an image of a source form it cannot express and a user block of another type, naming them, rather than leaving them out", () => {
+    for (const block of [
+      { type: "image", source: { type: "file", file_id: "file_1" } },
+      { type: "image", source: { type: "bogus" } },
+      { type: "search_result", source: "https://x.test", title: "T", content: [{ type: "text", text: "found" }] },
+    ]) {
+      const [status, code, message] = refusal(msgs([{ type: "text", text: "look" }, block]));
+      assert.deepEqual([status, code], [400, "unsupported_parameter"], JSON.stringify(block));
+      assert.match(String(message), /^`messages\[0\]\.content\[1\]` is (an image with a `(file|bogus)` source|a block of type "search_result")/);
+    }
+  });
+
+  it("refuses a tool_choice with no counterpart rather than leaving the model free", () => {
+    for (const choice of [{ type: "tool" }, { type: "bogus" }]) {
+      const [status, code, message] = refusal(msgs([{ type: "text", text: "hi" }], { tools: [{ name: "f", input_schema: { type: "object" } }], tool_choice: choice }));
+      assert.deepEqual([status, code], [400, "invalid_value"], JSON.stringify(choice));
+      assert.match(String(message), /^`tool_choice` must be/);
     }
   });
 
