@@ -16,7 +16,7 @@ import { cutMarked } from "../text.js";
 import { completionEvent, localInputTokens, localTokens, nowSeconds, usage as canonicalUsage } from "./canonical.js";
 import { costPico, formatUsd, type Prices } from "./cost.js";
 import { type ModelRoute, pricesOf, unservedModel } from "./models.js";
-import type { UpstreamHttp, UpstreamResponse } from "./upstream-http.js";
+import { SENT_UPSTREAM, type UpstreamHttp, type UpstreamResponse } from "./upstream-http.js";
 import { type StreamConverter, UPSTREAM_SAID, type UpstreamAdapter, type UpstreamTarget } from "./upstreams/adapter.js";
 
 export interface ProxyDeps {
@@ -81,7 +81,17 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
         if (res.status >= 400) throw withRetryGuidance(upstreamError(route.adapter, res.status, await res.text()), res.errorHeaders);
         if (res.status >= 300) throw redirected(route.provider, res.status, res.errorHeaders.location);
         if (!req.stream) {
-          yield completionEvent(await completion(route, req, res));
+          let answer: Completion;
+          try {
+            answer = await completion(route, req, res);
+          } catch (e) {
+            // The upstream answered 2xx: it had the prompt and bills it, whatever became of its
+            // body (cut off, not JSON, too large), as for a client that leaves after the request
+            // went out (SENT_UPSTREAM tells the gateway to charge it).
+            if (e instanceof ConnectError && e.code !== Code.Canceled) e.metadata.set(SENT_UPSTREAM, "1");
+            throw e;
+          }
+          yield completionEvent(answer);
           return;
         }
         // An answer that is not an event stream (a JSON body, an HTML error page) is a bad answer, not
@@ -145,6 +155,9 @@ function upstreamError(adapter: UpstreamAdapter, status: number, body: string): 
 
 async function completion(route: Route, req: StreamChatRequest, res: UpstreamResponse): Promise<Completion> {
   const text = await res.text(MAX_RESPONSE_CHARS);
+  if (text.length > MAX_RESPONSE_CHARS) {
+    throw apiError(502, "api_error", "upstream_invalid_response", `The upstream provider's answer is larger than the gateway reads (${MAX_RESPONSE_CHARS / (1024 * 1024)} Mi characters); a stream has no such limit.`);
+  }
   let json: unknown;
   try {
     json = JSON.parse(text);

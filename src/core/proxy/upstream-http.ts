@@ -56,6 +56,12 @@ const FINISH_GRACE_MS = 1000;
  * Requests go through undici's dispatch handler API rather than `request()`: no Readable body
  * stream, no async iterator over it and no AbortController of our own per request. On this hot
  * path those cost more than the rest of the exchange (bench/profile-gateway.ts).
+ *
+ * Connections per origin are not capped: each request in flight has one (kept alive after it), so
+ * a request never waits behind long streams for a free connection, and the upstream sees as many
+ * as the gateway has clients in flight. A request whose pooled connection the upstream had closed
+ * (reset, or closed before a byte of the answer came: an idle keep-alive connection the upstream
+ * dropped just as it was reused) is sent once more on a new connection (Exchange.#retry).
  */
 export function createUpstreamHttp(timeouts: Timeouts): UpstreamHttp {
   const agent = new Agent({
@@ -64,7 +70,6 @@ export function createUpstreamHttp(timeouts: Timeouts): UpstreamHttp {
     headersTimeout: 0,
     bodyTimeout: 0,
     keepAliveTimeout: 30_000,
-    connections: 256,
     pipelining: 1,
   });
 
@@ -72,16 +77,40 @@ export function createUpstreamHttp(timeouts: Timeouts): UpstreamHttp {
     send(req, cancel) {
       return new Promise<UpstreamResponse>((resolve, reject) => {
         const target = targetOf(req.url);
-        const exchange = new Exchange(resolve, reject, cancel, timeouts);
-        try {
-          agent.dispatch({ origin: target.origin, path: target.path, method: "POST", headers: req.headers, body: req.body }, exchange);
-        } catch (e) {
-          exchange.onResponseError(undefined, e as Error);
-        }
+        const dispatch = (exchange: Exchange) => {
+          try {
+            agent.dispatch({ origin: target.origin, path: target.path, method: "POST", headers: req.headers, body: req.body }, exchange);
+          } catch (e) {
+            exchange.onResponseError(undefined, e as Error);
+          }
+        };
+        const started = Date.now();
+        // The one retry, within what is left of the total timeout.
+        const again = () => {
+          if (retriedLogged()) log.info("an upstream closed a pooled connection before answering: the request was sent again on a new connection", { origin: target.origin });
+          dispatch(new Exchange(resolve, reject, cancel, { ...timeouts, totalMs: Math.max(1, timeouts.totalMs - (Date.now() - started)) }));
+        };
+        dispatch(new Exchange(resolve, reject, cancel, timeouts, again));
       });
     },
     close: () => agent.close(),
   };
+}
+
+const retriedLogged = atMostEvery(60_000);
+
+/**
+ * Whether a connection failed the way a kept-alive one the upstream had closed fails when it is
+ * reused: reset (ECONNRESET, EPIPE), or closed by the other side after earlier answers on it
+ * (undici's SocketError, whose socket had read bytes before this request). A fresh connection closed
+ * without an answer is the upstream's failure, not a stale connection.
+ */
+function staleConnection(e: Error): boolean {
+  const code = (e as NodeJS.ErrnoException).code;
+  if (code === "ECONNRESET" || code === "EPIPE") return true;
+  if (!(e instanceof undiciErrors.SocketError)) return false;
+  const info = (e as { socket?: { bytesRead?: number } }).socket;
+  return typeof info?.bytesRead === "number" && info.bytesRead > 0;
 }
 
 /**
@@ -187,12 +216,15 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
   #text: { out: string; limit: number; done: (s: string) => void; fail: (e: unknown) => void } | undefined;
   /** After finishAnswer(): the cut of a body that does not end in time; what comes is dropped meanwhile. */
   #draining: NodeJS.Timeout | undefined;
+  /** Sends the request again on a new connection, when its connection proves stale (staleConnection). */
+  #retry: (() => void) | undefined;
 
-  constructor(resolve: (r: UpstreamResponse) => void, reject: (e: unknown) => void, cancel: CancelSignal, timeouts: Timeouts) {
+  constructor(resolve: (r: UpstreamResponse) => void, reject: (e: unknown) => void, cancel: CancelSignal, timeouts: Timeouts, retry?: () => void) {
     this.#resolve = resolve;
     this.#reject = reject;
     this.#cancel = cancel;
     this.#timeouts = timeouts;
+    this.#retry = retry;
     this.#timer = setTimeout(Exchange.#totalTimedOut, timeouts.totalMs, this);
     // The listener is never removed: the cancellation belongs to this one call and is dropped with it.
     if (!cancel.aborted) cancel.onAbort(() => this.#controller?.abort(new ClientGone("client closed the request")));
@@ -289,6 +321,15 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
       // The answer was whole: its connection's end (or the grace's cut) is nobody's error.
       clearTimeout(this.#draining);
       this.#ended = true;
+      return;
+    }
+    // Nothing of the answer came, nor any timeout or the client's leaving: a stale connection's
+    // request is sent once more, on a new one.
+    if (this.#retry && this.#reject && this.status === 0 && this.#timedOut === TimedOut.No && !this.#cancel.aborted && staleConnection(err)) {
+      const retry = this.#retry;
+      this.#retry = this.#resolve = this.#reject = undefined;
+      this.#ended = true;
+      retry();
       return;
     }
     const e = this.#failure(err);

@@ -402,10 +402,11 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
         trace.costUsd = cost;
       } catch (e) {
         // The client left before the answer's first event (any non-stream answer, a stream's
-        // start), the shutdown cut the request there, or the upstream timed out there, after the
-        // request went out: the upstream has the prompt and bills it, so the month is charged for
-        // it. One that never left the gateway costs nothing.
-        if ((isCanceled(e) || isShutdownCut(e) || isUpstreamTimeout(e)) && sentUpstream(e)) {
+        // start), the shutdown cut the request there, the upstream timed out there, or its 2xx
+        // answer could not be read (cut off, not JSON, too large), after the request went out: the
+        // upstream has the prompt and bills it, so the month is charged for it (the errors say so:
+        // SENT_UPSTREAM). One that never left the gateway, or that the upstream refused, costs nothing.
+        if (sentUpstream(e)) {
           const part = deps.pricing.partialAnswer(chat, undefined, 0);
           cost = part.costUsd;
           trace.costUsd = cost;
@@ -819,12 +820,6 @@ function cutByShutdown(e: unknown, res: ServerResponse, shutdown: ShutdownCut | 
 /** The error of a refused admission; a spend-cap refusal says when the request could never fit the cap. */
 const refused = (a: AdmitResponse, deps: GatewayDeps, chat: StreamChatRequest): Error =>
   admissionError(a, a.decision === Decision.SPEND_CAPPED ? deps.pricing.worstCaseUsd(chat) : undefined);
-
-/** Whether an error is the upstream's timeout (504 `upstream_timeout`). */
-const isUpstreamTimeout = (e: unknown): boolean => toErrorInfo(e).code === "upstream_timeout";
-
-/** Whether an error is the 503 `shutting_down` the shutdown's cut answered (cutByShutdown). */
-const isShutdownCut = (e: unknown): boolean => toErrorInfo(e).code === "shutting_down";
 
 /**
  * The answer a stream carried before it was cut short, as the JSON of a whole answer of the

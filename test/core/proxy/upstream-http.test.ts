@@ -232,3 +232,83 @@ describe("upstream HTTP client: out of file descriptors", function () {
     assert.deepEqual(JSON.parse(out.trim().split("\n").at(-1)!), { status: 503, code: "gateway_overloaded" });
   });
 });
+
+describe("upstream HTTP client: pooled connections", () => {
+  /** A server that counts connections and requests; `onRequest` decides each answer. */
+  const serve = async (onRequest: (req: http.IncomingMessage, res: http.ServerResponse, nth: number, socketRequests: number) => void) => {
+    const seen = { connections: 0, requests: 0 };
+    const perSocket = new WeakMap<object, number>();
+    const server = http.createServer((req, res) => {
+      seen.requests++;
+      const n = (perSocket.get(req.socket) ?? 0) + 1;
+      perSocket.set(req.socket, n);
+      onRequest(req, res, seen.requests, n);
+    });
+    server.on("connection", () => seen.connections++);
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const close = () => {
+      server.closeAllConnections();
+      server.close();
+    };
+    return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen, close };
+  };
+  const readAll = async (res: { body: AsyncIterable<string> }) => {
+    let text = "";
+    for await (const c of res.body) text += c;
+    return text;
+  };
+
+  for (const [how, drop] of [
+    ["closes", (s: Socket) => s.end()],
+    ["resets", (s: Socket) => s.resetAndDestroy()],
+  ] as const) {
+    it(`sends a request again on a new connection when the upstream ${how} the kept-alive one it was sent on, without an answer`, async () => {
+      const up = await serve((req, res, _nth, onSocket) => {
+        // The first answer on each connection; a second request on one finds it dropped, as an
+        // upstream that closes idle connections does just as the gateway reuses one.
+        if (onSocket > 1) drop(req.socket);
+        else res.end("ok");
+      });
+      const client = createUpstreamHttp({ ...timeouts, totalMs: 5000 });
+      try {
+        assert.equal(await readAll(await client.send({ url: up.url, headers: {}, body: "{}" }, new Cancellation())), "ok");
+        await new Promise((r) => setTimeout(r, 50)); // the connection back in the pool, idle
+        assert.equal(await readAll(await client.send({ url: up.url, headers: {}, body: "{}" }, new Cancellation())), "ok");
+        assert.deepEqual(up.seen, { connections: 2, requests: 3 });
+      } finally {
+        await client.close();
+        up.close();
+      }
+    });
+  }
+
+  it("does not send again a request whose fresh connection the upstream closed without an answer", async () => {
+    const up = await serve((req) => req.socket.end());
+    const client = createUpstreamHttp({ ...timeouts, totalMs: 5000 });
+    try {
+      const err = await client.send({ url: up.url, headers: {}, body: "{}" }, new Cancellation()).then(() => undefined, (e: unknown) => e);
+      assert.equal(toErrorInfo(err).code, "upstream_unreachable");
+      assert.equal(up.seen.requests, 1);
+    } finally {
+      await client.close();
+      up.close();
+    }
+  });
+
+  it("opens a connection for every request in flight: 300 held at once all reach the upstream", async () => {
+    const held: http.ServerResponse[] = [];
+    const up = await serve((_req, res) => {
+      held.push(res);
+      if (held.length === 300) for (const r of held) r.end("ok");
+    });
+    const client = createUpstreamHttp({ ...timeouts, firstByteMs: 10_000, totalMs: 10_000 });
+    try {
+      const answers = await Promise.all(Array.from({ length: 300 }, () => client.send({ url: up.url, headers: {}, body: "{}" }, new Cancellation()).then(readAll)));
+      assert.equal(answers.filter((a) => a === "ok").length, 300);
+      assert.equal(up.seen.connections, 300);
+    } finally {
+      await client.close();
+      up.close();
+    }
+  });
+});

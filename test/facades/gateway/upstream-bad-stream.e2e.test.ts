@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import type http from "node:http";
-import { postJson, type RawResponse, sseEvents } from "../../support/http.js";
+import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
+import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
+import { eventually, postJson, type RawResponse, sseEvents } from "../../support/http.js";
 import { gatewayOnScriptedUpstream } from "../../support/upstream.js";
 
 /**
@@ -51,6 +53,10 @@ function answer(chatStyle: boolean, prompt: string, res: http.ServerResponse): v
       res.write(`event: content_block_stop\ndata: ${JSON.stringify({ type: "content_block_stop", index: 0 })}\n\n`);
       res.end(`event: message_delta\ndata: ${JSON.stringify({ type: "message_delta", delta: { stop_reason: "end_turn", stop_sequence: null }, usage: { output_tokens: 2000 } })}\n\n`);
     }
+  } else if (prompt.startsWith("broken-json")) {
+    // A 200 whose JSON body is cut off: the upstream had the prompt, and bills it.
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(json.slice(0, 40));
   } else if (prompt.startsWith("redirect")) {
     // A base URL that redirects (http to https, a path without /v1): the gateway does not follow it.
     res.writeHead(302, { location: "https://api.example.test/v1/chat/completions" });
@@ -130,6 +136,18 @@ describe("gateway errors: an upstream that answers a streamed request with somet
       const again = await postJson(`${on.gw.gatewayUrl}${path}`, on.key, body(prompt, false));
       assert.equal(again.headers["x-svc-cache"], "HIT", again.text);
       assert.match(again.text, /Hello there/);
+    });
+
+    it(`${name}: a 2xx answer that cannot be read (not JSON) is 502 upstream_invalid_response, and the month is charged for the prompt the upstream had`, async () => {
+      const { project } = await on.gw.admin.createProject({ name: `broken ${n}`, plan: Plan.PRO, limitOverrides: { monthlySpendCapUsd: "100" } });
+      const key = (await on.gw.admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE })).secret;
+      const res = await postJson(`${on.gw.gatewayUrl}${path}`, key, body(`broken-json ${++n} ${"long prompt ".repeat(2000)}`, false));
+      assert.equal(res.status, 502, res.text);
+      assert.equal(res.json().error.code, "upstream_invalid_response");
+      await eventually(async () => Number((await on.gw.limits.getUsage({ projectId: project!.id })).spentUsd) > 0, 5000, "the prompt charged");
+      const spent = Number((await on.gw.limits.getUsage({ projectId: project!.id })).spentUsd);
+      // About 6,000 tokens of prompt at $2.50 (chat-4o) or $0.80 (assistant-3-5-haiku) per million, nothing of an answer.
+      assert.ok(spent > 0.003 && spent < 0.05, String(spent));
     });
 
     it(`${name}: a stream that started properly and then ended early stays upstream_stream_incomplete`, async () => {

@@ -13,7 +13,7 @@ export function createAnthropicAdapter(): UpstreamAdapter {
   return {
     style: ApiStyle.MESSAGES,
     buildRequest(req, target) {
-      const headers: Record<string, string> = { "content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION };
+      const headers: Record<string, string> = { "content-type": "application/json", "accept-encoding": "identity", "anthropic-version": ANTHROPIC_VERSION };
       if (target.apiKey) headers["x-api-key"] = target.apiKey;
       // Betas are named by a messages-style client for a messages-style API; a translated request has none.
       if (req.style === ApiStyle.MESSAGES && req.betas.length) headers["anthropic-beta"] = req.betas.join(",");

@@ -1,5 +1,5 @@
 import type { ConnectError } from "@connectrpc/connect";
-import { apiError } from "../../../errors.js";
+import { apiError, withRetryGuidance } from "../../../errors.js";
 import { isObject } from "../../../json.js";
 import { clip, passedOnType } from "../openai/error.js";
 import { UPSTREAM_SAID } from "../adapter.js";
@@ -52,6 +52,15 @@ function upstreamError(status: number, type: string | undefined, message: string
   }
   if (status === 529 || type === "overloaded_error") {
     return apiError(502, "api_error", "upstream_overloaded", detail);
+  }
+  // The provider account out of credit (402 billing_error): the operator's to fix, not the
+  // client's own billing, and waiting does not clear it. Answered as OpenAI's insufficient_quota
+  // is, so one empty account reads the same on both endpoints.
+  if (status === 402 || type === "billing_error") {
+    return withRetryGuidance(
+      apiError(502, "api_error", "upstream_quota_exhausted", `The upstream provider's account cannot be billed (HTTP 402)${message ? `: ${message}` : "."}`),
+      { "x-should-retry": "false" },
+    );
   }
   if (status >= 400 && status < 500) {
     const t = passedOnType(type);

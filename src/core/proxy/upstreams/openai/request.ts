@@ -17,7 +17,8 @@ import { toolCall } from "./tool-call.js";
  * run it again on the same request.
  */
 export function buildOpenAiRequest(req: StreamChatRequest, target: UpstreamTarget): UpstreamHttpRequest {
-  const headers: Record<string, string> = { "content-type": "application/json" };
+  // The gateway reads bodies as they come and decodes no content coding: it asks for none.
+  const headers: Record<string, string> = { "content-type": "application/json", "accept-encoding": "identity" };
   if (target.apiKey !== "") headers.authorization = `Bearer ${target.apiKey}`;
   return {
     url: `${target.baseUrl.replace(/\/+$/, "")}/chat/completions`,

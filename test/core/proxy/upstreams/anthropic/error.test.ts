@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
-import { toErrorInfo, type ErrorInfo } from "../../../../../src/core/errors.js";
+import { create } from "@bufbuild/protobuf";
+import { retryGuidanceOf, toErrorInfo, type ErrorInfo } from "../../../../../src/core/errors.js";
+import { StreamChatRequestSchema } from "../../../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
 import { createAnthropicAdapter } from "../../../../../src/core/proxy/upstreams/anthropic/adapter.js";
 
 const adapter = createAnthropicAdapter();
@@ -49,6 +51,12 @@ const cases: { name: string; status: number; body: string; expected: ErrorInfo }
     expected: { status: 502, type: "api_error", code: "upstream_overloaded", message: "Upstream error: Overloaded" },
   },
   {
+    name: "a 402 billing_error (the provider account cannot be billed) is a 502 the operator must clear, as OpenAI's insufficient_quota is",
+    status: 402,
+    body: body("billing_error", "Your credit balance is too low to access the Anthropic API."),
+    expected: { status: 502, type: "api_error", code: "upstream_quota_exhausted", message: "The upstream provider's account cannot be billed (HTTP 402): Your credit balance is too low to access the Anthropic API." },
+  },
+  {
     name: "a 500 is a 502 upstream_error",
     status: 500,
     body: body("api_error", "Internal server error"),
@@ -86,6 +94,12 @@ describe("anthropic error conversion", () => {
       assert.deepEqual(toErrorInfo(adapter.convertError(c.status, c.body)), c.expected);
     });
   }
+
+  it("tells the SDKs not to retry a billing_error, in a response or in a stream's error event", () => {
+    assert.deepEqual(retryGuidanceOf(adapter.convertError(402, body("billing_error", "low"))), { "x-should-retry": "false" });
+    const streamed = adapter.createStreamConverter(create(StreamChatRequestSchema, { model: "m" }));
+    assert.throws(() => streamed.push({ event: "error", data: JSON.stringify({ type: "error", error: { type: "billing_error", message: "low" } }) }), (e: unknown) => toErrorInfo(e).code === "upstream_quota_exhausted");
+  });
 
   it("cuts a very long upstream message to 500 characters, between characters, ending in …", () => {
     const info = toErrorInfo(adapter.convertError(400, body("invalid_request_error", "x".repeat(5000))));

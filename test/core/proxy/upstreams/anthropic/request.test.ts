@@ -37,9 +37,9 @@ describe("anthropic request: envelope", () => {
     assert.equal(adapter.buildRequest(request({ style: M, maxTokens: 10, messages: [user("hi")] }), target).url, "https://api.anthropic.com/v1/messages");
   });
 
-  it("sends content-type, x-api-key and anthropic-version", () => {
+  it("sends content-type, x-api-key and anthropic-version, and asks for no content coding (the gateway decodes none)", () => {
     const { headers } = adapter.buildRequest(request({ style: M, maxTokens: 10, messages: [user("hi")] }), target);
-    assert.deepEqual(headers, { "content-type": "application/json", "x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01" });
+    assert.deepEqual(headers, { "content-type": "application/json", "accept-encoding": "identity", "x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01" });
   });
 
   it("omits x-api-key when no key is configured", () => {

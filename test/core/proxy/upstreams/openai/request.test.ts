@@ -27,8 +27,8 @@ describe("openai request: http envelope", () => {
     assert.equal(adapter.buildRequest(req, target).url, "https://api.openai.com/v1/chat/completions");
   });
 
-  it("sends a bearer token and a JSON content type", () => {
-    assert.deepEqual(adapter.buildRequest(req, target).headers, { "content-type": "application/json", authorization: "Bearer sk-test" });
+  it("sends a bearer token and a JSON content type, and asks for no content coding (the gateway decodes none)", () => {
+    assert.deepEqual(adapter.buildRequest(req, target).headers, { "content-type": "application/json", "accept-encoding": "identity", authorization: "Bearer sk-test" });
   });
 
   it("omits authorization when no key is configured", () => {
