@@ -403,6 +403,7 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
       const sameModel = base !== undefined && base.provider === route.provider && base.upstreamModel === route.upstreamModel;
       if (m.maxOutputTokens !== undefined) route.maxOutputTokens = positiveInt(m.maxOutputTokens, `${where}.maxOutputTokens`);
       else if (sameModel) route.maxOutputTokens = base.maxOutputTokens;
+      route.maxOutputTokensKnown = m.maxOutputTokens !== undefined || (sameModel && base.maxOutputTokensKnown !== false);
       if (m.imageTokens !== undefined) route.imageTokens = positiveInt(m.imageTokens, `${where}.imageTokens`);
       else if (sameModel) route.imageTokens = base.imageTokens;
       // Its cache prices hold while it also keeps its input price; otherwise they follow the input price.

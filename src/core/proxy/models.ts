@@ -25,9 +25,16 @@ export interface ModelRoute {
   cacheWrite1hPer1M: string;
   /**
    * The most output tokens the upstream model writes in one answer: what a spend cap reserves for a
-   * request that sets no `max_tokens` (chat completions makes it optional).
+   * request that sets no `max_tokens` (chat completions makes it optional), and for one whose
+   * `max_tokens` is above it when it is the model's own ceiling (`maxOutputTokensKnown`).
    */
   maxOutputTokens: number;
+  /**
+   * Whether `maxOutputTokens` is the upstream model's own ceiling (a default model's, or one the
+   * configuration states) rather than the fallback guessed for a model that states none: only a
+   * known ceiling bounds a request's `max_tokens` (the upstream refuses more).
+   */
+  maxOutputTokensKnown?: boolean;
   /**
    * The most input tokens the upstream model bills for one image: what a spend cap reserves for
    * each image in a request (an image given by URL is a few bytes of text, billed as hundreds or

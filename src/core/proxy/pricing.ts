@@ -11,8 +11,9 @@ export interface Pricing {
    * each image, in a message or a tool result) at the highest of the model's input
    * prices (plain input, cache reads, cache writes: so never below the cost with nothing cached, nor
    * below one whose prompt the provider writes to its cache), plus `max_tokens` (the model's output
-   * ceiling when the request sets none) at the output price. "0" for a model without a price (it is
-   * refused later as unknown).
+   * ceiling when the request sets none, or sets more than the model's known ceiling, which the
+   * upstream refuses) at the output price. "0" for a model without a price (it is refused later as
+   * unknown).
    */
   worstCaseUsd(req: ChatRequestBody): string;
   /** The provider a public model id is routed to ("" for an unknown id). */
@@ -30,8 +31,8 @@ export interface Pricing {
 }
 
 export function createPricing(models: Map<string, ModelRoute>): Pricing {
-  const prices = new Map<string, Prices & { maxOutputTokens: number; imageTokens: number }>();
-  for (const m of models.values()) prices.set(m.id, { ...pricesOf(m), maxOutputTokens: m.maxOutputTokens, imageTokens: m.imageTokens });
+  const prices = new Map<string, Prices & { maxOutputTokens: number; ceilingKnown: boolean; imageTokens: number }>();
+  for (const m of models.values()) prices.set(m.id, { ...pricesOf(m), maxOutputTokens: m.maxOutputTokens, ceilingKnown: m.maxOutputTokensKnown !== false, imageTokens: m.imageTokens });
   return {
     providerOf: (model) => models.get(model)?.provider ?? "",
     checkServed(model, style) {
@@ -64,7 +65,7 @@ export function createPricing(models: Map<string, ModelRoute>): Pricing {
         }
       }
       for (const t of req.tools) bytes += Buffer.byteLength(t.name) + Buffer.byteLength(t.description) + Buffer.byteLength(t.inputSchemaJson);
-      const output = req.maxTokens ?? p.maxOutputTokens;
+      const output = req.maxTokens === undefined ? p.maxOutputTokens : p.ceilingKnown ? Math.min(req.maxTokens, p.maxOutputTokens) : req.maxTokens;
       const prompt = Math.ceil(bytes / 2) + images * p.imageTokens;
       // Priced as if the whole prompt went at the dearest input rate (for Anthropic, a cache write).
       const dearest = [p.cacheRead, p.cacheWrite, p.cacheWrite1h].reduce((a, b) => (b > a ? b : a), p.input);

@@ -35,6 +35,8 @@ describe("pricing: what a spend cap reserves, and what an answer cut short costs
     assert.equal(pricing.worstCaseUsd(body("chat-4o-mini", prompt)), "0.0098391");
     // gpt-4 stops at 8,192 ($60 per million).
     assert.equal(pricing.worstCaseUsd(body("chat-4", prompt)), "0.49326");
+    // A max_tokens above the model's own ceiling is refused by the upstream past it: the ceiling is reserved.
+    assert.equal(pricing.worstCaseUsd(body("chat-4o-mini", prompt, 100_000)), pricing.worstCaseUsd(body("chat-4o-mini", prompt)));
   });
 
   it("reserves each image at the most tokens the model bills for one, however few bytes name it", () => {
@@ -93,6 +95,11 @@ describe("pricing: what a spend cap reserves, and what an answer cut short costs
       // Routed to another upstream model, a default model's ceiling no longer holds: 32,768 unless set.
       writeFileSync(file, JSON.stringify({ models: { "chat-4o-mini": { upstreamModel: "gpt-4.1-mini" } } }));
       assert.equal(loadConfig({ SVC_CONFIG: file }).models.get("chat-4o-mini")?.maxOutputTokens, 32_768);
+      // That guess is no ceiling: a max_tokens above it is reserved as asked.
+      const guessed = createPricing(loadConfig({ SVC_CONFIG: file }).models);
+      assert.ok(Number(guessed.worstCaseUsd(body("chat-4o-mini", "x", 100_000))) > Number(guessed.worstCaseUsd(body("chat-4o-mini", "x"))));
+      // A stated ceiling bounds it.
+      assert.equal(configured.worstCaseUsd(body("chat-4o-mini", "x".repeat(100), 5000)), "0.0000687");
       writeFileSync(file, JSON.stringify({ models: { "chat-4o-mini": { inputPer1M: "0.2" } } }));
       assert.equal(loadConfig({ SVC_CONFIG: file }).models.get("chat-4o-mini")?.maxOutputTokens, 16_384);
       writeFileSync(file, JSON.stringify({ models: { "chat-4o-mini": { maxOutputTokens: 0 } } }));
