@@ -37,6 +37,7 @@ import { canonicalText, frame, parseForKey, writeCanonical } from "./canonical-f
  *   | messages         | tool_choice         | {"type":"auto"} with tools         |
  *   | both             | message content "t" | [{"type":"text","text":"t"}] (the documented shorthand) |
  *   | both             | tool result "t"     | [{"type":"text","text":"t"}] (a tool message's, a tool_result block's content) |
+ *   | messages         | system "t"          | [{"type":"text","text":"t"}]       |
  *
  *   Sources: https://platform.openai.com/docs/api-reference/chat/create and
  *   https://docs.anthropic.com/en/api/messages. Parameters without a documented default (max_tokens
@@ -58,7 +59,7 @@ export function cacheKeyOf(req: ChatRequestBody & { betas?: readonly string[] })
     (req.betas?.length ? `[${req.betas.map((b) => frame(b)).join(",")}],` : "") +
     `${num(req.temperature ?? rules.temperature)},${num(req.maxTokens)},` +
     `[${req.messages.map(messageText).join(",")}],[${req.tools.map(toolText).join(",")}],` +
-    `${extraText(req.extraJson, rules, req.tools.length > 0)}]`;
+    `${extraText(req.extraJson, rules, req.tools.length > 0, req.style === ApiStyle.MESSAGES ? req.system : undefined)}]`;
   // One-shot hashing (Node 20.12+) skips the Hash object createHash would build for one update.
   // UTF-8 encoding (what hashing a string does) turns each lone surrogate into U+FFFD, which would
   // merge texts that differ only there (JSON allows "\ud800"); those rare texts are hashed as UTF-16
@@ -128,7 +129,12 @@ const rulesByStyle = new Map<ApiStyle, StyleRules>([
 const num = (n: number | undefined): string => (n === undefined ? "null" : JSON.stringify(n));
 
 /** The request's top-level extra fields, sorted, without ignored fields and documented defaults. */
-function extraText(json: string, rules: StyleRules, hasTools: boolean): string {
+/**
+ * The pass-through fields, canonical. `system`, a messages-style request's system text: its
+ * `system` given as one plain text block (kept whole in extra_json for the upstream) is that text,
+ * already in the key, as a string `system` is.
+ */
+function extraText(json: string, rules: StyleRules, hasTools: boolean, system: string | undefined): string {
   const v = parseForKey(json);
   if (v === null || typeof v !== "object" || Array.isArray(v)) return writeCanonical(v);
   const obj = v as Record<string, unknown>;
@@ -141,6 +147,7 @@ function extraText(json: string, rules: StyleRules, hasTools: boolean): string {
     const text = writeCanonical(value);
     if (rules.defaults.get(k) === text) continue;
     if (k === "tool_choice" && text === toolChoice) continue;
+    if (k === "system" && system !== undefined && isOneTextBlock(value, system)) continue;
     parts.push(`${frame(k)}:${text}`);
   }
   return parts.length ? `{${parts.join(",")}}` : "null";

@@ -90,6 +90,7 @@ const same: Case[] = [
   { name: "messages: content as a string and as one text block", a: () => messagesKey(msgs), b: () => messagesKey({ ...msgs, messages: [{ role: "user", content: [{ type: "text", text: "Hi" }] }] }) },
   { name: "chat: a tool message's content as a string and as one text part", a: () => chatKey(toolMessage("18C")), b: () => chatKey(toolMessage([{ type: "text", text: "18C" }])) },
   { name: "messages: a tool_result's content as a string and as one text block", a: () => messagesKey(toolResult("18C")), b: () => messagesKey(toolResult([{ text: "18C", type: "text" }])) },
+  { name: "messages: system as a string and as one text block", a: () => messagesKey({ ...msgs, system: "Be brief." }), b: () => messagesKey({ ...msgs, system: [{ type: "text", text: "Be brief." }] }) },
 ];
 
 const different: Case[] = [
@@ -113,6 +114,8 @@ const different: Case[] = [
   { name: "messages: system", a: () => messagesKey(msgs), b: () => messagesKey({ ...msgs, system: "Be brief." }) },
   { name: "messages: tools", a: () => messagesKey(msgs), b: () => messagesKey({ ...msgs, tools: [messagesTool] }) },
   { name: "messages: top_k", a: () => messagesKey(msgs), b: () => messagesKey({ ...msgs, top_k: 5 }) },
+  { name: "messages: system as a string and as a text block with cache_control", a: () => messagesKey({ ...msgs, system: "Be brief." }), b: () => messagesKey({ ...msgs, system: [{ type: "text", text: "Be brief.", cache_control: { type: "ephemeral" } }] }) },
+  { name: "messages: system as one text block and as two", a: () => messagesKey({ ...msgs, system: [{ type: "text", text: "Be brief." }] }), b: () => messagesKey({ ...msgs, system: [{ type: "text", text: "Be " }, { type: "text", text: "brief." }] }) },
   { name: "messages: stop_sequences", a: () => messagesKey(msgs), b: () => messagesKey({ ...msgs, stop_sequences: ["END"] }) },
   { name: "chat: a tool message's text part and the same text with cache_control", a: () => chatKey(toolMessage([{ type: "text", text: "18C" }])), b: () => chatKey(toolMessage([{ type: "text", text: "18C", cache_control: { type: "ephemeral" } }])) },
   { name: "messages: a tool_result's text and two text blocks", a: () => messagesKey(toolResult("18C")), b: () => messagesKey(toolResult([{ type: "text", text: "18" }, { type: "text", text: "C" }])) },
