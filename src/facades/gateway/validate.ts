@@ -55,7 +55,8 @@ export function optionalArray(obj: JsonObject, key: string, path = key): unknown
 }
 
 export function requireObject(v: unknown, path: string): JsonObject {
-  if (v === undefined || v === null) return missing(path);
+  // A null field is a field left out; a null item of an array (`messages[0]`) is there, mistyped.
+  if (v === undefined || (v === null && !path.endsWith("]"))) return missing(path);
   if (!isObject(v)) return wrongType(path, "an object", v);
   return v;
 }

@@ -35,6 +35,7 @@ describe("chat-completions codec: invalid requests", () => {
     ["messages not an array", valid({ messages: "hi" }), "invalid_type", "`messages`"],
     ["a message that is not an object", valid({ messages: ["hi"] }), "invalid_type", "`messages[0]`"],
     ["an unknown role", valid({ messages: [{ role: "robot", content: "x" }] }), "invalid_value", "`messages[0].role`"],
+    ["a message that is null (there, mistyped, not missing)", valid({ messages: [null] }), "invalid_type", "`messages[0]`"],
     ["a missing role", valid({ messages: [{ content: "x" }] }), "missing_required_field", "`messages[0].role`"],
     ["user content null", valid({ messages: [{ role: "user", content: null }] }), "missing_required_field", "`messages[0].content`"],
     ["assistant content null without tool calls", valid({ messages: [{ role: "assistant", content: null }] }), "missing_required_field", "`messages[0].content`"],

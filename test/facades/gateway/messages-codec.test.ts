@@ -44,6 +44,7 @@ describe("messages codec: invalid requests", () => {
     ["messages an object", valid({ messages: { role: "user" } }), "invalid_type", "`messages`"],
     ["a message that is a string", valid({ messages: ["hi"] }), "invalid_type", "`messages[0]`"],
     ["a system role in messages", valid({ messages: [{ role: "system", content: "x" }] }), "invalid_value", "`messages[0].role`"],
+    ["a message that is null (there, mistyped, not missing)", valid({ messages: [null] }), "invalid_type", "`messages[0]`"],
     ["a missing role", valid({ messages: [{ content: "x" }] }), "missing_required_field", "`messages[0].role`"],
     ["a missing content", valid({ messages: [{ role: "user" }] }), "missing_required_field", "`messages[0].content`"],
     ["a numeric content", valid({ messages: [{ role: "user", content: 1 }] }), "invalid_type", "`messages[0].content`"],
