@@ -108,7 +108,8 @@ const retriedLogged = atMostEvery(60_000);
 function staleConnection(e: Error): boolean {
   const code = (e as NodeJS.ErrnoException).code;
   if (code === "ECONNRESET" || code === "EPIPE") return true;
-  if (!(e instanceof undiciErrors.SocketError)) return false;
+  // Not a response undici refused ("bad response": an unsolicited 100 Continue, a malformed head).
+  if (!(e instanceof undiciErrors.SocketError) || e.message !== "other side closed") return false;
   const info = (e as { socket?: { bytesRead?: number } }).socket;
   return typeof info?.bytesRead === "number" && info.bytesRead > 0;
 }
