@@ -253,10 +253,21 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       trace.provider = deps.pricing.providerOf(v.model);
     }
     trace.stream = v?.stream === true;
-    const metadata = metadataOf(req);
-    trace.metadata = metadata;
-    const userId = userIdOf(req);
-    trace.userId = userId;
+    // Both headers are read before either is refused, so a request refused for one still logs the other.
+    let metadata: Record<string, string> = {};
+    let userId = "";
+    let badHeader: unknown;
+    try {
+      metadata = trace.metadata = metadataOf(req);
+    } catch (e) {
+      badHeader = e;
+    }
+    try {
+      userId = trace.userId = userIdOf(req);
+    } catch (e) {
+      badHeader ??= e;
+    }
+    if (badHeader !== undefined) throw badHeader;
     let betas: string[] = [];
     if (s.style === ApiStyle.MESSAGES) {
       checkProviderVersion(req);

@@ -101,6 +101,20 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
     assert.equal(log.json().status, 200);
   });
 
+  it("logs each good header of a request refused for the other one: the user id beside bad metadata, the metadata beside a bad user id", async () => {
+    const own = await gw.project(Plan.PRO);
+    const body = { model: "chat-4o", messages: [{ role: "user", content: "headers" }] };
+    const badMeta = await postJson(chatUrl(), own.live, body, { "X-Svc-Metadata": "[1]", "X-Svc-User-Id": "alice" });
+    assert.equal(badMeta.json().error.code, "invalid_metadata");
+    const badUser = await postJson(chatUrl(), own.live, body, { "X-Svc-Metadata": '{"team":"x"}', "X-Svc-User-Id": "u".repeat(10_000) });
+    assert.equal(badUser.json().error.code, "invalid_user_id");
+    const both = await postJson(chatUrl(), own.live, body, { "X-Svc-Metadata": "[1]", "X-Svc-User-Id": "u".repeat(10_000) });
+    assert.equal(both.json().error.code, "invalid_metadata", "the metadata's refusal, as before, when both are bad");
+    const logOf = async (r: RawResponse) => (await until(() => get(`/v1/logs/${r.headers["x-svc-request-id"]}`, own.live), (x) => x.status === 200)).json();
+    assert.equal((await logOf(badMeta)).user_id, "alice");
+    assert.deepEqual((await logOf(badUser)).metadata, { team: "x" });
+  });
+
   it("logs the upstream's time of a request the upstream failed", async () => {
     const own = await gw.project(Plan.PRO); // the shared project's requests are counted by the tests below
     const r = await postJson(chatUrl(), own.live, { model: "chat-4o", messages: [{ role: "user", content: "[[fake:status=500]]" }] });
