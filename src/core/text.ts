@@ -28,6 +28,9 @@ export function cutText(s: string, n: number): string {
 /** `s` cut to `n` code units as cutText cuts it, with `…` after when it was cut. */
 export const cutMarked = (s: string, n: number): string => (s.length > n ? `${cutText(s, n)}…` : s);
 
+/** A value a client sent, as a short quoted word for a message (a `type` it named): at most 40 characters of its text. */
+export const quotedWord = (v: unknown): string => JSON.stringify(cutText(String(v ?? ""), 40));
+
 /**
  * Characters refused in names and descriptions, which tables and logs print: C0 and C1 controls and
  * DEL (a terminal acts on ESC and CSI), line and paragraph separators, and the bidirectional

@@ -128,11 +128,11 @@ const rulesByStyle = new Map<ApiStyle, StyleRules>([
 
 const num = (n: number | undefined): string => (n === undefined ? "null" : JSON.stringify(n));
 
-/** The request's top-level extra fields, sorted, without ignored fields and documented defaults. */
 /**
- * The pass-through fields, canonical. `system`, a messages-style request's system text: its
- * `system` given as one plain text block (kept whole in extra_json for the upstream) is that text,
- * already in the key, as a string `system` is.
+ * The request's top-level extra fields, sorted, without ignored fields and documented defaults.
+ * `system` is a messages-style request's system text: its `system` given as one plain text block
+ * (kept whole in extra_json for the upstream) is that text, already in the key, as a string
+ * `system` is, and is left out.
  */
 function extraText(json: string, rules: StyleRules, hasTools: boolean, system: string | undefined): string {
   const v = parseForKey(json);

@@ -3,7 +3,7 @@ import { invalidRequest } from "../../../errors.js";
 import { isObject, parseExtra, parseObject, type JsonObject } from "../../../json.js";
 import { isCustomCall } from "../openai/tool-call.js";
 import { blockToWire, toolInput } from "./blocks.js";
-import { cutMarked, cutText } from "../../../text.js";
+import { cutMarked, quotedWord } from "../../../text.js";
 import { dataUrl } from "../data-url.js";
 
 /**
@@ -32,7 +32,7 @@ export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
   // (the openai SDK's parse()) expects JSON.
   const format = extra.response_format;
   if (isObject(format) && format.type !== "text") {
-    throw invalidRequest("unsupported_parameter", `\`response_format\` ${JSON.stringify(cutText(String(format.type ?? ""), 40))} is not supported: ${routed(req.model)}, which has no JSON mode; ask for JSON in the prompt, or use a tool whose input is the JSON.`);
+    throw invalidRequest("unsupported_parameter", `\`response_format\` ${quotedWord(format.type)} is not supported: ${routed(req.model)}, which has no JSON mode; ask for JSON in the prompt, or use a tool whose input is the JSON.`);
   }
   const system: string[] = req.system ? [req.system] : [];
   const turns: Turn[] = [];
@@ -66,7 +66,7 @@ export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
   // A chat-style tool that is not a function (a custom tool, carried whole) has no messages-style form.
   req.tools.forEach((t, i) => {
     if (!t.name) {
-      const type = JSON.stringify(cutText(String(parseExtra(t.extraJson).type ?? ""), 40));
+      const type = quotedWord(parseExtra(t.extraJson).type);
       throw invalidRequest("unsupported_parameter", `\`tools[${i}].type\` ${type} is not supported: ${routed(req.model)}, which takes function tools only.`);
     }
   });

@@ -1,7 +1,7 @@
 import { BlockType, type ChatMessage, type ContentBlock, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { invalidRequest } from "../../../errors.js";
 import { isObject, parseExtra, parseObject, type JsonObject } from "../../../json.js";
-import { cutText } from "../../../text.js";
+import { quotedWord } from "../../../text.js";
 import { toolCall } from "./tool-call.js";
 
 /**
@@ -49,7 +49,7 @@ export function refuseThread(extra: JsonObject, model: string): void {
 export function refuseServerTools(req: StreamChatRequest): void {
   req.tools.forEach((t, i) => {
     if (t.name !== "") return;
-    const type = JSON.stringify(cutText(String(parseExtra(t.extraJson).type ?? ""), 40));
+    const type = quotedWord(parseExtra(t.extraJson).type);
     throw invalidRequest("unsupported_parameter", `\`tools[${i}].type\` ${type} is not supported: ${routed(req.model)}, which takes custom (function) tools only.`);
   });
 }
@@ -73,7 +73,7 @@ function pushUser(m: ChatMessage, path: string, model: string, out: JsonObject[]
   m.blocks.forEach((b, j) => {
     if (b.type === BlockType.TEXT) parts.push({ type: "text", text: b.text });
     else if (b.type === BlockType.IMAGE) parts.push(imagePart(b.rawJson, `${path}.content[${j}]`, model));
-    else if (b.type === BlockType.OTHER) parts.push(documentPart(b.rawJson, `${path}.content[${j}]`, model));
+    else if (b.type === BlockType.OTHER) parts.push(otherPart(b.rawJson, `${path}.content[${j}]`, model));
   });
   if (!parts.length) return;
   const onlyText = parts.every((p) => p.type === "text");
@@ -123,18 +123,18 @@ const parseOr = (json: string): unknown => {
 };
 
 /**
- * A messages-style document block (https://docs.anthropic.com/en/docs/build-with-claude/pdf-support)
- * as a content part: a base64 PDF becomes a `file` part holding it as a data URL in `file_data`
+ * A user block of a type the canonical model does not name, as a content part. A messages-style
+ * document block (https://docs.anthropic.com/en/docs/build-with-claude/pdf-support): a base64 PDF becomes a `file` part holding it as a data URL in `file_data`
  * (https://platform.openai.com/docs/guides/pdf-files), named by the document's `title` (else
  * "document.pdf"); a plain-text source becomes a text part with its text. A document OpenAI cannot
  * be given (a URL, a Files API id, custom content) is refused, naming the block, rather than left
  * out, and so is a user block of any other type (a search result, a container upload): the model
  * would answer without what it holds.
  */
-function documentPart(rawJson: string, path: string, model: string): JsonObject {
+function otherPart(rawJson: string, path: string, model: string): JsonObject {
   const raw = parseObject(rawJson);
   if (raw?.type !== "document") {
-    const type = JSON.stringify(cutText(String(raw?.type ?? ""), 40));
+    const type = quotedWord(raw?.type);
     throw invalidRequest("unsupported_parameter", `\`${path}\` is a block of type ${type}: ${routed(model)}, which has no such content; send its content as text.`);
   }
   const src = isObject(raw.source) ? raw.source : {};
