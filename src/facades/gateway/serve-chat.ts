@@ -189,9 +189,10 @@ const hasLimits = (l: ProjectLimits | undefined): l is ProjectLimits =>
  * Serves one gateway request; never throws (errors become the spec's error response). Order:
  * key, body, cache lookup, admission (live keys: rate limits and the spend-cap reservation, which
  * a hit does not need), an identical request already in flight, else the upstream; then the answer
- * is stored and the reservation settled to the real cost. The body is read, parsed and looked up
- * in the cache while the key is verified (`ahead`), and with `admitAhead` admitted too, but
- * nothing of it is used, and none of its errors is answered, before the key is known good.
+ * is stored and the reservation settled to the real cost. For a key verified lately, the body is
+ * read, parsed and looked up in the cache while the key is verified again (`ahead`), and with
+ * `admitAhead` admitted too, but nothing of it is used, and none of its errors is answered, before
+ * the key is known good; any other key's body is read only once the key is.
  */
 export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, state: GatewayState, requestId: string): Promise<void> {
   const trace = new RequestTrace(requestId, s.path);
@@ -221,10 +222,12 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
     const secret = apiKeyOf(req);
     const verifying = deps.auth.verifyKey({ $typeName: "svc.auth.v1.VerifyKeyRequest", secret });
     const guess = identities.get(secret);
-    // A client that waits for `100 Continue` before sending its body (Expect) is told to send it
-    // (by the body's first read: server.ts) once its key is known good, so a refused key uploads
-    // nothing. Others send the body at once, and it is read while the key is verified.
-    early = req.headers.expect === undefined ? ahead(req, s, deps, guess, prepared, landings) : verifying.then(() => ahead(req, s, deps, guess, prepared, landings), () => unread(s));
+    // The body is read, parsed and looked up in the cache while the key is verified only for a key
+    // verified lately (its guessed identity): any other waits for its verdict, so a made-up key
+    // costs no parse of the body it sends (a refused key's body is drained unread: writeError). A
+    // client that waits for `100 Continue` before sending its body (Expect) is told to send it (by
+    // the body's first read: server.ts) once its key is known good, so a refused key uploads nothing.
+    early = guess !== undefined && req.headers.expect === undefined ? ahead(req, s, deps, guess, prepared, landings) : verifying.then(() => ahead(req, s, deps, guess, prepared, landings), () => unread(s));
     let verified: Awaited<typeof verifying>;
     try {
       verified = await verifying;
