@@ -207,21 +207,32 @@ export const MAX_BODY_BYTES = 256 * 1024 * 1024;
 /** The longest delay a Node timer keeps (2^31 - 1 ms, about 24.8 days); a longer one fires at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/** A URL as a message may show it: a user name and password in it masked (`http://***@host`). */
+const shownUrl = (v: string): string => v.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/?#@]*@/i, "$1***@");
+
 function url(v: unknown, name: string): string {
   if (typeof v !== "string") throw new ConfigError(`${name} must be a URL string`);
   try {
     const u = new URL(v);
     if (u.protocol !== "http:" && u.protocol !== "https:") throw new Error();
   } catch {
-    throw new ConfigError(`${name} must be an http(s) URL, got ${JSON.stringify(v)}`);
+    throw new ConfigError(`${name} must be an http(s) URL, got ${JSON.stringify(shownUrl(v))}`);
   }
   return v.replace(/\/+$/, "");
 }
 
-/** A provider's base URL: a URL the endpoint's path is appended to, so no query or fragment (they would end up before it). */
+/**
+ * A provider's base URL: a URL the endpoint's path is appended to, so no query or fragment (they
+ * would end up before it), and no user name or password (never sent: the provider's key has its
+ * own setting).
+ */
 function baseUrl(v: unknown, name: string): string {
   const u = url(v, name);
-  if (/[?#]/.test(u)) throw new ConfigError(`${name} must not hold a query string or fragment (requests go to the base URL with the endpoint's path appended), got ${JSON.stringify(u)}`);
+  if (/[?#]/.test(u)) throw new ConfigError(`${name} must not hold a query string or fragment (requests go to the base URL with the endpoint's path appended), got ${JSON.stringify(shownUrl(u))}`);
+  const parsed = new URL(u);
+  if (parsed.username !== "" || parsed.password !== "") {
+    throw new ConfigError(`${name} must not hold a user name or password (they are not sent; the provider's API key has its own setting), got ${JSON.stringify(shownUrl(u))}`);
+  }
   return u;
 }
 

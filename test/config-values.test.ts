@@ -125,6 +125,27 @@ describe("providers that are probably set up wrong are warned about at start", (
     assert.deepEqual(warningsOf({ SVC_OPENAI_BASE_URL: "http://127.0.0.1:9/v1/", SVC_ANTHROPIC_BASE_URL: "http://127.0.0.1:9/proxy" }), []);
   });
 
+  it("refuses a base URL holding a user name or password (never sent), and never shows a password in a message", () => {
+    const err = (env: Record<string, string>) => {
+      try {
+        loadConfig(env);
+      } catch (e) {
+        return (e as Error).message;
+      }
+      return assert.fail("accepted");
+    };
+    const refused = err({ SVC_OPENAI_BASE_URL: "http://u:BASEpw1@127.0.0.1:9/v1" });
+    assert.match(refused, /^SVC_OPENAI_BASE_URL must not hold a user name or password/);
+    assert.ok(!refused.includes("BASEpw1"), refused);
+    for (const bad of ["http://u:PWsecret2@127.0.0.1:notaport/db", "ftp://u:PWsecret2@127.0.0.1/db"]) {
+      const message = err({ SVC_CLICKHOUSE_URL: bad });
+      assert.match(message, /^SVC_CLICKHOUSE_URL must be an http\(s\) URL, got ".*:\/\/\*\*\*@127\.0\.0\.1/);
+      assert.ok(!message.includes("PWsecret2"), message);
+    }
+    // A ClickHouse server's URL may carry its credentials.
+    assert.equal(loadConfig({ SVC_CLICKHOUSE_URL: "http://u:pw@127.0.0.1:8123/db" }).telemetry.clickhouseUrl, "http://u:pw@127.0.0.1:8123/db");
+  });
+
   it("refuses a base URL with a query string or fragment, which the endpoint's path would follow", () => {
     for (const [env, setting] of [[{ SVC_OPENAI_BASE_URL: "http://127.0.0.1:9/v1?x=1" }, "SVC_OPENAI_BASE_URL"], [{ SVC_ANTHROPIC_BASE_URL: "http://127.0.0.1:9/#a" }, "SVC_ANTHROPIC_BASE_URL"]] as const) {
       assert.throws(() => loadConfig(env), (e: Error) => e instanceof ConfigError && e.message.startsWith(`${setting} must not hold a query string or fragment`), setting);

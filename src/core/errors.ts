@@ -65,6 +65,23 @@ export function apiError(status: number, type: string, code: string, message: st
 /** Whether an error carries the spec's error object: an answer of the core, not a transport failure. */
 export const carriesErrorInfo = (err: ConnectError): boolean => err.metadata.has(kStatus);
 
+/** A provider API key's shape (OpenAI `sk-...`, `sk-proj-...`; Anthropic `sk-ant-...`), masked or not. */
+const PROVIDER_KEY = /\bsk-[A-Za-z0-9_*.\-]{6,}/g;
+
+/**
+ * The error with a secret of the gateway's (`secret`: the provider key it sent) and anything shaped
+ * like a provider key (an upstream's 401 quotes the key it refused, masked to its last characters)
+ * replaced in its message by `[redacted]`: an upstream's words are relayed to the client and the
+ * request log, which must never learn the operator's credential. Other errors, and errors whose
+ * message holds neither, are returned as they are.
+ */
+export function withoutSecrets(e: unknown, secret: string): unknown {
+  if (!(e instanceof ConnectError)) return e;
+  let message = secret.length >= 8 ? e.rawMessage.replaceAll(secret, "[redacted]") : e.rawMessage;
+  message = message.replace(PROVIDER_KEY, "[redacted]");
+  return message === e.rawMessage ? e : new ConnectError(message, e.code, e.metadata, undefined, e.cause);
+}
+
 /** 400 invalid_request_error with the given code. */
 export const invalidRequest = (code: string, message: string, details?: Record<string, unknown>) =>
   apiError(400, "invalid_request_error", code, message, details);

@@ -281,7 +281,8 @@ export function writeRawError(socket: Duplex, info: ErrorInfo, reason: string, h
 
 /**
  * A request whose framing node:http lets through but this server does not take, or undefined:
- * HTTP/1.1 without `Host` (node:http's own refusal had no body), and a transfer coding other than
+ * HTTP/1.1 without `Host` (node:http's own refusal had no body) or with two (RFC 9112 3.2: a
+ * proxy in front may have read the other one), and a transfer coding other than
  * `chunked` (`gzip, chunked`: node:http reads the chunks and hands on the compressed bytes as the
  * body). Answered with the connection closed, as a request whose framing is in doubt must be.
  */
@@ -289,11 +290,24 @@ export function framingRefusal(req: IncomingMessage): ErrorInfo | undefined {
   if (req.httpVersion === "1.1" && req.headers.host === undefined) {
     return { status: 400, type: "invalid_request_error", code: "malformed_request", message: "An HTTP/1.1 request must carry a Host header." };
   }
+  if (hostLines(req.rawHeaders) > 1) {
+    return { status: 400, type: "invalid_request_error", code: "malformed_request", message: "A request must carry one Host header, not several." };
+  }
   const te = req.headers["transfer-encoding"];
   if (te !== undefined && te.trim().toLowerCase() !== "chunked") {
     return { status: 400, type: "invalid_request_error", code: "unsupported_transfer_encoding", message: `Transfer-Encoding '${cutText(te, 100)}' is not supported: send the body uncompressed, as is or chunked.` };
   }
   return undefined;
+}
+
+/** How many `Host` header lines a request's raw headers hold. */
+function hostLines(raw: string[]): number {
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) {
+    const k = raw[i]!;
+    if (k.length === 4 && k.toLowerCase() === "host") n++;
+  }
+  return n;
 }
 
 /** `framingRefusal`'s answer, and the 417 of an `Expect` other than 100-continue: the error, then the connection closed. */

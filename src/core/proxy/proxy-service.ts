@@ -9,7 +9,7 @@ import {
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { cancelOf } from "../cancel.js";
-import { apiError, withRetryGuidance } from "../errors.js";
+import { apiError, withoutSecrets, withRetryGuidance } from "../errors.js";
 import { newRequestId } from "../ids.js";
 import { type SseEvent, SseParser } from "../sse.js";
 import { cutMarked } from "../text.js";
@@ -114,6 +114,9 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
         }
         for (const ev of events.end()) yield ev;
         events.check();
+      } catch (e) {
+        // The upstream's words reach the client and the log: never the gateway's own credential in them.
+        throw withoutSecrets(e, route.provider.apiKey);
       } finally {
         res.dispose();
       }

@@ -62,9 +62,11 @@ describe("the gateway port's HTTP framing", function () {
     good.s.destroy();
   });
 
-  it("answers in the spec's shape what node:http answered bare: no Host, another expectation, CONNECT", async () => {
+  it("answers in the spec's shape what node:http answered bare or took: no Host, two Hosts, another expectation, CONNECT", async () => {
     for (const [head, status, code] of [
       [`POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`, 400, "malformed_request"],
+      [`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nhost: y\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`, 400, "malformed_request"],
+      [`GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n`, 400, "malformed_request"],
       [`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 5000-magic\r\nContent-Length: 2\r\n\r\n{}`, 417, "expectation_failed"],
       [`CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n`, 405, "method_not_allowed"],
     ] as const) {

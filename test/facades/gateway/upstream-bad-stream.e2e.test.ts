@@ -157,3 +157,42 @@ describe("gateway errors: an upstream that answers a streamed request with somet
     });
   }
 });
+
+describe("gateway errors: an upstream's words never carry the gateway's provider credentials to the client", () => {
+  const openAiKey = "sk-proj-OPERATORSECRET0123456789";
+  const anthropicKey = "operator-anthropic-secret-0123456789";
+  const on = gatewayOnScriptedUpstream((body: { messages: Array<{ content: string }> }, res, req) => {
+    const prompt = body.messages.at(-1)!.content;
+    const sent = JSON.stringify(req.headers);
+    if (prompt.startsWith("echo")) {
+      // A server that quotes the request's headers back in its error message.
+      res.writeHead(400, { "content-type": "application/json" });
+      res.end(JSON.stringify({ type: "error", error: { type: "invalid_request_error", message: `bad request, your headers were ${sent}` } }));
+    } else if (prompt.startsWith("refused")) {
+      // OpenAI's 401 names the refused key, masked to its last characters.
+      res.writeHead(401, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: { message: "Incorrect API key provided: sk-proj-********************6789. You can find your API key at ...", type: "invalid_request_error", code: "invalid_api_key" } }));
+    } else if (prompt.startsWith("redirect")) {
+      res.writeHead(302, { location: `http://elsewhere.test/?k=${encodeURIComponent(String(req.headers.authorization ?? req.headers["x-api-key"]))}` });
+      res.end();
+    } else {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end(`event: error\ndata: ${JSON.stringify({ type: "error", error: { type: "api_error", message: `failed with ${sent}` } })}\n\n`);
+    }
+  }, { SVC_OPENAI_API_KEY: openAiKey, SVC_ANTHROPIC_API_KEY: anthropicKey });
+
+  const cases = [
+    ["/v1/chat/completions", (content: string, stream = false) => ({ model: "chat-4o", stream, messages: [{ role: "user", content }] })],
+    ["/v1/messages", (content: string, stream = false) => ({ model: "assistant-3-5-haiku-20241022", max_tokens: 64, stream, messages: [{ role: "user", content }] })],
+  ] as const;
+  for (const [path, body] of cases) {
+    it(`${path}: a message, a redirect or a stream's error event quoting the key is relayed with the key redacted`, async () => {
+      for (const [prompt, stream] of [["echo", false], ["refused", false], ["redirect", false], ["event", true]] as const) {
+        const res = await postJson(`${on.gw.gatewayUrl}${path}`, on.key, body(prompt, stream));
+        const text = res.text;
+        assert.ok(!text.includes("OPERATORSECRET") && !text.includes(anthropicKey) && !text.includes("6789"), `${prompt}: ${text}`);
+        if (prompt !== "refused") assert.match(text, /\[redacted\]/, `${prompt}: ${text}`);
+      }
+    });
+  }
+});
