@@ -34,7 +34,8 @@ export const serverOf = (flags: { server?: string }, env = process.env): string 
  * Finds the running server from the same settings `svc serve` reads: `--server`, else
  * SVC_SERVER_URL, else the local gRPC address (SVC_HOST, 127.0.0.1; SVC_GRPC_PORT, 8090); a bad
  * one of those is a ConfigError naming it. The admin token comes from `--admin-token`,
- * SVC_ADMIN_TOKEN, or the file `svc serve` generated under the data dir.
+ * SVC_ADMIN_TOKEN, or the file `svc serve` generated under the data dir: that one only for the
+ * local server (the default address, or a loopback one), never sent to a server named elsewhere.
  */
 export function resolveAdminTarget(flags: { server?: string; adminToken?: string }, env = process.env): AdminTarget {
   const server = flags.server || env.SVC_SERVER_URL || localCoreUrl(env);
@@ -50,6 +51,10 @@ export function resolveAdminTarget(flags: { server?: string; adminToken?: string
   let token = flags.adminToken || env.SVC_ADMIN_TOKEN || "";
   if (!token) {
     const path = adminTokenFile(env);
+    // The data dir's token is the local server's: a server named elsewhere has its own.
+    if ((flags.server || env.SVC_SERVER_URL) && !isLoopback(url.hostname)) {
+      throw new UsageError(`no admin token for ${server}: set SVC_ADMIN_TOKEN (or pass --admin-token) to that server's token; the local data dir's (${path}) is only sent to a server on this machine`);
+    }
     try {
       token = readFileSync(path, "utf8").trim();
     } catch {
@@ -58,6 +63,8 @@ export function resolveAdminTarget(flags: { server?: string; adminToken?: string
   }
   return { server, token };
 }
+
+const isLoopback = (host: string): boolean => host === "localhost" || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host);
 
 /** The file `svc serve` generates the admin token into, when none is configured. */
 const adminTokenFile = (env: NodeJS.ProcessEnv) => join(resolve(env.SVC_DATA_DIR || "data"), "admin-token");

@@ -72,3 +72,28 @@ describe("the svc command's default server address", function () {
     }
   });
 });
+
+describe("the svc command's admin token", () => {
+  it("sends the data dir's generated token only to a server on this machine, never to one named elsewhere", async () => {
+    const { mkdtempSync, rmSync, writeFileSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const dir = mkdtempSync(join(tmpdir(), "svc-token-"));
+    try {
+      writeFileSync(join(dir, "admin-token"), "local-token\n");
+      const env = { SVC_DATA_DIR: dir };
+      assert.equal(resolveAdminTarget({}, env).token, "local-token");
+      assert.equal(resolveAdminTarget({ server: "http://127.0.0.2:8090" }, env).token, "local-token");
+      assert.equal(resolveAdminTarget({ server: "http://localhost:8090" }, env).token, "local-token");
+      assert.equal(resolveAdminTarget({ server: "http://[::1]:8090" }, env).token, "local-token");
+      for (const flags of [{ server: "http://gw.example.com:8090" }, {}]) {
+        const e = { ...env, ...(flags.server ? {} : { SVC_SERVER_URL: "http://10.1.2.3:8090" }) };
+        assert.throws(() => resolveAdminTarget(flags, e), (err: Error) => /^no admin token for http:\/\/(gw\.example\.com|10\.1\.2\.3):8090: set SVC_ADMIN_TOKEN/.test(err.message));
+      }
+      // A token given for it is sent.
+      assert.equal(resolveAdminTarget({ server: "http://gw.example.com:8090", adminToken: "t" }, env).token, "t");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
