@@ -107,9 +107,10 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
 
   it("refuses a request whose worst case would pass the monthly spend cap with spend_cap_exceeded, and settles to the real cost", async () => {
     const keys = await gw.project(Plan.PRO);
-    // chat-4o-mini output is $0.60 per 1M tokens: 100,000 tokens may cost $0.06.
+    // chat-4o output is $10 per 1M tokens: its ceiling of 16,384 tokens (a larger max_tokens is
+    // reserved at the ceiling, which the upstream enforces) may cost $0.16.
     await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "0.01" } });
-    const big = await postJson(url, keys.live, chat({ max_tokens: 100_000 }), noCache);
+    const big = await postJson(url, keys.live, chat({ model: "chat-4o", max_tokens: 100_000 }), noCache);
     assert.equal(big.status, 429);
     assert.equal(big.json().error.code, "spend_cap_exceeded");
     // Its worst case is more than the whole cap: it says so, rather than to wait for next month.
@@ -132,7 +133,7 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     assert.ok(reset >= Math.floor(askedAt / 1000) * 1000 && reset <= Date.now() + 1000, String(bigMessage.headers["anthropic-ratelimit-requests-reset"]));
     const started = Date.now();
     const openai = new OpenAI({ apiKey: keys.live, baseURL: `${gw.gatewayUrl}/v1`, timeout: 10_000 });
-    await assert.rejects(openai.chat.completions.create(chat({ max_tokens: 100_000 }) as OpenAI.ChatCompletionCreateParamsNonStreaming), (e: unknown) => e instanceof OpenAI.RateLimitError);
+    await assert.rejects(openai.chat.completions.create(chat({ model: "chat-4o", max_tokens: 100_000 }) as OpenAI.ChatCompletionCreateParamsNonStreaming), (e: unknown) => e instanceof OpenAI.RateLimitError);
     const anthropic = new Anthropic({ apiKey: keys.live, baseURL: gw.gatewayUrl, timeout: 10_000 });
     await assert.rejects(
       anthropic.messages.create({ model: "assistant-3-5-haiku-20241022", max_tokens: 100_000, messages: [{ role: "user", content: `capped ${++n}` }] }),
