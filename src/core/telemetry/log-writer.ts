@@ -13,6 +13,13 @@ export interface LogWriterOptions {
   flushIntervalMs: number;
   /** The most rows held in memory; more are dropped (and counted) until the queue drains. */
   maxQueued?: number;
+  /**
+   * The most characters of request and response bodies held in memory (rows hold up to 256 Ki of
+   * each): a row past it is queued without its bodies (counted in `bodiesDropped`), so a burst of
+   * large bodies faster than the store takes them costs logs their bodies, never the process its
+   * memory. Also what one batch carries at most (a batch holds at least one row).
+   */
+  maxQueuedBodyChars?: number;
   /** The first wait before the store is tried again after a failure, doubling up to retryMaxMs. */
   retryMinMs?: number;
   retryMaxMs?: number;
@@ -44,6 +51,8 @@ export interface LogWriterStats {
   failures: number;
   /** Rows lost: the queue or the spool was full, or they came after close(). */
   dropped: number;
+  /** Rows queued without their bodies: the bodies already queued filled `maxQueuedBodyChars`. */
+  bodiesDropped: number;
   /** Rows set aside in `rejected/` because the store refused them (see `LogWriter`). */
   rejected: number;
   /** Whether the store is unreachable now. */
@@ -83,17 +92,23 @@ export interface LogWriter {
 }
 
 const MODES: ModeName[] = ["live", "test"];
+
+/** The characters of a row's bodies: nearly all of a large row's size. */
+const bodyChars = (r: LogRow): number => r.request_body.length + r.response_body.length;
 const REFUSAL_LOG_INTERVAL_MS = 60_000;
 
 export function createLogWriter(opts: LogWriterOptions): LogWriter {
   const { store, spool, batchSize } = opts;
   const maxQueued = opts.maxQueued ?? 100_000;
+  const maxBodyChars = opts.maxQueuedBodyChars ?? 64 * 1024 * 1024;
+  const batchBodyChars = Math.max(1, Math.floor(maxBodyChars / 4));
+  let queuedBodyChars = 0;
   const retryMinMs = opts.retryMinMs ?? 500;
   const retryMaxMs = opts.retryMaxMs ?? 30_000;
   const maxRejections = opts.maxRejections ?? 3;
   const maxSplitInserts = opts.maxSplitInserts ?? 256;
   const queues: Record<ModeName, LogRow[]> = { live: [], test: [] };
-  const stats: LogWriterStats = { queued: 0, written: 0, spooled: 0, replayed: 0, spoolBatches: spool.batches, failures: 0, dropped: 0, rejected: 0, outage: false };
+  const stats: LogWriterStats = { queued: 0, written: 0, spooled: 0, replayed: 0, spoolBatches: spool.batches, failures: 0, dropped: 0, bodiesDropped: 0, rejected: 0, outage: false };
   const refusals = new Map<number, number>();
   let retryAt = 0;
   let backoff = retryMinMs;
@@ -103,6 +118,7 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
   let closed = false;
   const refusalLogged = atMostEvery(REFUSAL_LOG_INTERVAL_MS);
   const dropLogged = atMostEvery(REFUSAL_LOG_INTERVAL_MS);
+  const bodiesDropLogged = atMostEvery(REFUSAL_LOG_INTERVAL_MS);
 
   const up = () => {
     if (stats.outage) {
@@ -134,9 +150,21 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
     if (dropLogged()) log.error(`request logs dropped: ${why}`, { rows: n, droppedSinceStart: stats.dropped });
   };
 
+  /** The next batch of a mode's queue: at most `max` (batchSize) rows, and at most batchBodyChars of bodies past its first row. */
   const take = (mode: ModeName, max = batchSize): LogRow[] => {
-    const rows = queues[mode].splice(0, Math.min(max, batchSize));
+    const q = queues[mode];
+    const limit = Math.min(max, batchSize, q.length);
+    let n = 0;
+    let chars = 0;
+    while (n < limit) {
+      const c = bodyChars(q[n]!);
+      if (n > 0 && chars + c > batchBodyChars) break;
+      chars += c;
+      n++;
+    }
+    const rows = q.splice(0, n);
     stats.queued -= rows.length;
+    queuedBodyChars -= chars;
     return rows;
   };
 
@@ -314,9 +342,17 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
       try {
         if (closed) return dropped(1, "recorded after the writer closed");
         if (stats.queued >= maxQueued) return dropped(1, "the in-memory queue is full");
+        let chars = bodyChars(row);
+        if (chars > 0 && queuedBodyChars + chars > maxBodyChars) {
+          row.request_body = row.response_body = "";
+          chars = 0;
+          stats.bodiesDropped++;
+          if (bodiesDropLogged()) log.warn("request logs queued without their bodies: the bodies waiting to be written fill the writer's memory budget", { bodiesDroppedSinceStart: stats.bodiesDropped });
+        }
         const q = queues[mode];
         q.push(row);
         stats.queued++;
+        queuedBodyChars += chars;
         if (q.length >= batchSize) void kick();
       } catch {
         stats.dropped++;

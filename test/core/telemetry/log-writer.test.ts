@@ -372,6 +372,25 @@ describe("log writer", function () {
     });
   });
 
+  describe("large bodies", () => {
+    it("holds at most maxQueuedBodyChars of bodies: past it a row is queued without them, and a batch carries a quarter of it", async () => {
+      const store = refusingStore(() => false);
+      store.down = true; // nothing is written: the queue fills
+      const spoolDir = tmp("svc-spool-");
+      const w = createLogWriter({ store, spool: await openLogSpool(spoolDir, { maxBytes: 1 << 30 }), batchSize: 1000, flushIntervalMs: 60_000, maxQueuedBodyChars: 4000 });
+      const big = (n: number) => logRow(n, { request_body: "q".repeat(500), response_body: "a".repeat(500) });
+      for (let i = 0; i < 6; i++) w.record("live", big(i));
+      assert.equal(w.stats.queued, 6, "every row is kept");
+      assert.equal(w.stats.bodiesDropped, 2, "the fifth and sixth past 4,000 characters");
+      store.down = false;
+      await w.flush();
+      // Batches of at most 1,000 characters of bodies past their first row: one big row each, the last with the two without bodies.
+      assert.deepEqual(store.calls.map((c) => c.ids.length), [1, 1, 1, 3]);
+      assert.deepEqual([...store.stored].sort(), Array.from({ length: 6 }, (_, i) => big(i).request_id).sort());
+      await w.close();
+    });
+  });
+
   describe("over a ClickHouse server that is down at first and killed mid-load", () => {
     let ch: TestClickHouse;
     let store: TelemetryStore;
