@@ -19,6 +19,19 @@ export class CompletionAssembler {
   #blocks = new Map<number, ContentBlock>();
   #ok = true;
   #ended = false;
+  /** Characters of text and tool input assembled so far, and the most kept (`maxChars`). */
+  #chars = 0;
+  readonly #maxChars: number;
+
+  /**
+   * `maxChars`: the most characters of text and tool input assembled. A longer answer is not
+   * assembled (the cache could not hold it: its bytes are at least its characters) and only its
+   * first `maxChars` are kept, for partial(): the stream itself is passed on whole, but the
+   * gateway never holds a copy of an answer of any size.
+   */
+  constructor(maxChars = Infinity) {
+    this.#maxChars = maxChars;
+  }
 
   push(ev: StreamChatResponse): void {
     const e = ev.event;
@@ -50,6 +63,13 @@ export class CompletionAssembler {
         // Per-chunk choice and delta fields (logprobs, content_filter_results, reasoning_content...)
         // have no place in the whole answer: such a stream is not cached (its text is still kept, for partial()).
         if (e.value.rawJson !== "" || hasChunkFields(e.value)) this.#ok = false;
+        const more = e.value.text.length + e.value.partialJson.length;
+        if (this.#chars + more > this.#maxChars) {
+          this.#ok = false;
+          this.#chars = this.#maxChars; // nothing more is kept
+          break;
+        }
+        this.#chars += more;
         if (e.value.text !== "") b.text += e.value.text;
         if (e.value.partialJson !== "") b.toolInputJson += e.value.partialJson;
         break;

@@ -25,6 +25,7 @@ import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
 import type { Pricing } from "../../core/proxy/pricing.js";
 import { toErrorInfo } from "../../core/errors.js";
 import { Lru } from "../../core/lru.js";
+import { LIMITS } from "../../core/telemetry/log-row.js";
 import { atMostEvery, log } from "../../logger.js";
 import { answeredBody, shuttingDown } from "../http-errors.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
@@ -49,6 +50,8 @@ export interface GatewayDeps {
    * replica finds it. A cache of this process's own is filled just after the answer is written.
    */
   cacheShared?: boolean;
+  /** The largest answer the cache stores, in bytes (SVC_CACHE_MAX_ENTRY_BYTES). */
+  maxCachedAnswerBytes?: number;
   /**
    * Admit a live request while its key is being verified, on the limits the key's project had at
    * its last verification (SVC_LIMITS_ADMIT_AHEAD): on Redis the admission then shares the key's
@@ -762,7 +765,9 @@ async function callUpstream(
   if (first.done) throw new Error("the proxy ended without an answer");
   trace.firstByte();
   if (chat.stream) {
-    const whole = new CompletionAssembler();
+    // What the cache could hold, or the log keeps of a response body, whichever is more: no copy
+    // of a longer answer is kept (it is streamed on all the same).
+    const whole = new CompletionAssembler(Math.max(deps.maxCachedAnswerBytes ?? Infinity, LIMITS.bodyChars));
     let usage: Completion["usage"];
     // What an answer cut short is billed on: the upstream's prompt count (with its prompt-cache
     // counts), when its stream gave one at the start, and the characters streamed since.

@@ -39,6 +39,18 @@ describe("CompletionAssembler", () => {
     }
   });
 
+  it("does not assemble an answer longer than its limit, and keeps only the limit's worth of it for partial()", () => {
+    const a = new CompletionAssembler(3);
+    for (const e of textStream()) a.push(e); // "Hi": within
+    assert.deepEqual(a.result()?.blocks.map((b) => b.text), ["Hi"]);
+    const over = new CompletionAssembler(3);
+    const events = textStream();
+    events.splice(4, 0, streamEvent({ case: "blockDelta", value: { index: 0, text: "there" } }));
+    for (const e of events) over.push(e);
+    assert.equal(over.result(), undefined);
+    assert.deepEqual(over.partial()?.blocks.map((b) => b.text), ["Hi"]);
+  });
+
   it("assembles a stream whose end carried only the upstream's own finish word, kept where a whole answer keeps it", () => {
     const c = assemble(textStream({ on: "end", choiceExtraJson: '{"finish_reason":"some_future_reason"}' })).result();
     assert.equal(c?.choiceExtraJson, '{"finish_reason":"some_future_reason"}');
