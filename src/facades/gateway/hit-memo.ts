@@ -68,14 +68,21 @@ export class PreparedRequests {
 /**
  * Answers read from the cache, decoded once per payload: the embedded store hands back the same
  * bytes for an entry until it is replaced or evicted, and then this entry is dropped with them
- * (weakly held). A store that returns new bytes every time (Redis) decodes every time.
+ * (weakly held). A store that returns new bytes every time (Redis) decodes every time. Only
+ * payloads up to MAX_KEPT_BYTES are kept decoded: a decoded answer and its rendering take two to
+ * three times its payload, which the cache's byte budget does not count, so the copies of large
+ * answers (a few MB each) are made per hit and dropped, and the budget holds within that factor of
+ * the small ones.
  */
 export class CachedAnswers {
+  static readonly MAX_KEPT_BYTES = 64 * 1024;
   readonly #byPayload = new WeakMap<Uint8Array, CachedAnswer>();
 
   of(payload: Uint8Array): CachedAnswer {
     let answer = this.#byPayload.get(payload);
-    if (!answer) this.#byPayload.set(payload, (answer = new CachedAnswer(deepFreeze(fromBinary(CompletionSchema, payload)))));
+    if (answer) return answer;
+    answer = new CachedAnswer(deepFreeze(fromBinary(CompletionSchema, payload)));
+    if (payload.byteLength <= CachedAnswers.MAX_KEPT_BYTES) this.#byPayload.set(payload, answer);
     return answer;
   }
 }

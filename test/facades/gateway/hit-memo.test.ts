@@ -77,6 +77,16 @@ describe("hit memo", () => {
       assert.notEqual(answers.of(payload.slice()), a, "other bytes, even equal ones, are another entry");
     });
 
+    it("keeps no decoded copy of a large payload (the cache's byte budget does not count copies): decoded per hit", () => {
+      const answers = new CachedAnswers();
+      const big = answer(1_700_000_000);
+      big.blocks = [contentBlock({ type: BlockType.TEXT, text: "x".repeat(CachedAnswers.MAX_KEPT_BYTES) })];
+      const payload = toBinary(CompletionSchema, big);
+      const a = answers.of(payload);
+      assert.equal(a.completion.blocks[0]!.text.length, CachedAnswers.MAX_KEPT_BYTES);
+      assert.notEqual(answers.of(payload), a);
+    });
+
     it("renders the JSON body the asking style would, kept for repeats in that style", () => {
       const c = answer(1_700_000_000);
       const a = new CachedAnswer(c);
