@@ -14,8 +14,8 @@ export interface LogWriterOptions {
   /** The most rows held in memory; more are dropped (and counted) until the queue drains. */
   maxQueued?: number;
   /**
-   * The most characters of request and response bodies held in memory (rows hold up to 256 Ki of
-   * each): a row past it is queued without its bodies (counted in `bodiesDropped`), so a burst of
+   * The most characters of request and response bodies held in memory (a row holds up to
+   * LIMITS.bodyChars, 1 Mi, of each): a row past it is queued without its bodies (counted in `bodiesDropped`), so a burst of
    * large bodies faster than the store takes them costs logs their bodies, never the process its
    * memory. Also what one batch carries at most (a batch holds at least one row).
    */
@@ -92,10 +92,10 @@ export interface LogWriter {
 }
 
 const MODES: ModeName[] = ["live", "test"];
+const REFUSAL_LOG_INTERVAL_MS = 60_000;
 
 /** The characters of a row's bodies: nearly all of a large row's size. */
 const bodyChars = (r: LogRow): number => r.request_body.length + r.response_body.length;
-const REFUSAL_LOG_INTERVAL_MS = 60_000;
 
 export function createLogWriter(opts: LogWriterOptions): LogWriter {
   const { store, spool, batchSize } = opts;

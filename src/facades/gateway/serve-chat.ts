@@ -25,7 +25,6 @@ import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
 import type { Pricing } from "../../core/proxy/pricing.js";
 import { toErrorInfo } from "../../core/errors.js";
 import { Lru } from "../../core/lru.js";
-import { LIMITS } from "../../core/telemetry/log-row.js";
 import { atMostEvery, log } from "../../logger.js";
 import { answeredBody, shuttingDown } from "../http-errors.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
@@ -33,7 +32,7 @@ import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
 import { apiKeyOf, betasOf, type BodyText, checkProviderVersion, contentTypeError, type JsonBody, metadataOf, notUtf8, parseJsonBody, partialBodyOf, readBodyText, refuseOverflowedNumbers, userIdOf } from "./request-input.js";
 import { CachedAnswer, CachedAnswers, type PreparedRequest, PreparedRequests } from "./hit-memo.js";
-import { RequestTrace } from "./request-trace.js";
+import { MAX_LOGGED_BODY_CHARS, RequestTrace } from "./request-trace.js";
 import { type SvcHeaders, svcHeaders, writeCompletion, writeError, writeJson, writeStream } from "./respond.js";
 
 export interface GatewayDeps {
@@ -767,7 +766,7 @@ async function callUpstream(
   if (chat.stream) {
     // What the cache could hold, or the log keeps of a response body, whichever is more: no copy
     // of a longer answer is kept (it is streamed on all the same).
-    const whole = new CompletionAssembler(Math.max(deps.maxCachedAnswerBytes ?? Infinity, LIMITS.bodyChars));
+    const whole = new CompletionAssembler(Math.max(deps.maxCachedAnswerBytes ?? Infinity, MAX_LOGGED_BODY_CHARS));
     let usage: Completion["usage"];
     // What an answer cut short is billed on: the upstream's prompt count (with its prompt-cache
     // counts), when its stream gave one at the start, and the characters streamed since.
