@@ -131,6 +131,12 @@ export interface Config {
   adminToken: string | undefined;
   /** Largest accepted request body, in bytes. */
   maxRequestBytes: number;
+  /**
+   * A live stream that has sent nothing for this long gets an SSE comment (`: keep-alive`), which
+   * the SDKs skip, so a proxy's idle timeout in front does not cut it while the upstream is quiet
+   * (Anthropic's own `ping` events are not passed on). 0: none.
+   */
+  streamKeepAliveMs: number;
   timeouts: Timeouts;
   cache: CacheConfig;
   limits: LimitsConfig;
@@ -501,6 +507,13 @@ function telemetry(env: NodeJS.ProcessEnv, dataDir: string): TelemetryConfig {
   };
 }
 
+/** SVC_STREAM_KEEPALIVE_MS: 15 s unset, 0 for none, else a positive number of milliseconds. */
+function streamKeepAlive(v: string | undefined): number {
+  if (v === undefined || v.trim() === "") return 15_000;
+  if (v.trim() === "0") return 0;
+  return positiveInt(v, "SVC_STREAM_KEEPALIVE_MS", MAX_TIMER_MS);
+}
+
 /**
  * Reads the configuration: environment variables for addresses, credentials and ports, and a JSON
  * file (`SVC_CONFIG`, else `./svc.config.json` when present) for models, prices, extra providers
@@ -523,6 +536,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxRequestBytes: env.SVC_MAX_REQUEST_BYTES
       ? positiveInt(env.SVC_MAX_REQUEST_BYTES, "SVC_MAX_REQUEST_BYTES", MAX_BODY_BYTES, "256 MiB")
       : file.maxRequestBytes === undefined ? 4 * 1024 * 1024 : positiveInt(file.maxRequestBytes, "config maxRequestBytes", MAX_BODY_BYTES, "256 MiB"),
+    streamKeepAliveMs: streamKeepAlive(env.SVC_STREAM_KEEPALIVE_MS),
     timeouts: timeouts(env, file),
     cache: cache(env),
     limits: limits(env),

@@ -181,6 +181,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         cacheEnabled: config.cache.enabled,
         cacheShared: config.redisUrl !== undefined,
         maxCachedAnswerBytes: config.cache.maxEntryBytes,
+        streamKeepAliveMs: config.streamKeepAliveMs,
         admitAhead: config.limits.admitAhead,
         maxRequestBytes: config.maxRequestBytes,
         // The writer queues in memory and never waits on the store: a request never waits for its log.

@@ -125,6 +125,13 @@ describe("providers that are probably set up wrong are warned about at start", (
     assert.deepEqual(warningsOf({ SVC_OPENAI_BASE_URL: "http://127.0.0.1:9/v1/", SVC_ANTHROPIC_BASE_URL: "http://127.0.0.1:9/proxy" }), []);
   });
 
+  it("reads SVC_STREAM_KEEPALIVE_MS: 15 s unset, 0 for none, else a positive number of milliseconds", () => {
+    assert.equal(loadConfig({}).streamKeepAliveMs, 15_000);
+    assert.equal(loadConfig({ SVC_STREAM_KEEPALIVE_MS: "0" }).streamKeepAliveMs, 0);
+    assert.equal(loadConfig({ SVC_STREAM_KEEPALIVE_MS: "500" }).streamKeepAliveMs, 500);
+    for (const bad of ["-1", "soon", "1.5"]) assert.throws(() => loadConfig({ SVC_STREAM_KEEPALIVE_MS: bad }), (e: Error) => e instanceof ConfigError && e.message.startsWith("SVC_STREAM_KEEPALIVE_MS"), bad);
+  });
+
   it("refuses a base URL holding a user name or password (never sent), and never shows a password in a message", () => {
     const err = (env: Record<string, string>) => {
       try {

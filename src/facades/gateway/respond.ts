@@ -105,6 +105,7 @@ export async function writeStream(
   onEvent?: (ev: StreamChatResponse) => void,
   partialCost?: () => string,
   cutShort?: (err: unknown) => ErrorInfo | undefined,
+  keepAliveMs = 0,
 ): Promise<ErrorInfo | undefined> {
   // HTTP/1.0 has no chunked framing and so no trailers (node:http refuses them there): such a
   // stream ends when the connection closes, and its live cost reaches only its log.
@@ -129,11 +130,19 @@ export async function writeStream(
   // until the current tick's promise jobs have run, then written once. One write per tick rather
   // than one per event: each write of a chunked response is framed and copied on its own.
   let pending = "";
+  // A stream quiet for keepAliveMs gets an SSE comment (skipped by every SSE reader), so a proxy's
+  // idle timeout in front does not cut it; a client not reading (backpressure) gets none.
+  const quiet = keepAliveMs > 0 ? setTimeout(function keepAlive() {
+    if (res.destroyed || res.writableEnded) return;
+    if (!res.writableNeedDrain) res.write(": keep-alive\n\n");
+    quiet!.refresh();
+  }, keepAliveMs) : undefined;
   const flush = () => {
     if (!pending) return;
     const text = pending;
     pending = "";
     if (!res.destroyed) res.write(text);
+    quiet?.refresh();
   };
   const emit = (ev: StreamChatResponse) => {
     onEvent?.(ev);
@@ -165,6 +174,7 @@ export async function writeStream(
       pending += renderer.error(failure);
     }
   } finally {
+    clearTimeout(quiet);
     // Ends the core's stream early when the client left, so it releases the upstream connection.
     await rest.return?.();
   }

@@ -51,6 +51,8 @@ export interface GatewayDeps {
   cacheShared?: boolean;
   /** The largest answer the cache stores, in bytes (SVC_CACHE_MAX_ENTRY_BYTES). */
   maxCachedAnswerBytes?: number;
+  /** A live stream quiet this long gets an SSE keep-alive comment (SVC_STREAM_KEEPALIVE_MS; 0: none). */
+  streamKeepAliveMs?: number;
   /**
    * Admit a live request while its key is being verified, on the limits the key's project had at
    * its last verification (SVC_LIMITS_ADMIT_AHEAD): on Redis the admission then shares the key's
@@ -793,7 +795,7 @@ async function callUpstream(
       const cut = cutByShutdown(e, res, shutdown);
       return cut && toErrorInfo(cut);
     });
-    const failure = await writeStream(res, svc, extra, s.codec, parsed, first.value, events, onEvent, partialCost, cutShort);
+    const failure = await writeStream(res, svc, extra, s.codec, parsed, first.value, events, onEvent, partialCost, cutShort, deps.streamKeepAliveMs);
     trace.upstreamEnded();
     trace.used(usage);
     const clientGone = res.destroyed && !res.writableFinished;

@@ -1,0 +1,53 @@
+import assert from "node:assert/strict";
+import type http from "node:http";
+import Anthropic from "@anthropic-ai/sdk";
+import OpenAI from "openai";
+import { postJson } from "../../support/http.js";
+import { gatewayOnScriptedUpstream } from "../../support/upstream.js";
+
+/**
+ * A live stream the upstream leaves quiet (a long thinking step, a server tool; Anthropic sends
+ * `ping` events meanwhile, which the gateway does not pass on) gets an SSE comment after
+ * SVC_STREAM_KEEPALIVE_MS without a byte, so a proxy's idle timeout in front does not cut it. The
+ * official SDKs skip comments: the answer they assemble is unchanged.
+ */
+describe("gateway streams: a keep-alive comment while the upstream is quiet", () => {
+  const on = gatewayOnScriptedUpstream((body: { model: string }, res: http.ServerResponse, req) => {
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    if (req.url!.includes("/chat/completions")) {
+      const chunk = (delta: object, finish: string | null = null) => `data: ${JSON.stringify({ id: "c1", object: "chat.completion.chunk", created: 1, model: body.model, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+      res.write(chunk({ role: "assistant", content: "Hel" }));
+      setTimeout(() => res.end(chunk({ content: "lo" }) + chunk({}, "stop") + "data: [DONE]\n\n"), 900);
+    } else {
+      const sse = (event: string, data: object) => `event: ${event}\ndata: ${JSON.stringify({ type: event, ...data })}\n\n`;
+      res.write(sse("message_start", { message: { id: "msg_k", type: "message", role: "assistant", model: body.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 1 } } }) + sse("content_block_start", { index: 0, content_block: { type: "text", text: "" } }) + sse("content_block_delta", { index: 0, delta: { type: "text_delta", text: "Hel" } }));
+      // Quiet but for the upstream's own pings, which the gateway does not pass on.
+      const ping = setInterval(() => res.write(sse("ping", {})), 100);
+      setTimeout(() => {
+        clearInterval(ping);
+        res.end(sse("content_block_delta", { index: 0, delta: { type: "text_delta", text: "lo" } }) + sse("content_block_stop", { index: 0 }) + sse("message_delta", { delta: { stop_reason: "end_turn", stop_sequence: null }, usage: { output_tokens: 2 } }) + sse("message_stop", {}));
+      }, 900);
+    }
+  }, { SVC_STREAM_KEEPALIVE_MS: "250" });
+  let n = 0;
+
+  it("chat completions: comments while quiet, between the events, and the SDK's answer is whole", async () => {
+    const raw = await postJson(`${on.gw.gatewayUrl}/v1/chat/completions`, on.key, { model: "chat-4o", stream: true, messages: [{ role: "user", content: `quiet ${++n}` }] }, { "X-Svc-Cache-Control": "no-store" });
+    const comments = raw.text.split("\n\n").filter((e) => e === ": keep-alive").length;
+    assert.ok(comments >= 2 && comments <= 4, `${comments} comments in ${raw.text}`);
+    assert.ok(raw.text.indexOf(": keep-alive") > raw.text.indexOf("Hel") && raw.text.indexOf(": keep-alive") < raw.text.indexOf('"lo"'), raw.text);
+    const client = new OpenAI({ apiKey: on.key, baseURL: `${on.gw.gatewayUrl}/v1`, maxRetries: 0 });
+    const stream = client.chat.completions.stream({ model: "chat-4o", messages: [{ role: "user", content: `quiet ${++n}` }] });
+    const done = await stream.finalChatCompletion();
+    assert.equal(done.choices[0]!.message.content, "Hello");
+  });
+
+  it("messages: comments in place of the upstream's pings, and the SDK's answer is whole", async () => {
+    const raw = await postJson(`${on.gw.gatewayUrl}/v1/messages`, on.key, { model: "assistant-3-5-haiku-20241022", max_tokens: 50, stream: true, messages: [{ role: "user", content: `quiet ${++n}` }] });
+    assert.ok(raw.text.includes(": keep-alive\n\n"), raw.text);
+    assert.ok(!raw.text.includes("ping"), raw.text);
+    const client = new Anthropic({ apiKey: on.key, baseURL: on.gw.gatewayUrl, maxRetries: 0 });
+    const message = await client.messages.stream({ model: "assistant-3-5-haiku-20241022", max_tokens: 50, messages: [{ role: "user", content: `quiet ${++n}` }] }).finalMessage();
+    assert.equal(message.content[0]!.type === "text" && message.content[0]!.text, "Hello");
+  });
+});
