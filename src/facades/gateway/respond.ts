@@ -131,18 +131,25 @@ export async function writeStream(
   // than one per event: each write of a chunked response is framed and copied on its own.
   let pending = "";
   // A stream quiet for keepAliveMs gets an SSE comment (skipped by every SSE reader), so a proxy's
-  // idle timeout in front does not cut it; a client not reading (backpressure) gets none.
-  const quiet = keepAliveMs > 0 ? setTimeout(function keepAlive() {
-    if (res.destroyed || res.writableEnded) return;
+  // idle timeout in front does not cut it; a client not reading (backpressure) gets none. The timer
+  // is armed by the first write of a stream still running then (one whose upstream sent it whole in
+  // one piece has ended by that write, and needs none), and re-armed by each write after.
+  let quiet: NodeJS.Timeout | undefined;
+  let ended = false;
+  const keepAlive = () => {
+    if (ended || res.destroyed || res.writableEnded) return;
     if (!res.writableNeedDrain) res.write(": keep-alive\n\n");
     quiet!.refresh();
-  }, keepAliveMs) : undefined;
+  };
   const flush = () => {
     if (!pending) return;
     const text = pending;
     pending = "";
     if (!res.destroyed) res.write(text);
-    quiet?.refresh();
+    if (keepAliveMs > 0 && !ended) {
+      if (quiet) quiet.refresh();
+      else quiet = setTimeout(keepAlive, keepAliveMs);
+    }
   };
   const emit = (ev: StreamChatResponse) => {
     onEvent?.(ev);
@@ -174,6 +181,7 @@ export async function writeStream(
       pending += renderer.error(failure);
     }
   } finally {
+    ended = true;
     clearTimeout(quiet);
     // Ends the core's stream early when the client left, so it releases the upstream connection.
     await rest.return?.();
