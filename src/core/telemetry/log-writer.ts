@@ -15,9 +15,9 @@ export interface LogWriterOptions {
   maxQueued?: number;
   /**
    * The most characters of request and response bodies held in memory (a row holds up to
-   * LIMITS.bodyChars, 1 Mi, of each): a row past it is queued without its bodies (counted in `bodiesDropped`), so a burst of
-   * large bodies faster than the store takes them costs logs their bodies, never the process its
-   * memory. Also what one batch carries at most (a batch holds at least one row).
+   * LIMITS.bodyChars, 1 Mi, of each): a row past it is queued without its bodies (counted in
+   * `bodiesDropped`), so a burst of large bodies faster than the store takes them costs logs their
+   * bodies, never the process its memory. A batch carries at most a quarter of it past its first row.
    */
   maxQueuedBodyChars?: number;
   /** The first wait before the store is tried again after a failure, doubling up to retryMaxMs. */

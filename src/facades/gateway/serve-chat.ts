@@ -260,21 +260,9 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       trace.provider = deps.pricing.providerOf(v.model);
     }
     trace.stream = v?.stream === true;
-    // Both headers are read before either is refused, so a request refused for one still logs the other.
-    let metadata: Record<string, string> = {};
-    let userId = "";
-    let badHeader: unknown;
-    try {
-      metadata = trace.metadata = metadataOf(req);
-    } catch (e) {
-      badHeader = e;
-    }
-    try {
-      userId = trace.userId = userIdOf(req);
-    } catch (e) {
-      badHeader ??= e;
-    }
+    const badHeader = headersForLog(req, trace);
     if (badHeader !== undefined) throw badHeader;
+    const { metadata, userId } = trace;
     let betas: string[] = [];
     if (s.style === ApiStyle.MESSAGES) {
       checkProviderVersion(req);
@@ -470,18 +458,24 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
   }
 }
 
-/** The metadata and user id of a request whose body is refused, for its log; a bad header is left out (the body's error is the answer). */
-function headersForLog(req: IncomingMessage, trace: RequestTrace): void {
+/**
+ * Reads the request's metadata and user id into its log, each that is good, so a request refused
+ * for one (or for its body) still logs the other; returns the first refusal (the metadata's before
+ * the user id's), undefined when both are good.
+ */
+function headersForLog(req: IncomingMessage, trace: RequestTrace): unknown {
+  let refusal: unknown;
   try {
     trace.metadata = metadataOf(req);
-  } catch {
-    // refused in its turn only when the body is good
+  } catch (e) {
+    refusal = e;
   }
   try {
     trace.userId = userIdOf(req);
-  } catch {
-    // as above
+  } catch (e) {
+    refusal ??= e;
   }
+  return refusal;
 }
 
 const undecodableLogged = atMostEvery(60_000);
