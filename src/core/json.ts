@@ -47,6 +47,52 @@ export const withExtraField = (extra: string, key: string, value: unknown): stri
 export const MAX_JSON_DEPTH = 128;
 
 /**
+ * The most arrays and objects a JSON text from a client may hold in all (a request body, a JSON
+ * text on the core port). Each costs the gateway about a microsecond to parse and write out again
+ * (the body, its cache key, the upstream's body), so without a bound a 4 MiB body of `[]` or `{}`
+ * held the event loop, and every other request, for seconds. Real requests stay far below it: a
+ * 5,000-message conversation holds about 5,000, and Anthropic's own ceiling is 100,000 messages.
+ */
+export const MAX_JSON_CONTAINERS = 200_000;
+
+/**
+ * Reads a JSON text's structure before it is parsed: "depth" when it nests arrays and objects more
+ * than `maxDepth` levels (the text itself is level 1), "containers" when it holds more than
+ * `maxContainers` of them, undefined otherwise. String contents are skipped (a jump to the next
+ * unescaped quote), so a text of large strings (base64 images) costs a few searches. The text
+ * need not be valid JSON: what it is otherwise is JSON.parse's to say. Texts too short to reach
+ * either limit (each level and container takes two characters) are not read at all.
+ */
+export function jsonTextBeyond(text: string, maxDepth = MAX_JSON_DEPTH, maxContainers = MAX_JSON_CONTAINERS): "depth" | "containers" | undefined {
+  const n = text.length;
+  if (n < 2 * (Math.min(maxDepth, maxContainers) + 1)) return undefined;
+  let depth = 0;
+  let containers = 0;
+  for (let i = 0; i < n; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 34 /* " */) {
+      let j = text.indexOf('"', i + 1);
+      while (j !== -1 && escaped(text, j)) j = text.indexOf('"', j + 1);
+      if (j === -1) return undefined;
+      i = j;
+    } else if (c === 91 /* [ */ || c === 123 /* { */) {
+      if (++depth > maxDepth) return "depth";
+      if (++containers > maxContainers) return "containers";
+    } else if (c === 93 /* ] */ || c === 125 /* } */) {
+      depth--;
+    }
+  }
+  return undefined;
+}
+
+/** Whether the character at `at` follows an odd number of backslashes. */
+function escaped(text: string, at: number): boolean {
+  let k = at - 1;
+  while (k >= 0 && text.charCodeAt(k) === 92 /* \ */) k--;
+  return (at - 1 - k) % 2 === 1;
+}
+
+/**
  * Whether a parsed JSON value nests arrays and objects more than `max` levels deep. `textLength`,
  * the length of the text it was parsed from, skips the walk when the text is too short to nest that
  * deep (each level takes two characters): most bodies of a few hundred bytes. Otherwise only arrays

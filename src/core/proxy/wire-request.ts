@@ -9,7 +9,7 @@ import {
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { invalidRequest } from "../errors.js";
 import { REQUEST_ID } from "../ids.js";
-import { isObject, type JsonObject, MAX_JSON_DEPTH, nestedDeeperThan } from "../json.js";
+import { isObject, type JsonObject, jsonTextBeyond, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH } from "../json.js";
 import {
   BETA_NAME,
   CHAT_FUNCTION_FIELDS,
@@ -85,17 +85,20 @@ const fail = (code: string, message: string): never => {
 
 const typeName = (v: unknown): string => (v === null ? "null" : Array.isArray(v) ? "an array" : `a ${typeof v}`);
 
-/** A JSON text, parsed; undefined when empty. Nested deeper than MAX_JSON_DEPTH, refused as a body would be. */
+/**
+ * A JSON text, parsed; undefined when empty. Nested deeper than MAX_JSON_DEPTH or holding more than
+ * MAX_JSON_CONTAINERS arrays and objects, refused before its parse, as a body would be.
+ */
 function jsonText(json: string, path: string): unknown {
   if (json === "") return undefined;
-  let v: unknown;
+  const beyond = jsonTextBeyond(json);
+  if (beyond === "depth") fail("json_too_deep", `\`${path}\` nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
+  if (beyond === "containers") fail("json_too_complex", `\`${path}\` holds more than ${MAX_JSON_CONTAINERS} arrays and objects in all.`);
   try {
-    v = JSON.parse(json);
+    return JSON.parse(json);
   } catch {
     return fail("invalid_value", `\`${path}\` must be a JSON text; it is not valid JSON.`);
   }
-  if (nestedDeeperThan(v, MAX_JSON_DEPTH, json.length)) fail("json_too_deep", `\`${path}\` nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
-  return v;
 }
 
 /** A JSON object text holding none of `named`, parsed; undefined when empty. */

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
-import { MAX_JSON_DEPTH, nestedDeeperThan } from "../../../src/core/json.js";
+import { jsonTextBeyond, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, nestedDeeperThan } from "../../../src/core/json.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { rawRequest, type RawResponse } from "../../support/http.js";
 import { captureLog } from "../../support/log-capture.js";
@@ -81,6 +81,31 @@ describe("deeply nested JSON: a 400 past 128 levels, never a 500", function () {
     assert.equal(deeper.json().error.code, "json_too_deep");
   });
 
+  it("refuses a body of more than 200,000 arrays and objects, 400 json_too_complex, before parsing it; serves one of exactly that many", async () => {
+    // The body, `messages`, its message and `x` make 4; the rest are empty arrays or objects in `x`.
+    const filler = (n: number, unit: string) => `"x":[${Array(n).fill(unit).join(",")}]`;
+    const atLimit = await post("/v1/chat/completions", chat("containers-at-limit", filler(MAX_JSON_CONTAINERS - 4, "[]")));
+    assert.equal(atLimit.status, 200, atLimit.text);
+    const before = gw.demo!.requests.length;
+    const cases: Array<[string, string, string]> = [
+      ["one array too many", "/v1/chat/completions", chat("containers-over-1", filler(MAX_JSON_CONTAINERS - 3, "[]"))],
+      ["4 MB of empty objects", "/v1/chat/completions", chat("containers-over-2", filler(1_300_000, "{}"))],
+      ["messages: content blocks", "/v1/messages", messages("containers-over-3", `"metadata":{"user_id":"u"},"x":[${Array(MAX_JSON_CONTAINERS).fill('{"type":"text"}').join(",")}]`)],
+    ];
+    const got: Record<string, unknown> = {};
+    const want: Record<string, unknown> = {};
+    for (const [name, path, body] of cases) {
+      const started = performance.now();
+      const r = await post(path, body);
+      got[name] = { status: r.status, error: r.json().error };
+      want[name] = { status: 400, error: { type: "invalid_request_error", code: "json_too_complex", message: "The request body holds more than 200000 arrays and objects in all." } };
+      // Refused from a scan of its text: 1.3 million objects took seconds to parse and write out again.
+      assert.ok(performance.now() - started < 1000, `${name}: answered in ${Math.round(performance.now() - started)} ms`);
+    }
+    assert.deepEqual(got, want);
+    assert.equal(gw.demo!.requests.length, before, "nothing reached the upstream");
+  });
+
   it("refuses X-Svc-Metadata nested past the limit, 400 invalid_metadata; keeps one at the limit", async () => {
     const lines = await captureLog(async () => {
       const r = await post("/v1/chat/completions", chat("meta-deep"), { "x-svc-metadata": `{"a":${arrays(7000)}}` });
@@ -138,7 +163,7 @@ describe("deeply nested JSON: a 400 past 128 levels, never a 500", function () {
       ...over,
     });
 
-    it("refuses each deep JSON text INVALID_ARGUMENT json_too_deep, naming it; serves one at the limit", async () => {
+    it("refuses each deep (json_too_deep) or too wide (json_too_complex) JSON text INVALID_ARGUMENT, naming it; serves one at the limit", async () => {
       const cases: Array<[string, object, string]> = [
         ["request extra_json", { extra_json: `{"x":${arrays(5000)}}` }, "`extra_json`"],
         ["tool input_schema_json", { tools: [{ name: "f", input_schema_json: objects(5000) }] }, "`tools[0].input_schema_json`"],
@@ -146,6 +171,10 @@ describe("deeply nested JSON: a 400 past 128 levels, never a 500", function () {
         ["message extra_json", { messages: [{ role: "user", blocks: [{ type: "BLOCK_TYPE_TEXT", text: "m", style: CHAT }], extra_json: `{"x":${arrays(5000)}}` }] }, "`messages[0].extra_json`"],
         ["block raw_json", { messages: [{ role: "user", blocks: [{ type: "BLOCK_TYPE_OTHER", raw_json: `{"type":"x","x":${arrays(5000)}}`, style: CHAT }] }] }, "`messages[0].blocks[0].raw_json`"],
         ["request extra_json, one level past the limit", { extra_json: `{"x":${arrays(MAX_JSON_DEPTH)}}` }, "`extra_json`"],
+      ];
+      const wide: Array<[string, object, string]> = [
+        ["request extra_json, too many containers", { extra_json: `{"x":[${Array(MAX_JSON_CONTAINERS).fill("{}").join(",")}]}` }, "`extra_json`"],
+        ["tool input_schema_json, too many containers", { tools: [{ name: "f", input_schema_json: `{"x":[${Array(MAX_JSON_CONTAINERS).fill("[]").join(",")}]}` }] }, "`tools[0].input_schema_json`"],
       ];
       const before = gw.demo!.requests.length;
       const got: Record<string, unknown> = {};
@@ -155,6 +184,11 @@ describe("deeply nested JSON: a 400 past 128 levels, never a 500", function () {
           const r = await stream(request(`core-deep-${i}`, over));
           got[name] = { status: r.error?.code, code: String(r.error?.metadata.get("svc-error-code")[0] ?? ""), names: r.error?.details.includes(field), events: r.events.length };
           want[name] = { status: grpc.status.INVALID_ARGUMENT, code: "json_too_deep", names: true, events: 0 };
+        }
+        for (const [i, [name, over, field]] of wide.entries()) {
+          const r = await stream(request(`core-wide-${i}`, over));
+          got[name] = { status: r.error?.code, code: String(r.error?.metadata.get("svc-error-code")[0] ?? ""), names: r.error?.details.includes(field), events: r.events.length };
+          want[name] = { status: grpc.status.INVALID_ARGUMENT, code: "json_too_complex", names: true, events: 0 };
         }
       });
       assert.deepEqual(got, want);
@@ -183,5 +217,33 @@ describe("nestedDeeperThan", () => {
     const v: unknown = JSON.parse(arrays(5));
     assert.equal(nestedDeeperThan(v, 3, 7), false, "7 characters cannot hold 4 levels");
     assert.equal(nestedDeeperThan(v, 3, 8), true, "8 can: [[[[]]]]");
+  });
+});
+
+describe("jsonTextBeyond", () => {
+  it("reads depth and the count of arrays and objects from the text, not from inside strings", () => {
+    const cases: Array<[string, number, number, string | undefined]> = [
+      [arrays(4), 4, 4, undefined],
+      [arrays(5), 4, 10, "depth"],
+      ['[{},[],{"a":[]}]', 10, 5, undefined],
+      ['[{},[],{"a":[]},{}]', 10, 5, "containers"],
+      // Brackets in strings, escaped quotes and escaped backslashes before a closing quote.
+      [`["[[[[[[", "\\"[[[[", "a\\\\", "{{{{{{{"]`, 1, 1, undefined],
+      [`["\\\\", [[]]]`, 2, 10, "depth"],
+      // Not JSON: left to JSON.parse.
+      ['["[[[[[[[[[[[[[[', 1, 1, undefined],
+      [`[${"[],".repeat(10)}`, 5, 5, "containers"],
+    ];
+    for (const [text, depth, containers, want] of cases) {
+      assert.equal(jsonTextBeyond(text, depth, containers), want, `${text} against depth ${depth}, containers ${containers}`);
+    }
+  });
+
+  it("agrees with nestedDeeperThan on parsed values", () => {
+    for (const text of ["[]", arrays(7), objects(6), '{"a":[{"b":[]}],"c":{"d":{}}}', '[1,[2,[3]],{"a":{}}]']) {
+      for (let depth = 1; depth < 9; depth++) {
+        assert.equal(jsonTextBeyond(text, depth, Infinity) === "depth", nestedDeeperThan(JSON.parse(text), depth), `${text} at ${depth}`);
+      }
+    }
   });
 });
