@@ -47,27 +47,28 @@ export const withExtraField = (extra: string, key: string, value: unknown): stri
 export const MAX_JSON_DEPTH = 128;
 
 /**
- * The most arrays and objects a JSON text from a client may hold in all (a request body, a JSON
- * text on the core port). Each costs the gateway about a microsecond to parse and write out again
- * (the body, its cache key, the upstream's body), so without a bound a 4 MiB body of `[]` or `{}`
- * held the event loop, and every other request, for seconds. Real requests stay far below it: a
- * 5,000-message conversation holds about 5,000, and Anthropic's own ceiling is 100,000 messages.
+ * The most items a JSON text from a client may hold in all (a request body, a JSON text on the core
+ * port), counting each array, object, object member and array element (its `[`, `{`, `:` and `,`).
+ * Each costs the gateway from a fraction of a microsecond (a number) to a few (an object's key) to
+ * parse and write out again (the body, its cache key, the upstream's body), so without a bound a
+ * 4 MiB body of `[]`, `{}` or of one object's keys held the event loop, and every other request,
+ * for seconds. Real requests stay far below it: a 5,000-message conversation holds about 25,000.
  */
-export const MAX_JSON_CONTAINERS = 200_000;
+export const MAX_JSON_ITEMS = 200_000;
 
 /**
  * Reads a JSON text's structure before it is parsed: "depth" when it nests arrays and objects more
- * than `maxDepth` levels (the text itself is level 1), "containers" when it holds more than
- * `maxContainers` of them, undefined otherwise. String contents are skipped (a jump to the next
- * unescaped quote), so a text of large strings (base64 images) costs a few searches. The text
- * need not be valid JSON: what it is otherwise is JSON.parse's to say. Texts too short to reach
- * either limit (each level and container takes two characters) are not read at all.
+ * than `maxDepth` levels (the text itself is level 1), "items" when it holds more than `maxItems`
+ * (see MAX_JSON_ITEMS), undefined otherwise. String contents are skipped (a jump to the next
+ * unescaped quote), so a text of large strings (base64 images) costs a few searches. The text need
+ * not be valid JSON: what it is otherwise is JSON.parse's to say. Texts too short to reach either
+ * limit (each level and item takes two characters) are not read at all.
  */
-export function jsonTextBeyond(text: string, maxDepth = MAX_JSON_DEPTH, maxContainers = MAX_JSON_CONTAINERS): "depth" | "containers" | undefined {
+export function jsonTextBeyond(text: string, maxDepth = MAX_JSON_DEPTH, maxItems = MAX_JSON_ITEMS): "depth" | "items" | undefined {
   const n = text.length;
-  if (n < 2 * (Math.min(maxDepth, maxContainers) + 1)) return undefined;
+  if (n < 2 * (Math.min(maxDepth, maxItems) + 1)) return undefined;
   let depth = 0;
-  let containers = 0;
+  let items = 0;
   for (let i = 0; i < n; i++) {
     const c = text.charCodeAt(i);
     if (c === 34 /* " */) {
@@ -77,9 +78,11 @@ export function jsonTextBeyond(text: string, maxDepth = MAX_JSON_DEPTH, maxConta
       i = j;
     } else if (c === 91 /* [ */ || c === 123 /* { */) {
       if (++depth > maxDepth) return "depth";
-      if (++containers > maxContainers) return "containers";
+      if (++items > maxItems) return "items";
     } else if (c === 93 /* ] */ || c === 125 /* } */) {
       depth--;
+    } else if (c === 44 /* , */ || c === 58 /* : */) {
+      if (++items > maxItems) return "items";
     }
   }
   return undefined;

@@ -9,7 +9,7 @@ import {
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { invalidRequest } from "../errors.js";
 import { REQUEST_ID } from "../ids.js";
-import { isObject, type JsonObject, jsonTextBeyond, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH } from "../json.js";
+import { isObject, type JsonObject, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH } from "../json.js";
 import {
   BETA_NAME,
   CHAT_FUNCTION_FIELDS,
@@ -87,13 +87,13 @@ const typeName = (v: unknown): string => (v === null ? "null" : Array.isArray(v)
 
 /**
  * A JSON text, parsed; undefined when empty. Nested deeper than MAX_JSON_DEPTH or holding more than
- * MAX_JSON_CONTAINERS arrays and objects, refused before its parse, as a body would be.
+ * MAX_JSON_ITEMS items, refused before its parse, as a body would be.
  */
 function jsonText(json: string, path: string): unknown {
   if (json === "") return undefined;
   const beyond = jsonTextBeyond(json);
   if (beyond === "depth") fail("json_too_deep", `\`${path}\` nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
-  if (beyond === "containers") fail("json_too_complex", `\`${path}\` holds more than ${MAX_JSON_CONTAINERS} arrays and objects in all.`);
+  if (beyond === "items") fail("json_too_complex", `\`${path}\` holds more than ${MAX_JSON_ITEMS} JSON items (arrays, objects, object members and array elements) in all.`);
   try {
     return JSON.parse(json);
   } catch {

@@ -1,7 +1,7 @@
 import { isUtf8 } from "node:buffer";
 import type { IncomingMessage } from "node:http";
 import { invalidApiKey, invalidRequest } from "../../core/errors.js";
-import { isObject, jsonTextBeyond, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, nestedDeeperThan, setOwn } from "../../core/json.js";
+import { isObject, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, nestedDeeperThan, setOwn } from "../../core/json.js";
 import { startsWithCalendarDate } from "../../core/calendar.js";
 import { bodyBrokenOff } from "../http-errors.js";
 import { BETA_NAME, MAX_BETAS, MAX_USER_ID_CHARS } from "../../core/proxy/request-rules.js";
@@ -40,16 +40,16 @@ export interface JsonBody {
 
 /**
  * Parses a body read by `readBodyText` (apart, so a body seen before can skip it: hit-memo.ts).
- * A body nested deeper than MAX_JSON_DEPTH, or holding more than MAX_JSON_CONTAINERS arrays and
- * objects, is refused from its text, before the parse it would stall (core/json.ts).
+ * A body nested deeper than MAX_JSON_DEPTH, or holding more than MAX_JSON_ITEMS items, is refused
+ * from its text, before the parse it would stall (core/json.ts).
  */
 export function parseJsonBody(text: string): JsonBody {
   const beyond = jsonTextBeyond(text);
   if (beyond === "depth") {
     throw invalidRequest("json_too_deep", `The request body nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
   }
-  if (beyond === "containers") {
-    throw invalidRequest("json_too_complex", `The request body holds more than ${MAX_JSON_CONTAINERS} arrays and objects in all.`);
+  if (beyond === "items") {
+    throw invalidRequest("json_too_complex", `The request body holds more than ${MAX_JSON_ITEMS} JSON items (arrays, objects, object members and array elements) in all.`);
   }
   try {
     return { text, value: JSON.parse(text) };

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
-import { jsonTextBeyond, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, nestedDeeperThan } from "../../../src/core/json.js";
+import { jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, nestedDeeperThan } from "../../../src/core/json.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { rawRequest, type RawResponse } from "../../support/http.js";
 import { captureLog } from "../../support/log-capture.js";
@@ -81,16 +81,22 @@ describe("deeply nested JSON: a 400 past 128 levels, never a 500", function () {
     assert.equal(deeper.json().error.code, "json_too_deep");
   });
 
-  it("refuses a body of more than 200,000 arrays and objects, 400 json_too_complex, before parsing it; serves one of exactly that many", async () => {
-    // The body, `messages`, its message and `x` make 4; the rest are empty arrays or objects in `x`.
+  it("refuses a body of more than 200,000 JSON items, 400 json_too_complex, before parsing it; serves one of exactly that many", async () => {
+    // Items: each array and object, and each `:` and `,`. `chat()` holds 10 of them ({ : , : [ { : , : ,)
+    // and `"x":[…]` 2 more (: [); n elements in `x` add n - 1 commas, and one more each when an element is `[]`.
     const filler = (n: number, unit: string) => `"x":[${Array(n).fill(unit).join(",")}]`;
-    const atLimit = await post("/v1/chat/completions", chat("containers-at-limit", filler(MAX_JSON_CONTAINERS - 4, "[]")));
+    const atLimit = await post("/v1/chat/completions", chat("items-at-limit", filler((MAX_JSON_ITEMS - 12) / 2, "[]")));
     assert.equal(atLimit.status, 200, atLimit.text);
+    const numbers = await post("/v1/chat/completions", chat("items-at-limit-2", filler(MAX_JSON_ITEMS - 11, "7")));
+    assert.equal(numbers.status, 200, numbers.text);
     const before = gw.demo!.requests.length;
+    const keys = (n: number) => `"x":{${Array.from({ length: n }, (_, i) => `"k${i}":1`).join(",")}}`;
     const cases: Array<[string, string, string]> = [
-      ["one array too many", "/v1/chat/completions", chat("containers-over-1", filler(MAX_JSON_CONTAINERS - 3, "[]"))],
-      ["4 MB of empty objects", "/v1/chat/completions", chat("containers-over-2", filler(1_300_000, "{}"))],
-      ["messages: content blocks", "/v1/messages", messages("containers-over-3", `"metadata":{"user_id":"u"},"x":[${Array(MAX_JSON_CONTAINERS).fill('{"type":"text"}').join(",")}]`)],
+      ["one item too many", "/v1/chat/completions", chat("items-over-1", filler(MAX_JSON_ITEMS - 10, "7"))],
+      ["4 MB of empty objects", "/v1/chat/completions", chat("items-over-2", filler(1_300_000, "{}"))],
+      ["4 MB of numbers", "/v1/chat/completions", chat("items-over-3", filler(2_000_000, "1"))],
+      ["one object of 190,000 keys", "/v1/chat/completions", chat("items-over-4", keys(190_000))],
+      ["messages: content blocks", "/v1/messages", messages("items-over-5", `"x":[${Array(MAX_JSON_ITEMS / 2).fill('{"type":"text"}').join(",")}]`)],
     ];
     const got: Record<string, unknown> = {};
     const want: Record<string, unknown> = {};
@@ -98,8 +104,8 @@ describe("deeply nested JSON: a 400 past 128 levels, never a 500", function () {
       const started = performance.now();
       const r = await post(path, body);
       got[name] = { status: r.status, error: r.json().error };
-      want[name] = { status: 400, error: { type: "invalid_request_error", code: "json_too_complex", message: "The request body holds more than 200000 arrays and objects in all." } };
-      // Refused from a scan of its text: 1.3 million objects took seconds to parse and write out again.
+      want[name] = { status: 400, error: { type: "invalid_request_error", code: "json_too_complex", message: "The request body holds more than 200000 JSON items (arrays, objects, object members and array elements) in all." } };
+      // Refused from a scan of its text: such bodies took from half a second to seconds to parse and write out again.
       assert.ok(performance.now() - started < 1000, `${name}: answered in ${Math.round(performance.now() - started)} ms`);
     }
     assert.deepEqual(got, want);
@@ -173,8 +179,8 @@ describe("deeply nested JSON: a 400 past 128 levels, never a 500", function () {
         ["request extra_json, one level past the limit", { extra_json: `{"x":${arrays(MAX_JSON_DEPTH)}}` }, "`extra_json`"],
       ];
       const wide: Array<[string, object, string]> = [
-        ["request extra_json, too many containers", { extra_json: `{"x":[${Array(MAX_JSON_CONTAINERS).fill("{}").join(",")}]}` }, "`extra_json`"],
-        ["tool input_schema_json, too many containers", { tools: [{ name: "f", input_schema_json: `{"x":[${Array(MAX_JSON_CONTAINERS).fill("[]").join(",")}]}` }] }, "`tools[0].input_schema_json`"],
+        ["request extra_json, too many items", { extra_json: `{"x":[${Array(MAX_JSON_ITEMS).fill("1").join(",")}]}` }, "`extra_json`"],
+        ["tool input_schema_json, too many items", { tools: [{ name: "f", input_schema_json: `{"x":[${Array(MAX_JSON_ITEMS / 2).fill("[]").join(",")}]}` }] }, "`tools[0].input_schema_json`"],
       ];
       const before = gw.demo!.requests.length;
       const got: Record<string, unknown> = {};
@@ -221,21 +227,25 @@ describe("nestedDeeperThan", () => {
 });
 
 describe("jsonTextBeyond", () => {
-  it("reads depth and the count of arrays and objects from the text, not from inside strings", () => {
+  it("reads depth and the count of items from the text, not from inside strings", () => {
     const cases: Array<[string, number, number, string | undefined]> = [
       [arrays(4), 4, 4, undefined],
       [arrays(5), 4, 10, "depth"],
-      ['[{},[],{"a":[]}]', 10, 5, undefined],
-      ['[{},[],{"a":[]},{}]', 10, 5, "containers"],
-      // Brackets in strings, escaped quotes and escaped backslashes before a closing quote.
-      [`["[[[[[[", "\\"[[[[", "a\\\\", "{{{{{{{"]`, 1, 1, undefined],
+      // 2 arrays, 2 objects, 1 member, 3 commas.
+      ['[{},[],{"a":[]}]', 10, 8, undefined],
+      ['[{},[],{"a":[]}]', 10, 7, "items"],
+      ['[1,2,3,4,5,6,7,8,9]', 2, 8, "items"],
+      ['{"a":1,"b":2,"c":3}', 2, 6, undefined],
+      ['{"a":1,"b":2,"c":3}', 2, 5, "items"],
+      // Brackets, colons and commas in strings, escaped quotes and escaped backslashes before a closing quote.
+      [`{"[[[[,:[[": "\\"[[[[,::{", "a\\\\": "{{{{{{{,,:"}`, 1, 4, undefined],
       [`["\\\\", [[]]]`, 2, 10, "depth"],
       // Not JSON: left to JSON.parse.
       ['["[[[[[[[[[[[[[[', 1, 1, undefined],
-      [`[${"[],".repeat(10)}`, 5, 5, "containers"],
+      [`[${"[],".repeat(10)}`, 5, 5, "items"],
     ];
-    for (const [text, depth, containers, want] of cases) {
-      assert.equal(jsonTextBeyond(text, depth, containers), want, `${text} against depth ${depth}, containers ${containers}`);
+    for (const [text, depth, items, want] of cases) {
+      assert.equal(jsonTextBeyond(text, depth, items), want, `${text} against depth ${depth}, items ${items}`);
     }
   });
 
