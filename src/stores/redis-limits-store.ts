@@ -26,7 +26,9 @@ import { isWriteRefusal, type RedisConnection } from "./redis-connection.js";
  * may be taken back by Rescind), and such a failed one is queued to be taken back (the rescind
  * script, allowed any admission) once Redis answers again. One connection runs its commands in
  * order, so the take-back runs after the late admission; one that never ran is taken back as a
- * no-op, and a take-back sent twice does nothing the second time.
+ * no-op, and a take-back sent twice does nothing the second time. A Rescind that fails (an
+ * admission made ahead of a key's verdict, which the verdict did not keep) is queued the same way,
+ * allowed only what Rescind is.
  *
  * A settle that could not be sent (Redis down, or refusing writes) is owed, not lost: it is queued
  * and sent once Redis answers again, so the month is charged what its requests cost during the
@@ -65,6 +67,8 @@ interface TakeBack {
   reservationId: string;
   /** The admission's clock (Redis's own clock unless `serverClock` is off). */
   nowMs: number;
+  /** Whether any admission is taken back (a failed admission's), or only a rescindable one (a failed Rescind's). */
+  any: boolean;
 }
 
 /** A settle that could not be sent. */
@@ -157,20 +161,23 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
     return redis.svcLimSettle(`${t}:rz`, `${t}:rh`, `${t}:spend:${o.month}`, o.reservationId, o.costNano, spendTtl);
   };
 
-  /** Queues a failed admission to be taken back; bounded, and logged once a spell, not per request. */
-  function takeBack(input: AdmitInput): void {
+  /**
+   * Queues a failed admission, or a failed Rescind (`any` false: it takes back only what Rescind
+   * may), to be taken back; bounded, and logged once a spell, not per request.
+   */
+  function takeBack(input: AdmitInput | RescindInput, any: boolean): void {
     if (pending.length >= takeBackMax) {
       if (spell.dropped++ === 0) {
-        log.warn(`redis limits: more than ${takeBackMax} admissions failed while Redis did not answer; later ones are not taken back if Redis ran them late (they count until their reservations expire)`);
+        log.warn(`redis limits: more than ${takeBackMax} admissions failed or could not be rescinded while Redis did not answer; later ones are not taken back if Redis ran them (they count until their reservations expire)`);
       }
       return;
     }
-    pending.push({ projectId: input.projectId, userId: input.userId, reservationId: input.reservationId, nowMs: input.nowMs });
+    pending.push({ projectId: input.projectId, userId: input.userId, reservationId: input.reservationId, nowMs: input.nowMs, any });
     spell.queued++;
     timer ??= setInterval(() => void flush(), TAKE_BACK_INTERVAL_MS).unref();
   }
 
-  const rescindScript = (tb: TakeBack, any: boolean) => {
+  const rescindScript = (tb: RescindInput, any: boolean) => {
     const t = tag(tb.projectId);
     return redis.svcLimRescind(`${t}:m`, `${t}:d`, `${t}:u:${tb.userId}`, `${t}:rz`, `${t}:rh`, tb.reservationId, clock(tb.nowMs), any ? 1 : 0);
   };
@@ -212,7 +219,7 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
   async function flushTakeBacks(): Promise<void> {
     while (pending.length > 0 && conn.up && !conn.writesRefused) {
       const batch = pending.slice(0, TAKE_BACK_BATCH);
-      const done = await Promise.allSettled(batch.map((tb) => call(() => rescindScript(tb, true))));
+      const done = await Promise.allSettled(batch.map((tb) => call(() => rescindScript(tb, tb.any))));
       const sent = new Set<TakeBack>();
       done.forEach((d, i) => {
         if (d.status === "rejected") return;
@@ -224,7 +231,7 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
     }
     if (pending.length === 0) {
       if (spell.queued > 0) {
-        log.info(`redis limits: ${spell.queued} admissions failed while Redis did not answer; taken back now (${spell.undone} had run late)`, spell.dropped ? { notTakenBack: spell.dropped } : {});
+        log.info(`redis limits: ${spell.queued} admissions failed or could not be rescinded while Redis did not answer; taken back now (${spell.undone} had run)`, spell.dropped ? { notTakenBack: spell.dropped } : {});
       }
       spell = { queued: 0, undone: 0, dropped: 0 };
     }
@@ -248,7 +255,7 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
           // Every admission is recorded with its buckets, so one that fails here can be taken back.
           input.rescindable ? 1 : 2,
         ),
-        () => takeBack(input),
+        () => takeBack(input, true),
       );
       return {
         allowed: r[0] === 1,
@@ -266,7 +273,10 @@ export function createRedisLimitsStore(conn: RedisConnection, opts: RedisLimitsO
     },
 
     async rescind(input: RescindInput): Promise<boolean> {
-      const r = await call(() => rescindScript(input, false));
+      // One that fails (not sent, or sent and unanswered) is queued and sent again once Redis
+      // answers: a rescind that ran already does nothing the second time.
+      const queue = () => takeBack(input, false);
+      const r = await call(() => rescindScript(input, false), queue, queue);
       return r === 1;
     },
 

@@ -686,8 +686,8 @@ async function dropAhead(deps: GatewayDeps, a: AdmittedAhead | undefined): Promi
   try {
     const r = await a.response;
     if (r?.decision !== Decision.ALLOWED || !r.reservationId) return;
-    const { rescinded } = await deps.limits.rescind({ projectId: a.projectId, userId: a.userId, reservationId: r.reservationId });
-    if (!rescinded) log.warn("an admission made ahead could not be taken back", { projectId: a.projectId });
+    // Not rescinded while the store is down: the store takes it back once it answers (and says so, once an outage).
+    await deps.limits.rescind({ projectId: a.projectId, userId: a.userId, reservationId: r.reservationId });
   } catch (e) {
     log.warn("an admission made ahead could not be taken back", { projectId: a.projectId, err: String(e) });
   }
