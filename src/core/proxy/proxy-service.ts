@@ -9,7 +9,7 @@ import {
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { cancelOf } from "../cancel.js";
-import { apiError, withoutSecrets, withRetryGuidance } from "../errors.js";
+import { apiError, toErrorInfo, withoutSecrets, withRetryGuidance } from "../errors.js";
 import { newRequestId } from "../ids.js";
 import { type SseEvent, SseParser } from "../sse.js";
 import { cutMarked } from "../text.js";
@@ -115,6 +115,9 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
         for (const ev of events.end()) yield ev;
         events.check();
       } catch (e) {
+        // A 2xx stream that cannot be read (no event stream, not the style's events) had the prompt,
+        // as a 2xx answer that cannot be read has (above): billed for it.
+        if (req.stream && res.status < 300 && e instanceof ConnectError && toErrorInfo(e).code === "upstream_invalid_response") e.metadata.set(SENT_UPSTREAM, "1");
         // The upstream's words reach the client and the log: never the gateway's own credential in them.
         throw withoutSecrets(e, route.provider.apiKey);
       } finally {

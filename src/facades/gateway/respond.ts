@@ -57,7 +57,7 @@ export function writeJson(res: ServerResponse, status: number, headers: object, 
  * and reach the client only as a generic 500. An upstream's refusal keeps its retry guidance
  * (`retry-after`, `retry-after-ms`, `x-should-retry`), which the client's SDK waits on.
  */
-export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, extraHeaders?: Record<string, string>): { info: ErrorInfo; body: string; written: Promise<void> } {
+export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, extraHeaders?: Record<string, string>, costUsd = "0"): { info: ErrorInfo; body: string; written: Promise<void> } {
   const info = toErrorInfo(err);
   if (info.status >= 500 && info.code === "internal_error") {
     log.error("request failed", { requestId: svc["X-Svc-Request-Id"], err: String((err as Error)?.stack ?? err) });
@@ -66,7 +66,8 @@ export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, e
   // Answered already: by node:http's handler of a broken or late body (answerClientError), whose
   // body is the log's; or, a stream begun, inside the stream.
   if (res.headersSent || res.destroyed) return { info, body: (!res.headersSent && answeredBody(res.socket)) || "", written: done };
-  svc["X-Svc-Cost"] = "0";
+  // Nothing, unless the request reached an upstream that bills its prompt (it timed out, or its 2xx answer could not be read).
+  svc["X-Svc-Cost"] = costUsd;
   // 499 (the client went away) has no reader; should one still be there, it gets a plain 400.
   const status = info.status === 499 ? 400 : info.status;
   const headers = { ...svc, ...extraHeaders, ...retryGuidanceOf(err), ...challengeOf(info) };

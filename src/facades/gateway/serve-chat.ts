@@ -443,7 +443,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       if (admission?.decision === Decision.ALLOWED) settle(deps, chat.projectId, admission.reservationId, cost);
     }
   } catch (err) {
-    const { info, body, written } = writeError(res, svc, err, limitHeaders);
+    const { info, body, written } = writeError(res, svc, err, limitHeaders, trace.costUsd);
     await written;
     // A client that left before any of the answer got no first byte (its ttfb stays 0); one that
     // node:http answered (a broken or late body: answerClientError) got its answer.

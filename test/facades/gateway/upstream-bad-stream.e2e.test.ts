@@ -138,17 +138,21 @@ describe("gateway errors: an upstream that answers a streamed request with somet
       assert.match(again.text, /Hello there/);
     });
 
-    it(`${name}: a 2xx answer that cannot be read (not JSON) is 502 upstream_invalid_response, and the month is charged for the prompt the upstream had`, async () => {
-      const { project } = await on.gw.admin.createProject({ name: `broken ${n}`, plan: Plan.PRO, limitOverrides: { monthlySpendCapUsd: "100" } });
-      const key = (await on.gw.admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE })).secret;
-      const res = await postJson(`${on.gw.gatewayUrl}${path}`, key, body(`broken-json ${++n} ${"long prompt ".repeat(2000)}`, false));
-      assert.equal(res.status, 502, res.text);
-      assert.equal(res.json().error.code, "upstream_invalid_response");
-      await eventually(async () => Number((await on.gw.limits.getUsage({ projectId: project!.id })).spentUsd) > 0, 5000, "the prompt charged");
-      const spent = Number((await on.gw.limits.getUsage({ projectId: project!.id })).spentUsd);
-      // About 6,000 tokens of prompt at $2.50 (chat-4o) or $0.80 (assistant-3-5-haiku) per million, nothing of an answer.
-      assert.ok(spent > 0.003 && spent < 0.05, String(spent));
-    });
+    // A stream answered with something that is no event stream (HTML, JSON) or with events that are not the style's: unreadable, as the cut-off JSON is.
+    for (const [kind, stream] of [["broken-json", false], ["html", true], ["json", true], ["sse-json", true]] as const) {
+      it(`${name}: a 2xx answer that cannot be read (${kind}${stream ? ", streamed" : ""}) is 502 upstream_invalid_response, and the month is charged for the prompt the upstream had`, async () => {
+        const { project } = await on.gw.admin.createProject({ name: `broken ${n}`, plan: Plan.PRO, limitOverrides: { monthlySpendCapUsd: "100" } });
+        const key = (await on.gw.admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE })).secret;
+        const res = await postJson(`${on.gw.gatewayUrl}${path}`, key, body(`${kind} ${++n} ${"long prompt ".repeat(2000)}`, stream));
+        assert.equal(res.status, 502, res.text);
+        assert.equal(res.json().error.code, "upstream_invalid_response");
+        await eventually(async () => Number((await on.gw.limits.getUsage({ projectId: project!.id })).spentUsd) > 0, 5000, "the prompt charged");
+        const spent = Number((await on.gw.limits.getUsage({ projectId: project!.id })).spentUsd);
+        // About 6,000 tokens of prompt at $2.50 (chat-4o) or $0.80 (assistant-3-5-haiku) per million, nothing of an answer.
+        assert.ok(spent > 0.003 && spent < 0.05, String(spent));
+        assert.equal(res.headers["x-svc-cost"], String(spent), "the answer says what it cost");
+      });
+    }
 
     it(`${name}: a stream that started properly and then ended early stays upstream_stream_incomplete`, async () => {
       const res = await postJson(`${on.gw.gatewayUrl}${path}`, on.key, body(`cut ${++n}`, true));
