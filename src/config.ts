@@ -510,8 +510,28 @@ function telemetry(env: NodeJS.ProcessEnv, dataDir: string): TelemetryConfig {
 /** SVC_STREAM_KEEPALIVE_MS: 15 s unset, 0 for none, else a positive number of milliseconds. */
 function streamKeepAlive(v: string | undefined): number {
   if (v === undefined || v.trim() === "") return 15_000;
-  if (v.trim() === "0") return 0;
-  return positiveInt(v, "SVC_STREAM_KEEPALIVE_MS", MAX_TIMER_MS);
+  const n = decimal(v);
+  if (!Number.isSafeInteger(n) || n < 0 || n > MAX_TIMER_MS) {
+    throw new ConfigError(`SVC_STREAM_KEEPALIVE_MS must be a whole number of milliseconds from 0 (no keep-alive) to ${MAX_TIMER_MS}, got ${JSON.stringify(v)}`);
+  }
+  return n;
+}
+
+/** The three listening ports, each its own (0, a free port picked at start, may repeat). */
+function ports(env: NodeJS.ProcessEnv): { gatewayPort: number; managementPort: number; grpcPort: number } {
+  const named: Array<[string, number]> = [
+    ["SVC_GATEWAY_PORT", portSetting(env, "SVC_GATEWAY_PORT", 8080)],
+    ["SVC_MANAGEMENT_PORT", portSetting(env, "SVC_MANAGEMENT_PORT", 8081)],
+    ["SVC_GRPC_PORT", portSetting(env, "SVC_GRPC_PORT", 8090)],
+  ];
+  for (let i = 0; i < named.length; i++) {
+    for (let j = i + 1; j < named.length; j++) {
+      if (named[i]![1] !== 0 && named[i]![1] === named[j]![1]) {
+        throw new ConfigError(`${named[i]![0]} and ${named[j]![0]} are both ${named[i]![1]}: each server needs a port of its own`);
+      }
+    }
+  }
+  return { gatewayPort: named[0]![1], managementPort: named[1]![1], grpcPort: named[2]![1] };
 }
 
 /**
@@ -527,9 +547,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (env.SVC_LOG_LEVEL && !isLogLevel(env.SVC_LOG_LEVEL)) throw new ConfigError(`SVC_LOG_LEVEL must be debug, info, warn or error, got ${JSON.stringify(env.SVC_LOG_LEVEL)}`);
   return {
     host: hostSetting(env.SVC_HOST),
-    gatewayPort: portSetting(env, "SVC_GATEWAY_PORT", 8080),
-    managementPort: portSetting(env, "SVC_MANAGEMENT_PORT", 8081),
-    grpcPort: portSetting(env, "SVC_GRPC_PORT", 8090),
+    ...ports(env),
     dataDir,
     redisUrl: redisUrl(env.SVC_REDIS_URL),
     adminToken: env.SVC_ADMIN_TOKEN ? checkAdminToken(env.SVC_ADMIN_TOKEN, "SVC_ADMIN_TOKEN") : undefined,

@@ -443,23 +443,33 @@ function refuseWhileClosing(res: ServerResponse, headers: Record<string, string>
 async function loadAdminToken(config: Config): Promise<{ token: string; path: string | undefined }> {
   if (config.adminToken) return { token: config.adminToken, path: undefined };
   const path = join(config.dataDir, "admin-token");
+  let text: string | undefined;
   try {
-    const token = (await readFile(path, "utf8")).trim();
-    // A token written there by hand is held to the same rule as SVC_ADMIN_TOKEN, and to the file
-    // mode of a generated one: readable by other local users, it would open every project to them.
-    if (token) {
-      checkAdminToken(token, `the admin token in ${path}`);
-      await ownerOnly(path);
-      return { token, path };
+    text = await readFile(path, "utf8");
+  } catch (e) {
+    const err = e as NodeJS.ErrnoException;
+    if (err.code !== "ENOENT") {
+      // Owned by another user (a run under sudo), or not a file: a configuration error naming it.
+      throw new ConfigError(`the admin token file ${path} cannot be read (${err.message}); give the gateway's user access to it, remove it to have a new token generated, or set SVC_ADMIN_TOKEN`);
     }
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
   }
+  const found = text?.trim();
+  // A token written there by hand is held to the same rule as SVC_ADMIN_TOKEN, and to the file
+  // mode of a generated one: readable by other local users, it would open every project to them.
+  if (found) {
+    checkAdminToken(found, `the admin token in ${path}`);
+    await ownerOnly(path);
+    return { token: found, path };
+  }
+  // Written aside, owner-only, then moved into place: an empty file found there (made by hand,
+  // perhaps readable by everyone) is replaced, never filled with the token under its own mode.
   const token = `svc_admin_${randomBytes(24).toString("base64url")}`;
+  const aside = `${path}.${process.pid}.tmp`;
   try {
-    await writeFile(path, `${token}\n`, { mode: 0o600 });
+    await writeFile(aside, `${token}\n`, { mode: 0o600 });
+    await rename(aside, path);
   } catch (e) {
-    await rm(path, { force: true }).catch(() => {});
+    await rm(aside, { force: true }).catch(() => {});
     throw unwritableDataDir(config.dataDir, e);
   }
   return { token, path };
@@ -479,7 +489,9 @@ export function cacheHeapWarning(config: Pick<Config, "redisUrl" | "cache">, hea
 /** The data dir refused a write at start (a full disk, a read-only mount): a configuration error naming it. */
 function unwritableDataDir(dir: string, e: unknown): Error {
   const err = e as NodeJS.ErrnoException;
-  return err?.code ? new ConfigError(`SVC_DATA_DIR ${dir} cannot be written (${err.code}: ${err.message}); free space on its disk or set SVC_DATA_DIR to another directory`) : err;
+  if (!err?.code) return err;
+  const remedy = err.code === "EACCES" || err.code === "EPERM" ? "give the gateway's user write access to it" : err.code === "ENOSPC" || err.code === "EDQUOT" ? "free space on its disk" : "check it";
+  return new ConfigError(`SVC_DATA_DIR ${dir} cannot be written (${err.message}); ${remedy}, or set SVC_DATA_DIR to another directory`);
 }
 
 /** Makes a secret's file 0600, saying so when it was not. */

@@ -129,7 +129,16 @@ describe("providers that are probably set up wrong are warned about at start", (
     assert.equal(loadConfig({}).streamKeepAliveMs, 15_000);
     assert.equal(loadConfig({ SVC_STREAM_KEEPALIVE_MS: "0" }).streamKeepAliveMs, 0);
     assert.equal(loadConfig({ SVC_STREAM_KEEPALIVE_MS: "500" }).streamKeepAliveMs, 500);
-    for (const bad of ["-1", "soon", "1.5"]) assert.throws(() => loadConfig({ SVC_STREAM_KEEPALIVE_MS: bad }), (e: Error) => e instanceof ConfigError && e.message.startsWith("SVC_STREAM_KEEPALIVE_MS"), bad);
+    for (const bad of ["-1", "soon", "1.5"]) {
+      assert.throws(() => loadConfig({ SVC_STREAM_KEEPALIVE_MS: bad }), (e: Error) => e instanceof ConfigError && e.message === `SVC_STREAM_KEEPALIVE_MS must be a whole number of milliseconds from 0 (no keep-alive) to 2147483647, got ${JSON.stringify(bad)}`, bad);
+    }
+  });
+
+  it("refuses two of the three ports set to one number (0, a free port each, may repeat)", () => {
+    assert.throws(() => loadConfig({ SVC_GATEWAY_PORT: "9000", SVC_MANAGEMENT_PORT: "9000" }), (e: Error) => e instanceof ConfigError && e.message === "SVC_GATEWAY_PORT and SVC_MANAGEMENT_PORT are both 9000: each server needs a port of its own");
+    assert.throws(() => loadConfig({ SVC_GRPC_PORT: "8080" }), (e: Error) => e instanceof ConfigError && e.message === "SVC_GATEWAY_PORT and SVC_GRPC_PORT are both 8080: each server needs a port of its own");
+    const c = loadConfig({ SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0" });
+    assert.deepEqual([c.gatewayPort, c.managementPort, c.grpcPort], [0, 0, 0]);
   });
 
   it("refuses a base URL holding a user name or password (never sent), and never shows a password in a message", () => {

@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createServer, type AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
 import { ConfigError, loadConfig } from "../src/config.js";
 import { startServer } from "../src/server.js";
-import { freePort } from "./support/redis.js";
 
 const bin = fileURLToPath(new URL("../bin/svc.js", import.meta.url));
 
@@ -53,6 +53,24 @@ describe("the admin token", function () {
     } finally {
       await running.close();
     }
+  });
+
+  it("generates the token into an empty admin-token file's place owner-only, whatever mode the empty file had", async () => {
+    writeFileSync(join(dir, "admin-token"), "");
+    chmodSync(join(dir, "admin-token"), 0o666);
+    const running = await start();
+    try {
+      assert.match(running.adminToken, /^svc_admin_/);
+      assert.equal(readFileSync(join(dir, "admin-token"), "utf8"), `${running.adminToken}\n`);
+      assert.equal(statSync(join(dir, "admin-token")).mode & 0o777, 0o600);
+    } finally {
+      await running.close();
+    }
+  });
+
+  it("names an admin-token file it cannot read (a directory, another user's) in a configuration error", async () => {
+    mkdirSync(join(dir, "admin-token"));
+    await assert.rejects(start(), (e: Error) => e instanceof ConfigError && e.message.startsWith(`the admin token file ${join(dir, "admin-token")} cannot be read (EISDIR`));
   });
 
   it("stops `svc serve` with a configuration error (exit code 2) when SVC_ADMIN_TOKEN is short", async () => {
@@ -144,13 +162,17 @@ describe("start-up failures name the setting to change", function () {
   this.timeout(60_000);
   it("says which port setting clashes, and stops everything it had started", async () => {
     const dir = mkdtempSync(join(tmpdir(), "svc-listen-"));
-    const port = String(await freePort());
+    // Another process's port (two of the gateway's own set alike are refused as configuration).
+    const other = createServer();
+    await new Promise<void>((r) => other.listen(0, "127.0.0.1", r));
+    const port = String((other.address() as AddressInfo).port);
     try {
-      const config = loadConfig({ SVC_GATEWAY_PORT: port, SVC_MANAGEMENT_PORT: port, SVC_GRPC_PORT: "0", SVC_DATA_DIR: dir, SVC_ADMIN_TOKEN: "test-admin-token", SVC_LOG_LEVEL: "error" });
+      const config = loadConfig({ SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: port, SVC_GRPC_PORT: "0", SVC_DATA_DIR: dir, SVC_ADMIN_TOKEN: "test-admin-token", SVC_LOG_LEVEL: "error" });
       await assert.rejects(startServer(config, { demo: true }), /cannot listen on 127\.0\.0\.1:\d+ \(SVC_MANAGEMENT_PORT, SVC_HOST\): the port is in use/);
-      // Nothing is left holding the data dir or the gateway's port.
+      // Nothing is left holding the data dir or the ports it had taken.
       await (await startServer({ ...config, managementPort: 0 }, { demo: true })).close();
     } finally {
+      other.close();
       rmSync(dir, { recursive: true, force: true });
     }
   });

@@ -57,9 +57,19 @@ export function resolveAdminTarget(flags: { server?: string; adminToken?: string
     }
     try {
       token = readFileSync(path, "utf8").trim();
-    } catch {
+    } catch (e) {
+      const err = e as NodeJS.ErrnoException;
+      if (err.code !== "ENOENT") {
+        throw new UsageError(`no admin token: ${path} cannot be read (${err.message}); run as the user that runs svc serve, or set SVC_ADMIN_TOKEN or pass --admin-token`);
+      }
       throw new UsageError(`no admin token: set SVC_ADMIN_TOKEN or pass --admin-token (the server's own SVC_ADMIN_TOKEN, when it has one), or run where ${path} exists (svc serve without SVC_ADMIN_TOKEN writes it at first start; set SVC_DATA_DIR to the server's data dir)`);
     }
+    if (!token) throw new UsageError(`no admin token: ${path} is empty (svc serve fills it at its next start); set SVC_ADMIN_TOKEN or pass --admin-token`);
+  }
+  // Sent as `authorization: Bearer <token>`: a token no header can carry is refused here, without
+  // being printed (the HTTP layer's own error quotes the header value).
+  if (!/^[\x21-\x7e]+$/.test(token)) {
+    throw new UsageError(`the admin token from ${adminTokenSource(flags, env)} must be printable ASCII without spaces or control characters; check it`);
   }
   return { server, token };
 }

@@ -90,13 +90,22 @@ const limitsJson = (l: ProjectLimits | undefined) => ({
   monthly_spend_cap_usd: l?.monthlySpendCapUsd ?? null,
 });
 
-const usageJson = (u: GetUsageResponse) => ({
-  month: u.month,
-  spent_usd: u.spentUsd,
-  reserved_usd: u.reservedUsd,
-  requests_last_minute: u.requestsLastMinute,
-  requests_last_day: u.requestsLastDay,
-});
+/**
+ * This month's usage as the limits count it; null for what they do not count (docs/limits.md): a
+ * window whose limit is not set, and spend while the project has no limit or cap at all (its
+ * requests are not admitted through the limits; their costs are in the logs and analytics).
+ */
+function usageJson(u: GetUsageResponse, limits: ProjectLimits | undefined) {
+  const counted = (v: unknown) => v !== undefined && v !== null;
+  const spend = counted(limits?.requestsPerMinute) || counted(limits?.requestsPerDay) || counted(limits?.userRequestsPerMinute) || counted(limits?.monthlySpendCapUsd);
+  return {
+    month: u.month,
+    spent_usd: spend ? u.spentUsd : null,
+    reserved_usd: spend ? u.reservedUsd : null,
+    requests_last_minute: counted(limits?.requestsPerMinute) ? u.requestsLastMinute : null,
+    requests_last_day: counted(limits?.requestsPerDay) ? u.requestsLastDay : null,
+  };
+}
 
 /** A project with its plan, overrides and effective limits, and usage when it could be read. */
 export function projectDetailJson(p: Project, extra: { keys?: number; usage?: GetUsageResponse } = {}) {
@@ -109,7 +118,7 @@ export function projectDetailJson(p: Project, extra: { keys?: number; usage?: Ge
     limit_overrides: limitsJson(p.limitOverrides),
     effective_limits: limitsJson(p.effectiveLimits),
     log_bodies: p.logBodies,
-    ...(extra.usage ? { usage: usageJson(extra.usage) } : {}),
+    ...(extra.usage ? { usage: usageJson(extra.usage, p.effectiveLimits) } : {}),
   };
 }
 
@@ -135,7 +144,10 @@ export function projectDetailText(j: ReturnType<typeof projectDetailJson>): stri
   );
   const u = j.usage;
   if (u) {
-    lines.push("", `${u.month}: spent ${u.spent_usd} USD (${u.reserved_usd} reserved by running requests); ${u.requests_last_minute} request${u.requests_last_minute === 1 ? "" : "s"} in the last minute, ${u.requests_last_day} in the last day`);
+    const spend = u.spent_usd === null ? "spend not counted here (no limit or cap set: each request's cost is in the logs and analytics)" : `spent ${u.spent_usd} USD (${u.reserved_usd} reserved by running requests)`;
+    const minute = u.requests_last_minute === null ? "requests in the last minute not counted (no limit set)" : `${u.requests_last_minute} request${u.requests_last_minute === 1 ? "" : "s"} in the last minute`;
+    const day = u.requests_last_day === null ? "in the last day not counted (no limit set)" : `${u.requests_last_day} in the last day`;
+    lines.push("", `${u.month}: ${spend}; ${minute}, ${day}`);
   }
   return lines.join("\n");
 }

@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { MAX_PROMPT_BYTES } from "../core/telemetry/telemetry-service.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Prompt } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { createTelemetryAdminClient, resolveAdminTarget, UsageError } from "./admin-client.js";
@@ -39,6 +40,8 @@ export async function promptsCommand(sub: string | undefined, args: string[], fl
       } catch (e) {
         throw new UsageError(`cannot read --file ${path}: ${(e as Error).message}`);
       }
+      // Checked here too: a file far past it would fail on the transport's message limit instead, with its words.
+      if (bytes.length > MAX_PROMPT_BYTES) throw new UsageError(`--file ${path} is ${bytes.length} bytes; a prompt version holds at most ${MAX_PROMPT_BYTES} (1 MiB)`);
       // Stored as UTF-8 text: a file in another encoding (Latin-1, UTF-16) is refused rather than
       // stored with its bytes replaced by U+FFFD.
       let content: string;

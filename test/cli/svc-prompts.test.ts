@@ -56,6 +56,12 @@ describe("svc prompts and body logging against a running `svc serve --demo`", fu
     const nothing = await server.svc("prompts", "put", "latin", "--project", projectId, "--file", empty);
     assert.equal(nothing.code, 2, nothing.stderr);
     assert.match(nothing.stderr, /--file .*empty\.txt is empty/, "names the option, not the service's `content` field");
+    // Past the service's 1 MiB, said in the product's words (20 MB failed on the transport's message limit).
+    const big = join(dir, "big.txt");
+    writeFileSync(big, "x".repeat(20 * 1024 * 1024));
+    const tooBig = await server.svc("prompts", "put", "big", "--project", projectId, "--file", big);
+    assert.equal(tooBig.code, 2, tooBig.stderr);
+    assert.match(tooBig.stderr, /--file .*big\.txt is 20971520 bytes; a prompt version holds at most 1048576 \(1 MiB\)/);
     writeFileSync(latin1, "café crème");
     const described = await server.svc("prompts", "put", "latin", "--project", projectId, "--file", latin1, "--description", "two\nlines");
     assert.equal(described.code, 1);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:net";
-import { defaultServerUrl, resolveAdminTarget } from "../../src/cli/admin-client.js";
+import { defaultServerUrl, resolveAdminTarget, UsageError } from "../../src/cli/admin-client.js";
 import { ConfigError } from "../../src/config.js";
 import { freePort } from "../support/redis.js";
 import { startSvcServe } from "../support/svc-cli.js";
@@ -92,6 +92,33 @@ describe("the svc command's admin token", () => {
       }
       // A token given for it is sent.
       assert.equal(resolveAdminTarget({ server: "http://gw.example.com:8090", adminToken: "t" }, env).token, "t");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("refuses a token no header can carry without printing it, and says why the data dir's token could not be had", async () => {
+    const { mkdirSync, mkdtempSync, rmSync, writeFileSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    for (const [flags, env, source] of [
+      [{}, { SVC_ADMIN_TOKEN: "bad\nline-token-1234567890" }, "SVC_ADMIN_TOKEN"],
+      [{ adminToken: "tab\tseparated-token-1234567890" }, {}, "--admin-token"],
+      [{}, { SVC_ADMIN_TOKEN: "caf\u00e9-token-1234567890" }, "SVC_ADMIN_TOKEN"],
+    ] as const) {
+      assert.throws(
+        () => resolveAdminTarget(flags, env),
+        (err: Error) => err instanceof UsageError && err.message === `the admin token from ${source} must be printable ASCII without spaces or control characters; check it`,
+      );
+    }
+    const dir = mkdtempSync(join(tmpdir(), "svc-token-"));
+    try {
+      const path = join(dir, "admin-token");
+      writeFileSync(path, "\n");
+      assert.throws(() => resolveAdminTarget({}, { SVC_DATA_DIR: dir }), (err: Error) => err instanceof UsageError && err.message.startsWith(`no admin token: ${path} is empty`));
+      rmSync(path);
+      mkdirSync(path);
+      assert.throws(() => resolveAdminTarget({}, { SVC_DATA_DIR: dir }), (err: Error) => err instanceof UsageError && err.message.startsWith(`no admin token: ${path} cannot be read (EISDIR`));
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

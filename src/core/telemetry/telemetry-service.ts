@@ -30,7 +30,8 @@ export interface TelemetryDeps {
 }
 
 const PROMPT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
-const MAX_PROMPT_BYTES = 1024 * 1024;
+/** The largest prompt version stored, in UTF-8 bytes (the CLI checks a file against it before sending). */
+export const MAX_PROMPT_BYTES = 1024 * 1024;
 const STATUS_CLASS = /^([1-5])xx$/;
 
 /**
