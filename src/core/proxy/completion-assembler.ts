@@ -76,7 +76,7 @@ export class CompletionAssembler {
       }
       case "messageEnd":
         if (!this.#c) break;
-        if (hasChunkFields(e.value) && !this.#keptReason(e.value)) this.#ok = false;
+        if (hasChunkFields(e.value) && !this.#keptEndFields(e.value)) this.#ok = false;
         this.#ended = true;
         this.#c.finishReason = e.value.finishReason;
         this.#c.stopSequence = e.value.stopSequence;
@@ -110,19 +110,24 @@ export class CompletionAssembler {
   }
 
   /**
-   * Whether the end's only unnamed field is the upstream's own finish word, kept as sent where the
-   * canonical reason does not say it (a `stop_reason` newer than this build: withStopReason; a
-   * `finish_reason`: withFinishReason). The whole answer keeps it where a non-stream answer does
-   * (a messages-style upstream's in the answer's extra_json, a chat-style one's in its choice's), so
-   * such an answer is cached and given back with it, as the non-stream answer is.
+   * Whether the end's unnamed fields are ones the whole answer keeps where a non-stream answer has
+   * them, so such an answer is cached and given back with them as the non-stream answer is: the
+   * upstream's own finish word where the canonical reason does not say it (a `stop_reason` newer
+   * than this build: withStopReason; a `finish_reason`: withFinishReason), and a messages-style
+   * `message_delta`'s `stop_details` (why a refusal stopped; null on other answers). A `container`
+   * is kept only when null (today's API sends the key on every stream): one with an id belongs to
+   * a code-execution container that expires, and its answer is not for the cache. Anything else
+   * unnamed makes the stream not assemblable.
    */
-  #keptReason(end: { choiceExtraJson: string; deltaExtraJson: string }): boolean {
+  #keptEndFields(end: { choiceExtraJson: string; deltaExtraJson: string }): boolean {
     const c = this.#c!;
     if (c.upstreamStyle === ApiStyle.MESSAGES) {
       if (end.choiceExtraJson !== "") return false;
       const d = parseExtra(end.deltaExtraJson);
-      if (!onlyKey(d, "stop_reason")) return false;
-      c.extraJson = withExtraField(c.extraJson, "stop_reason", d.stop_reason);
+      for (const k of Object.keys(d)) {
+        if (k === "stop_reason" ? typeof d[k] !== "string" : k === "container" ? d[k] !== null : k !== "stop_details") return false;
+      }
+      for (const k of ["stop_reason", "stop_details"]) if (k in d) c.extraJson = withExtraField(c.extraJson, k, d[k]);
       return true;
     }
     if (end.deltaExtraJson !== "" || !onlyKey(parseExtra(end.choiceExtraJson), "finish_reason")) return false;

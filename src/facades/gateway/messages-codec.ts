@@ -396,16 +396,27 @@ class MessagesStreamRenderer implements StreamRenderer {
   #completion(c: Completion): string {
     this.#same = c.upstreamStyle === ApiStyle.MESSAGES;
     const usage = { ...renderUsage(c.usage, this.#same), output_tokens: 0 };
-    let out = this.#start(c.id, c.model, usage, c.extraJson);
+    // What a live stream says in message_delta rather than message_start: a stop_reason kept as
+    // sent (withStopReason), and the answer's stop_details and container (the SDKs' stream helpers
+    // read them from the delta).
+    const extra = this.#same ? parseExtra(c.extraJson) : {};
+    const delta: JsonObject = {};
+    for (const k of DELTA_FIELDS) {
+      if (!(k in extra)) continue;
+      if (k !== "stop_reason" || typeof extra[k] === "string") delta[k] = extra[k];
+      delete extra[k];
+    }
+    let out = this.#start(c.id, c.model, usage, Object.keys(extra).length ? JSON.stringify(extra) : "");
     c.blocks.forEach((block, i) => {
       const open = this.#open(i, block, true);
       if (open) out += open + sse("content_block_stop", { index: this.#index.get(i)! });
     });
-    // A stop_reason kept as sent (withStopReason) belongs to message_delta, not message_start.
-    const raw = this.#same ? parseExtra(c.extraJson).stop_reason : undefined;
-    return out + this.#end(c.finishReason, c.stopSequence, c.usage, typeof raw === "string" ? JSON.stringify({ stop_reason: raw }) : "");
+    return out + this.#end(c.finishReason, c.stopSequence, c.usage, Object.keys(delta).length ? JSON.stringify(delta) : "");
   }
 }
+
+/** A message's fields a stream gives in message_delta's delta, not in message_start. */
+const DELTA_FIELDS = ["stop_reason", "stop_details", "container"] as const;
 
 /** Block types whose input the API streams as input_json_delta, as it does a tool_use's. */
 const kStreamedInput: ReadonlySet<unknown> = new Set(["server_tool_use", "mcp_tool_use"]);

@@ -63,4 +63,17 @@ describe("CompletionAssembler", () => {
     if (start.case === "messageStart") start.value.upstreamStyle = ApiStyle.MESSAGES;
     assert.equal(assemble(messages).result()?.extraJson, '{"stop_reason":"model_context_window_exceeded"}');
   });
+
+  it("assembles a messages-style stream whose end carried stop_details and a null container, keeping stop_details; not one with a container", () => {
+    const ofMessages = (deltaExtraJson: string) => {
+      const events = textStream({ on: "end", deltaExtraJson });
+      const start = events[0]!.event;
+      if (start.case === "messageStart") start.value.upstreamStyle = ApiStyle.MESSAGES;
+      return assemble(events).result();
+    };
+    assert.equal(ofMessages('{"stop_details":null,"container":null}')?.extraJson, '{"stop_details":null}');
+    assert.equal(ofMessages('{"stop_reason":"refusal","stop_details":{"type":"refusal"}}')?.extraJson, '{"stop_reason":"refusal","stop_details":{"type":"refusal"}}');
+    assert.equal(ofMessages('{"stop_details":null,"container":{"id":"c","expires_at":"x"}}'), undefined, "a container expires: not for the cache");
+    assert.equal(ofMessages('{"stop_details":null,"other":1}'), undefined);
+  });
 });

@@ -11,6 +11,7 @@ import { gatewayOnScriptedUpstream } from "../../support/upstream.js";
  * (https://docs.anthropic.com/en/api/messages-streaming). A chat client gets its own terms.
  */
 const container = { id: "cont_1", expires_at: "2026-11-27T15:00:00Z" };
+const stopDetails = { type: "refusal", category: "cyber", explanation: "nope" };
 const contextManagement = { applied_edits: [{ type: "clear_tool_uses_20250919", cleared_tool_uses: 2 }] };
 
 function answer(body: { stream?: boolean; messages: Array<{ content: string }> }, res: http.ServerResponse): void {
@@ -29,7 +30,10 @@ function answer(body: { stream?: boolean; messages: Array<{ content: string }> }
       sse("content_block_start", { index: 0, content_block: { type: "text", text: "" } }) +
       sse("content_block_delta", { index: 0, delta: { type: "text_delta", text: "Hi" } }) +
       sse("content_block_stop", { index: 0 }) +
-      (body.messages.at(-1)!.content.includes("plain")
+      (body.messages.at(-1)!.content.includes("details")
+        ? // Today's API: stop_details (a refusal's) and a null container in every message_delta.
+          sse("message_delta", { delta: { stop_reason: stopReason, stop_sequence: null, stop_details: stopDetails, container: null }, usage })
+        : body.messages.at(-1)!.content.includes("plain")
         ? sse("message_delta", { delta: { stop_reason: stopReason, stop_sequence: null }, usage })
         : sse("message_delta", { delta: { stop_reason: stopReason, stop_sequence: null, container }, usage, context_management: contextManagement })) +
       sse("message_stop", {}),
@@ -68,6 +72,25 @@ describe("POST /v1/messages: message_delta's fields and stop reasons passed on a
     assert.equal(messageDelta(streamed.text).delta.stop_reason, "model_context_window_exceeded");
     const start = JSON.parse(sseEvents(streamed.text).find((e) => e.event === "message_start")!.data);
     assert.equal(start.message.stop_reason, null, "message_start says no stop reason yet");
+    // The container goes where a live stream has it, the delta (the SDKs' stream helpers read it there).
+    assert.deepEqual(messageDelta(streamed.text).delta.container, container);
+    assert.equal("container" in start.message, false);
+  });
+
+  it("caches a stream whose message_delta carries stop_details and a null container, and gives stop_details back in message_delta and in the JSON", async () => {
+    const content = `refusal details ${++n}`;
+    const req = (stream: boolean) => postJson(`${on.gw.gatewayUrl}/v1/messages`, on.key, { model: "assistant-3-5-sonnet-20241022", max_tokens: 100, stream, messages: [{ role: "user", content }] });
+    const first = await req(true);
+    assert.equal(first.headers["x-svc-cache"], "MISS", first.text);
+    assert.deepEqual(messageDelta(first.text).delta, { stop_reason: "refusal", stop_sequence: null, stop_details: stopDetails, container: null });
+    const streamed = await req(true);
+    assert.equal(streamed.headers["x-svc-cache"], "HIT", streamed.text);
+    assert.deepEqual(messageDelta(streamed.text).delta, { stop_reason: "refusal", stop_sequence: null, stop_details: stopDetails });
+    const start = JSON.parse(sseEvents(streamed.text).find((e) => e.event === "message_start")!.data);
+    assert.equal("stop_details" in start.message, false, "stop_details is said at the end, as live");
+    const whole = await req(false);
+    assert.equal(whole.headers["x-svc-cache"], "HIT", whole.text);
+    assert.deepEqual([whole.json().stop_reason, whole.json().stop_details], ["refusal", stopDetails]);
   });
 
   it("caches a streamed answer whose only unnamed end field is its stop_reason, and gives it back with it as a stream and as JSON", async () => {
