@@ -92,6 +92,11 @@ export class CompletionAssembler {
     }
   }
 
+  /** False once the stream has shown something that cannot be assembled: result() will be undefined. */
+  get assemblable(): boolean {
+    return this.#ok;
+  }
+
   /** The whole answer, or undefined when the stream did not end well or held blocks that cannot be assembled. */
   result(): Completion | undefined {
     if (!this.#ok || !this.#ended || !this.#c) return undefined;

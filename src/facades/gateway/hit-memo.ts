@@ -1,5 +1,5 @@
 import { fromBinary } from "@bufbuild/protobuf";
-import { type Completion, CompletionSchema } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { type Completion, CompletionSchema, FinishReason } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { deepFreeze } from "../../core/freeze.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 
@@ -81,7 +81,11 @@ export class CachedAnswers {
   of(payload: Uint8Array): CachedAnswer {
     let answer = this.#byPayload.get(payload);
     if (answer) return answer;
-    answer = new CachedAnswer(deepFreeze(fromBinary(CompletionSchema, payload)));
+    const c = fromBinary(CompletionSchema, payload);
+    // Every stored answer says how it finished (serve-chat's storable): one that does not (an
+    // empty payload decodes as an empty answer) is damaged, answered as a miss.
+    if (c.finishReason === FinishReason.UNSPECIFIED) throw new Error("the cached answer has no finish reason: not a whole answer");
+    answer = new CachedAnswer(deepFreeze(c));
     if (payload.byteLength <= CachedAnswers.MAX_KEPT_BYTES) this.#byPayload.set(payload, answer);
     return answer;
   }

@@ -403,7 +403,13 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       let storing: Promise<void> | undefined;
       const keep = policy.store ? (c: Completion) => void (storable(c) && (storing ??= store(deps, scope, c, policy))) : undefined;
       try {
-        answer = await callUpstream(res, svc, limitHeaders, s, deps, chat, parsed, trace, bodies, keep);
+        // A stream that turns out to have no whole form to store (thinking, logprobs, too long)
+        // lets its waiters go at once, to call the upstream each: they would get nothing from it.
+        const unkept = leader ? () => {
+          land(undefined);
+          if (flights.get(flightKey) === flight) flights.delete(flightKey);
+        } : undefined;
+        answer = await callUpstream(res, svc, limitHeaders, s, deps, chat, parsed, trace, bodies, keep, unkept);
         cost = svc["X-Svc-Cost"];
         trace.costUsd = cost;
       } catch (e) {
@@ -423,7 +429,9 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
         if (leader) {
           // Its client left (not the shutdown's cut, which ends the waiters too): a waiter takes over.
           const abandoned = answer === undefined && res.destroyed && !res.writableFinished && !deps.shutdown?.isCut;
-          land(abandoned ? ABANDONED : answer);
+          // An answer the cache would not store (one that does not say how it finished) is not
+          // served to its waiters either: they ask the upstream, as a later request would.
+          land(abandoned ? ABANDONED : storable(answer) ? answer : undefined);
           // An answer to store keeps its flight, landed, until it is in the cache: an identical
           // request arriving meanwhile (the store is a round trip on Redis) is served it as a hit.
           if (!(policy.store && storable(answer))) flights.delete(flightKey);
@@ -727,6 +735,7 @@ async function callUpstream(
   trace: RequestTrace,
   bodies: boolean,
   keep?: (c: Completion) => void,
+  unkept?: () => void,
 ): Promise<Completion | undefined> {
   const shutdown = deps.shutdown;
   // After the shutdown's cut, no upstream call starts (a request that waited on an identical one
@@ -768,8 +777,13 @@ async function callUpstream(
     // counts), when its stream gave one at the start, and the characters streamed since.
     let started: Completion["usage"];
     let outChars = 0;
+    let unassemblable = unkept;
     const onEvent = (ev: StreamChatResponse) => {
       whole.push(ev);
+      if (unassemblable && !whole.assemblable) {
+        unassemblable();
+        unassemblable = undefined;
+      }
       const e = ev.event;
       // Raw deltas (thinking, signatures) are output the upstream bills too; counted as their JSON.
       if (e.case === "blockDelta") outChars += e.value.text.length + e.value.partialJson.length + e.value.rawJson.length;

@@ -67,6 +67,12 @@ describe("hit memo", () => {
   });
 
   describe("CachedAnswers", () => {
+    it("refuses a payload that decodes to no whole answer (empty, or without a finish reason): a damaged entry, answered as a miss", () => {
+      const answers = new CachedAnswers();
+      assert.throws(() => answers.of(new Uint8Array(0)), /no finish reason/);
+      assert.throws(() => answers.of(toBinary(CompletionSchema, completion({ id: "x", blocks: [contentBlock({ type: BlockType.TEXT, text: "Hi" })] }))), /no finish reason/);
+    });
+
     it("decodes the same payload once and a replaced one anew", () => {
       const answers = new CachedAnswers();
       const payload = toBinary(CompletionSchema, answer(1_700_000_000));

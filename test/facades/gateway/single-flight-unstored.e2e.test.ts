@@ -1,0 +1,66 @@
+import assert from "node:assert/strict";
+import type http from "node:http";
+import { postJson } from "../../support/http.js";
+import { gatewayOnScriptedUpstream } from "../../support/upstream.js";
+
+/**
+ * Single flight shares an answer the cache would store. Identical requests in flight behind one
+ * whose answer it would not store (a stream with per-chunk logprobs, which has no whole form; an
+ * answer that does not say how it finished) are not served that answer: they call the upstream
+ * themselves, as a later identical request would, and a stream's waiters are let go as soon as the
+ * stream shows it cannot be stored, not made to wait for its end first.
+ */
+const calls: number[] = [];
+
+function answer(body: { stream?: boolean; messages: Array<{ content: string }> }, res: http.ServerResponse): void {
+  calls.push(Date.now());
+  const prompt = body.messages.at(-1)!.content;
+  const chunk = (delta: object, finish: string | null, extra: object = {}) =>
+    `data: ${JSON.stringify({ id: "chatcmpl-sf", object: "chat.completion.chunk", created: 1, model: "gpt-4o", choices: [{ index: 0, delta, finish_reason: finish, ...extra }] })}\n\n`;
+  if (prompt.startsWith("logprobs")) {
+    // The first chunk shows it (logprobs), then the answer takes 600 ms more.
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    const logprobs = { logprobs: { content: [{ token: "Hi", logprob: -0.1, bytes: [72, 105], top_logprobs: [] }] } };
+    res.write(chunk({ role: "assistant", content: "Hi" }, null, logprobs));
+    setTimeout(() => res.end(chunk({}, "stop", { logprobs: null }) + "data: [DONE]\n\n"), 600);
+    return;
+  }
+  // No finish reason, after 300 ms.
+  setTimeout(() => {
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(JSON.stringify({ id: `chatcmpl-${calls.length}`, object: "chat.completion", created: 1, model: "gpt-4o", choices: [{ index: 0, message: { role: "assistant", content: "Hi" }, finish_reason: null }], usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } }));
+  }, 300);
+}
+
+describe("single flight: identical requests behind an answer the cache would not store", () => {
+  const on = gatewayOnScriptedUpstream(answer);
+  let n = 0;
+  const ask = (content: string, stream: boolean) =>
+    postJson(`${on.gw.gatewayUrl}/v1/chat/completions`, on.key, { model: "chat-4o", stream, messages: [{ role: "user", content }] });
+
+  it("lets the waiters of a stream that shows it cannot be stored go at once, each to the upstream", async () => {
+    calls.length = 0;
+    const content = `logprobs ${++n}`;
+    const started = Date.now();
+    const first = ask(content, true);
+    await new Promise((r) => setTimeout(r, 100));
+    const rest = await Promise.all([ask(content, true), ask(content, true)]);
+    const all = [await first, ...rest];
+    assert.deepEqual(all.map((r) => [r.status, r.headers["x-svc-cache"]]), [[200, "MISS"], [200, "MISS"], [200, "MISS"]]);
+    assert.equal(calls.length, 3);
+    // The waiters called the upstream once the leader's first chunk came, not after its 600 ms end.
+    for (const at of calls.slice(1)) assert.ok(at - started < 500, `a waiter called the upstream ${at - started} ms in`);
+  });
+
+  it("does not serve the waiters an answer without a finish reason as a hit", async () => {
+    calls.length = 0;
+    const content = `unfinished ${++n}`;
+    const first = ask(content, false);
+    await new Promise((r) => setTimeout(r, 50));
+    const rest = await Promise.all([ask(content, false), ask(content, false)]);
+    const all = [await first, ...rest];
+    assert.deepEqual(all.map((r) => [r.status, r.headers["x-svc-cache"]]), [[200, "MISS"], [200, "MISS"], [200, "MISS"]]);
+    assert.equal(calls.length, 3);
+    assert.ok(all.every((r) => r.headers["x-svc-cost"] !== "0"), "each was charged as the miss it was");
+  });
+});
