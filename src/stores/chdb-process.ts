@@ -99,7 +99,10 @@ export async function startChdbProcess(dataDir: string, port = 0, opts: ChdbOpti
     async stop() {
       if (!alive) return;
       child.kill("SIGTERM");
-      const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      // A stopped engine (SIGSTOP, a debugger) acts on the TERM only once continued; a hung one is
+      // killed after 5 s (its inserts are durable as they land, and what it had not taken is spooled).
+      child.kill("SIGCONT");
+      const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
       await exited;
       clearTimeout(timer);
     },

@@ -57,6 +57,16 @@ describe("the embedded engine's process", function () {
     assert.deepEqual([...new Set(nices)], [nice]);
   });
 
+  it("stops an engine that was stopped (SIGSTOP) at once, not after the kill's grace", async () => {
+    engine = await startChdbProcess(dir, 0);
+    await work(engine);
+    process.kill(engine.pid, "SIGSTOP");
+    const started = Date.now();
+    await engine.stop();
+    assert.ok(Date.now() - started < 3_000, `stopped in ${Date.now() - started} ms`);
+    assert.equal(engine.alive, false);
+  });
+
   it("leaves the priority alone at nice 0", async function () {
     if (!existsSync("/proc/self/task")) this.skip();
     engine = await startChdbProcess(dir, 0, { nice: 0 });

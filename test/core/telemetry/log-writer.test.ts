@@ -295,6 +295,39 @@ describe("log writer", function () {
     });
   });
 
+  describe("closing while the store hangs", () => {
+    it("spools at close, without trying again, what a store that just failed (a timed-out insert) did not take", async () => {
+      const calls: number[] = [];
+      // An insert that hangs and then fails, as one against a stopped engine does at its request timeout.
+      const store: TelemetryStore = {
+        engine: "hanging",
+        async insert() {
+          calls.push(Date.now());
+          await new Promise((r) => setTimeout(r, 400));
+          throw new TelemetryUnavailableError("Timeout error");
+        },
+        listLogs: async () => ({ logs: [], more: false }),
+        getLog: async () => undefined,
+        analytics: async () => {
+          throw new Error("not here");
+        },
+        ready: async () => [],
+        close: async () => {},
+      };
+      const spoolDir = tmp("svc-spool-");
+      const w = createLogWriter({ store, spool: await openLogSpool(spoolDir, { maxBytes: 1 << 30 }), batchSize: 10, flushIntervalMs: 20, retryMinMs: 5_000, retryMaxMs: 10_000 });
+      for (let i = 0; i < 3; i++) w.record("live", logRow(i));
+      await eventually(() => w.stats.spooled === 3, 2_000, "an insert failed and its rows spooled");
+      // Rows of the last requests, after the failure (in the shutdown's grace period).
+      for (let i = 3; i < 5; i++) w.record("live", logRow(i));
+      const closing = Date.now();
+      await w.close();
+      assert.ok(Date.now() - closing < 300, `closed in ${Date.now() - closing} ms: no second insert`);
+      assert.equal(calls.length, 1, "the store that had just failed was not tried again at close");
+      assert.equal(w.stats.spooled, 5, "every row spooled for the next start");
+    });
+  });
+
   describe("splitting a batch the store refuses", () => {
     const writerOn = async (store: TelemetryStore, spoolDir: string, over: { maxSplitInserts?: number } = {}) =>
       createLogWriter({ store, spool: await openLogSpool(spoolDir, { maxBytes: 1 << 30 }), ...fast, batchSize: 1000, ...over });
