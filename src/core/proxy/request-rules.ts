@@ -10,7 +10,8 @@ import { ApiStyle } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 /** The roles a chat-completions message may have. */
 export const CHAT_ROLES = ["system", "developer", "user", "assistant", "tool", "function"] as const;
 /** The roles a messages-style message may have (the system prompt is a field of its own). */
-export const MESSAGES_ROLES = ["user", "assistant"] as const;
+/** `system`: a system message in the conversation (Anthropic SDK 1.x `SystemMessageParam`: text only). */
+export const MESSAGES_ROLES = ["user", "assistant", "system"] as const;
 
 /** The roles of a style. */
 export const rolesOf = (style: ApiStyle): readonly string[] => (style === ApiStyle.MESSAGES ? MESSAGES_ROLES : CHAT_ROLES);

@@ -10,7 +10,7 @@ import {
   type ToolDefinition,
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
-import type { ErrorInfo } from "../../core/errors.js";
+import { type ErrorInfo, invalidRequest } from "../../core/errors.js";
 import { extraJson, isObject, parseExtra, type JsonObject } from "../../core/json.js";
 import { chatMessage, contentBlock, toolDefinition } from "../../core/proxy/canonical.js";
 import {
@@ -116,6 +116,10 @@ function parseMessage(v: unknown, i: number): ChatMessage {
     blocks = content.map((b, j) => blockFromWire(checkBlock(b, `${path}.content[${j}]`)));
   } else {
     return wrongType(`${path}.content`, "a string or an array of content blocks", content);
+  }
+  if (role === "system") {
+    const other = blocks.findIndex((b) => b.type !== BlockType.TEXT);
+    if (other >= 0) throw invalidRequest("invalid_value", `\`${path}.content[${other}]\` must be a text block: a system message holds text only.`);
   }
   return chatMessage({ role, blocks, contentIsString: typeof content === "string", extraJson: extraJson(m, MESSAGE_FIELDS) });
 }

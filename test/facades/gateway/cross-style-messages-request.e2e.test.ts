@@ -236,6 +236,39 @@ describe("messages requests on an OpenAI-style upstream (official anthropic SDK,
     });
   });
 
+  describe("system messages in the conversation (role \"system\", the SDK's SystemMessageParam)", () => {
+    it("passes one to an Anthropic-style upstream as sent, and gives an OpenAI-style one a system message in its place", async () => {
+      const tag = nonce();
+      const messages: Anthropic.MessageParam[] = [
+        { role: "user", content: `first ${tag}` },
+        { role: "assistant", content: "ok" },
+        { role: "system", content: [{ type: "text", text: "Be brief." }, { type: "text", text: "Use French." }] },
+        { role: "user", content: "again" },
+      ];
+      const same = await anthropic.messages.create({ model: "assistant-3-5-haiku-20241022", max_tokens: 20, system: "top", messages });
+      assert.equal(same.content[0]?.type, "text");
+      const toAnthropic = sent.filter((x) => !x.path.includes("/chat/completions")).at(-1)!.body;
+      assert.deepEqual(toAnthropic.messages, messages);
+      await anthropic.messages.create({ model: "assistant-x-gpt", max_tokens: 20, system: "top", messages });
+      assert.deepEqual(sentFor(tag).at(-1)!.messages, [
+        { role: "system", content: "top" },
+        { role: "user", content: `first ${tag}` },
+        { role: "assistant", content: "ok" },
+        { role: "system", content: "Be brief.\n\nUse French." },
+        { role: "user", content: "again" },
+      ]);
+    });
+
+    it("refuses a system message holding anything but text", async () => {
+      const res = await postJson(`${gw.gatewayUrl}/v1/messages`, key, {
+        model: "assistant-3-5-haiku-20241022", max_tokens: 5,
+        messages: [{ role: "system", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo=" } }] }, { role: "user", content: "x" }],
+      });
+      assert.equal(res.status, 400, res.text);
+      assert.deepEqual(res.json().error, { type: "invalid_request_error", code: "invalid_value", message: "`messages[0].content[0]` must be a text block: a system message holds text only." });
+    });
+  });
+
   describe("message threads (the `thread` field)", () => {
     const continued = (tag: string) => ({
       model: "assistant-x-gpt", max_tokens: 20,

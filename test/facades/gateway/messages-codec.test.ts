@@ -43,7 +43,7 @@ describe("messages codec: invalid requests", () => {
     ["empty messages", valid({ messages: [] }), "invalid_value", "`messages`"],
     ["messages an object", valid({ messages: { role: "user" } }), "invalid_type", "`messages`"],
     ["a message that is a string", valid({ messages: ["hi"] }), "invalid_type", "`messages[0]`"],
-    ["a system role in messages", valid({ messages: [{ role: "system", content: "x" }] }), "invalid_value", "`messages[0].role`"],
+    ["a role no message has", valid({ messages: [{ role: "tool", content: "x" }] }), "invalid_value", "`messages[0].role`"],
     ["a message that is null (there, mistyped, not missing)", valid({ messages: [null] }), "invalid_type", "`messages[0]`"],
     ["a missing role", valid({ messages: [{ content: "x" }] }), "missing_required_field", "`messages[0].role`"],
     ["a missing content", valid({ messages: [{ role: "user" }] }), "missing_required_field", "`messages[0].content`"],

@@ -17,6 +17,8 @@ export function messagesFromMessagesStyle(req: StreamChatRequest): JsonObject[] 
   if (req.system) out.push({ role: "system", content: req.system });
   req.messages.forEach((m, i) => {
     if (m.role === "assistant") pushAssistant(m, out);
+    // A system message in the conversation stays one, where it was (chat completions takes them anywhere).
+    else if (m.role === "system") out.push({ role: "system", content: m.blocks.filter((b) => b.type === BlockType.TEXT).map((b) => b.text).join("\n\n") });
     else pushUser(m, `messages[${i}]`, req.model, out);
   });
   return out;
