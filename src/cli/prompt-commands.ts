@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
-import { MAX_PROMPT_BYTES } from "../core/telemetry/telemetry-service.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { MAX_PROMPT_BYTES } from "../core/telemetry/telemetry-service.js";
 import type { Prompt } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { createTelemetryAdminClient, resolveAdminTarget, UsageError } from "./admin-client.js";
 import { type Flags, need, out } from "./admin-commands.js";

@@ -9,8 +9,10 @@ import { ApiStyle } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 
 /** The roles a chat-completions message may have. */
 export const CHAT_ROLES = ["system", "developer", "user", "assistant", "tool", "function"] as const;
-/** The roles a messages-style message may have (the system prompt is a field of its own). */
-/** `system`: a system message in the conversation (Anthropic SDK 1.x `SystemMessageParam`: text only). */
+/**
+ * The roles a messages-style message may have: the system prompt is a field of its own, and
+ * `system` a system message within the conversation (the Anthropic SDK's `SystemMessageParam`, text only).
+ */
 export const MESSAGES_ROLES = ["user", "assistant", "system"] as const;
 
 /** The roles of a style. */
