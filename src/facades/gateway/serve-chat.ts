@@ -24,6 +24,7 @@ import { SENT_UPSTREAM, sentUpstream } from "../../core/proxy/upstream-http.js";
 import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
 import type { Pricing } from "../../core/proxy/pricing.js";
 import { toErrorInfo } from "../../core/errors.js";
+import { parseExtra } from "../../core/json.js";
 import { Lru } from "../../core/lru.js";
 import { atMostEvery, log } from "../../logger.js";
 import { answeredBody, shuttingDown } from "../http-errors.js";
@@ -269,9 +270,12 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       betas = betasOf(req);
     }
     const asked = cachePolicyOf(req);
-    const policy = deps.cacheEnabled ? asked : cacheOff;
     if (!pre.parsed) throw pre.error;
     const parsed = pre.parsed;
+    // A turn of a message thread (the threads beta: the upstream keeps the conversation, and the
+    // answer's id anchors the next turn) is never answered from the cache or shared: another
+    // conversation's answer would continue the wrong thread.
+    const policy = deps.cacheEnabled && !inThread(parsed) ? asked : cacheOff;
     const chat = chatRequest(parsed, { requestId, projectId: project!.id, keyId: key!.id, keyMode: key!.mode, userId, metadata, betas });
     // A model this endpoint does not serve is refused before the limits count the request.
     deps.pricing.checkServed(chat.model, chat.style);
@@ -903,6 +907,9 @@ async function serveHit(
  * finish reason (finish_reason null, a stream with none, no message_delta) is passed on as it came,
  * and its repeats go to the upstream again rather than being served that answer for the TTL.
  */
+/** Whether a request is a turn of a message thread (`thread`, a messages-style field). */
+const inThread = (r: ParsedChatRequest): boolean => r.style === ApiStyle.MESSAGES && r.extraJson.includes('"thread"') && parseExtra(r.extraJson).thread != null;
+
 const storable = (c: Completion | undefined): boolean => c !== undefined && c.finishReason !== FinishReason.UNSPECIFIED;
 
 const emptyEvents: AsyncIterator<never> = { next: async () => ({ done: true, value: undefined }) };

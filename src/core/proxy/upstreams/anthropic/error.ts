@@ -34,8 +34,8 @@ export function convertMessagesError(status: number, bodyText: string): ConnectE
   } catch {
     json = undefined; // not the API's JSON (a proxy's HTML page): status alone decides
   }
-  const { type, message } = readError(json);
-  return upstreamError(status, type, message);
+  const { type, message, details } = readError(json);
+  return upstreamError(status, type, message, details);
 }
 
 /** Converts an `error` event of a stream (its data text), which arrives after a 200 status. */
@@ -44,7 +44,7 @@ export function convertStreamError(data: unknown): ConnectError {
   return upstreamError((type && statusByType[type]) || 500, type, message);
 }
 
-function upstreamError(status: number, type: string | undefined, message: string | undefined): ConnectError {
+function upstreamError(status: number, type: string | undefined, message: string | undefined, details?: Record<string, unknown>): ConnectError {
   const detail = message ? `${UPSTREAM_SAID}${message}` : `The upstream provider answered with HTTP ${status}.`;
   if (status === 429 || type === "rate_limit_error") {
     // Worded as the OpenAI-style adapter words it: one refusal reads the same on both endpoints.
@@ -64,17 +64,24 @@ function upstreamError(status: number, type: string | undefined, message: string
   }
   if (status >= 400 && status < 500) {
     const t = passedOnType(type);
-    return apiError(status, t, `upstream_${t}`, detail);
+    // The upstream's `details` (its `error_code`: the SDK's thread runner resends a conversation
+    // whose thread is gone on `thread_not_found`) reach the client as sent.
+    return apiError(status, t, `upstream_${t}`, detail, details);
   }
   if (status >= 500) return apiError(502, "api_error", "upstream_error", detail);
   return apiError(502, "api_error", "upstream_invalid_response", `The upstream provider answered with an unexpected HTTP ${status}.`);
 }
 
-/** The error type and message of a parsed error body, when it has the API's shape. */
-function readError(json: unknown): { type?: string; message?: string } {
+/** The most characters of an upstream error's `details` passed on (its JSON); larger ones are dropped. */
+const MAX_DETAILS_CHARS = 2048;
+
+/** The error type, message and details of a parsed error body, when it has the API's shape. */
+function readError(json: unknown): { type?: string; message?: string; details?: Record<string, unknown> } {
   const err = isObject(json) && isObject(json.error) ? json.error : {};
+  const details = isObject(err.details) && JSON.stringify(err.details).length <= MAX_DETAILS_CHARS ? err.details : undefined;
   return {
     type: typeof err.type === "string" ? err.type : undefined,
     message: typeof err.message === "string" ? clip(err.message) : undefined,
+    ...(details ? { details } : {}),
   };
 }
