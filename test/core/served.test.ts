@@ -164,7 +164,7 @@ describe("core port: requests checked before they reach the upstream", function 
     ["malformed messages-style extra_json", (m) => messages(m, { extra_json: "{bad" }), "INVALID_ARGUMENT", "invalid_value", "`extra_json`"],
     ["a messages-style extra_json naming max_tokens", (m) => messages(m, { extra_json: '{"max_tokens":100000}' }), "INVALID_ARGUMENT", "invalid_value", "`extra_json`"],
     ["a messages-style temperature of 1.5", (m) => messages(m, { temperature: 1.5 }), "INVALID_ARGUMENT", "invalid_value", "`temperature`"],
-    ["a system role in the messages style", (m) => messages(m, { messages: [{ role: "system", blocks: [text(m, MSGS)] }] }), "INVALID_ARGUMENT", "invalid_value", "`messages[0].role`"],
+    ["a tool role in the messages style", (m) => messages(m, { messages: [{ role: "tool", blocks: [text(m, MSGS)] }] }), "INVALID_ARGUMENT", "invalid_value", "`messages[0].role`"],
     ["malformed messages-style image raw_json", (m) => messages(m, { messages: user(m, MSGS, { type: "BLOCK_TYPE_IMAGE", raw_json: "{bad", style: MSGS }) }), "INVALID_ARGUMENT", "invalid_value", "`messages[0].blocks[1].raw_json`"],
     ["a messages-style block extra_json naming its type", (m) => messages(m, { messages: user(m, MSGS, text("x", MSGS, { extra_json: '{"type":"image"}' })) }), "INVALID_ARGUMENT", "invalid_value", "`messages[0].blocks[1].extra_json`"],
     ["malformed messages-style tool schema", (m) => messages(m, { tools: [{ name: "f", input_schema_json: "{bad" }] }), "INVALID_ARGUMENT", "invalid_value", "`tools[0].input_schema_json`"],

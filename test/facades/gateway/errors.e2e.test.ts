@@ -73,7 +73,8 @@ describe("gateway errors: the spec's status and error object for every kind of b
     ["messages model on chat", "chat", chat("x", { model: "assistant-3-opus-20240229" }), "model_not_supported", /\/v1\/messages/],
     ["missing max_tokens", "messages", { model: "assistant-3-opus-20240229", messages: [{ role: "user", content: "x" }] }, "missing_required_field", /max_tokens/],
     ["temperature above 1", "messages", msgs("x", { temperature: 1.5 }), "invalid_value", /temperature/],
-    ["system role in messages", "messages", msgs("x", { messages: [{ role: "system", content: "x" }] }), "invalid_value", /role/],
+    ["tool role in messages", "messages", msgs("x", { messages: [{ role: "tool", content: "x" }] }), "invalid_value", /role/],
+    ["system message holding an image", "messages", msgs("x", { messages: [{ role: "system", content: [{ type: "image", source: { type: "url", url: "https://example.com/a.png" } }] }, { role: "user", content: "x" }] }), "invalid_value", /system message holds text only/],
     ["chat model on messages", "messages", msgs("x", { model: "chat-4o" }), "model_not_supported", /\/v1\/chat\/completions/],
     ["unknown model on messages", "messages", msgs("x", { model: "assistant-9" }), "model_not_found", /assistant-9/],
   ];
