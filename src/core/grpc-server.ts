@@ -4,6 +4,7 @@ import net from "node:net";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { refuseUnauthenticated } from "./admin-auth.js";
+import { bounded, MAX_ERROR_MESSAGE_CHARS } from "./errors.js";
 import { isObject } from "./json.js";
 import { applyClientTimeouts, clientTimeouts, type ClientTimeouts } from "../client-timeouts.js";
 import { answerClientError } from "../facades/http-errors.js";
@@ -201,16 +202,22 @@ function gentlerGrpcMessage(res: { writeHead: unknown; addTrailers: unknown }): 
   };
 }
 
-/** Rewrites a headers object's `grpc-message`, if any, percent-encoding only what the gRPC spec requires. */
+/**
+ * Rewrites a headers object's `grpc-message`, if any, percent-encoding only what the gRPC spec
+ * requires, and cut to MAX_ERROR_MESSAGE_CHARS as the core's own messages are: one Connect itself
+ * wrote (its JSON decoder quotes an unknown field's name whole) could otherwise pass HTTP/2's
+ * header size, which resets the stream and the caller's connection with it.
+ */
 function reencodeGrpcMessage(headers: unknown): void {
   if (!isObject(headers)) return;
   const v = headers["grpc-message"];
-  if (typeof v !== "string" || !v.includes("%")) return;
+  if (typeof v !== "string" || (!v.includes("%") && v.length <= MAX_ERROR_MESSAGE_CHARS)) return;
   let text: string;
   try {
-    text = decodeURIComponent(v);
+    text = bounded(decodeURIComponent(v));
   } catch {
-    return; // not Connect's encoding: left as it is
+    headers["grpc-message"] = bounded(v); // not Connect's encoding: only cut
+    return;
   }
   // A run of such characters is whole code points (it came from decodeURIComponent): encodable.
   headers["grpc-message"] = text.replace(/[^\x20-\x24\x26-\x7e]+/g, encodeURIComponent);

@@ -156,6 +156,39 @@ describe("core over gRPC (independent @grpc/grpc-js client loading the .proto fi
     }
   });
 
+  it("cuts a message Connect itself wrote (its JSON decoder quoting a 100,000-character field name) to 1024 characters: the call is answered and its connection kept", async () => {
+    const session = http2.connect(gw.grpcUrl);
+    try {
+      const call = (body: string) =>
+        new Promise<{ status: string; message: string }>((resolve, reject) => {
+          const stream = session.request({ ":method": "POST", ":path": "/svc.auth.v1.AuthService/CreateProject", "content-type": "application/grpc+json", te: "trailers", authorization: `Bearer ${gw.adminToken}` });
+          let status = "";
+          let message = "";
+          const read = (h: http2.IncomingHttpHeaders) => {
+            status ||= String(h["grpc-status"] ?? "");
+            message ||= String(h["grpc-message"] ?? "");
+          };
+          stream.on("response", read);
+          stream.on("trailers", read);
+          stream.on("error", reject);
+          stream.resume();
+          stream.on("close", () => resolve({ status, message }));
+          const json = Buffer.from(body);
+          const head = Buffer.alloc(5);
+          head.writeUInt32BE(json.length, 1);
+          stream.end(Buffer.concat([head, json]));
+        });
+      const long = await call(`{"${"k".repeat(100_000)}":1}`);
+      assert.equal(long.status, String(Code.InvalidArgument));
+      assert.ok(long.message.length <= 1100 && decodeURIComponent(long.message).endsWith("…"), `${long.message.length} characters`);
+      // The same connection still takes calls.
+      const next = await call(`{"name":"after","plan":"PLAN_FREE"}`);
+      assert.equal(next.status, "0", next.message);
+    } finally {
+      session.close();
+    }
+  });
+
   it("maps errors to gRPC status codes", async () => {
     const auth = new pkg.svc.auth.v1.AuthService(target, grpc.credentials.createInsecure());
     await assert.rejects(unary(auth, "VerifyKey", { secret: "nope" }, md), (e: any) => e.code === grpc.status.UNAUTHENTICATED);
