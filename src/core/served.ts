@@ -166,14 +166,22 @@ export function internalErrorInterceptor(): Interceptor {
     // The message is read when a failure is logged, not before: StreamChat makes a request id
     // for a request that has none, into the message.
     let message: unknown;
+    // What failed reading the request (a binary message that does not parse) is the caller's, not
+    // a fault of the server: answered as Connect answers it on a unary call, and not logged.
+    let unreadable: unknown;
     if (req.stream) {
       const source = req.message;
       req = {
         ...req,
         message: (async function* () {
-          for await (const m of source) {
-            message = m;
-            yield m;
+          try {
+            for await (const m of source) {
+              message = m;
+              yield m;
+            }
+          } catch (e) {
+            unreadable = e;
+            throw e;
           }
         })(),
       };
@@ -181,7 +189,7 @@ export function internalErrorInterceptor(): Interceptor {
       message = req.message;
     }
     const hide = (e: unknown): unknown => {
-      if (!isInternal(e)) return clipped(e);
+      if (e === unreadable || !isInternal(e)) return clipped(e);
       const cause = e instanceof ConnectError ? e.cause : undefined;
       log.error("core call failed", {
         procedure: `/${req.service.typeName}/${req.method.name}`,

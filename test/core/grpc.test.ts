@@ -19,6 +19,7 @@ import { createUpstreamHttp } from "../../src/core/proxy/upstream-http.js";
 import { createAnthropicAdapter } from "../../src/core/proxy/upstreams/anthropic/adapter.js";
 import { createOpenAiAdapter } from "../../src/core/proxy/upstreams/openai/adapter.js";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
+import { captureLog } from "../support/log-capture.js";
 
 const protoDir = fileURLToPath(new URL("../../proto", import.meta.url));
 
@@ -184,6 +185,36 @@ describe("core over gRPC (independent @grpc/grpc-js client loading the .proto fi
       // The same connection still takes calls.
       const next = await call(`{"name":"after","plan":"PLAN_FREE"}`);
       assert.equal(next.status, "0", next.message);
+    } finally {
+      session.close();
+    }
+  });
+
+  it("answers a StreamChat whose binary request does not parse as Connect answers a unary one (its parser's words), without logging a server fault", async () => {
+    const session = http2.connect(gw.grpcUrl);
+    try {
+      let got = { status: "", message: "" };
+      const lines = await captureLog(async () => {
+        got = await new Promise((resolve, reject) => {
+          const stream = session.request({ ":method": "POST", ":path": "/svc.proxy.v1.ProxyService/StreamChat", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${gw.adminToken}` });
+          let status = "";
+          let message = "";
+          const read = (h: http2.IncomingHttpHeaders) => {
+            status ||= String(h["grpc-status"] ?? "");
+            message ||= String(h["grpc-message"] ?? "");
+          };
+          stream.on("response", read);
+          stream.on("trailers", read);
+          stream.on("error", reject);
+          stream.resume();
+          stream.on("close", () => resolve({ status, message }));
+          // Field 1 (a string) claiming 255 bytes, then the message ends.
+          stream.end(Buffer.from([0, 0, 0, 0, 3, 0x0a, 0xff, 0x01]));
+        });
+      });
+      assert.equal(got.status, String(Code.Internal));
+      assert.match(decodeURIComponent(got.message), /^parse binary: /);
+      assert.deepEqual(lines.filter((l) => l.includes("core call failed")), []);
     } finally {
       session.close();
     }
