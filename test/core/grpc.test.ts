@@ -160,25 +160,7 @@ describe("core over gRPC (independent @grpc/grpc-js client loading the .proto fi
   it("cuts a message Connect itself wrote (its JSON decoder quoting a 100,000-character field name) to 1024 characters: the call is answered and its connection kept", async () => {
     const session = http2.connect(gw.grpcUrl);
     try {
-      const call = (body: string) =>
-        new Promise<{ status: string; message: string }>((resolve, reject) => {
-          const stream = session.request({ ":method": "POST", ":path": "/svc.auth.v1.AuthService/CreateProject", "content-type": "application/grpc+json", te: "trailers", authorization: `Bearer ${gw.adminToken}` });
-          let status = "";
-          let message = "";
-          const read = (h: http2.IncomingHttpHeaders) => {
-            status ||= String(h["grpc-status"] ?? "");
-            message ||= String(h["grpc-message"] ?? "");
-          };
-          stream.on("response", read);
-          stream.on("trailers", read);
-          stream.on("error", reject);
-          stream.resume();
-          stream.on("close", () => resolve({ status, message }));
-          const json = Buffer.from(body);
-          const head = Buffer.alloc(5);
-          head.writeUInt32BE(json.length, 1);
-          stream.end(Buffer.concat([head, json]));
-        });
+      const call = (body: string) => rawGrpcCall(session, "/svc.auth.v1.AuthService/CreateProject", "application/grpc+json", Buffer.from(body), `Bearer ${gw.adminToken}`);
       const long = await call(`{"${"k".repeat(100_000)}":1}`);
       assert.equal(long.status, String(Code.InvalidArgument));
       assert.ok(long.message.length <= 1100 && decodeURIComponent(long.message).endsWith("…"), `${long.message.length} characters`);
@@ -195,22 +177,8 @@ describe("core over gRPC (independent @grpc/grpc-js client loading the .proto fi
     try {
       let got = { status: "", message: "" };
       const lines = await captureLog(async () => {
-        got = await new Promise((resolve, reject) => {
-          const stream = session.request({ ":method": "POST", ":path": "/svc.proxy.v1.ProxyService/StreamChat", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${gw.adminToken}` });
-          let status = "";
-          let message = "";
-          const read = (h: http2.IncomingHttpHeaders) => {
-            status ||= String(h["grpc-status"] ?? "");
-            message ||= String(h["grpc-message"] ?? "");
-          };
-          stream.on("response", read);
-          stream.on("trailers", read);
-          stream.on("error", reject);
-          stream.resume();
-          stream.on("close", () => resolve({ status, message }));
-          // Field 1 (a string) claiming 255 bytes, then the message ends.
-          stream.end(Buffer.from([0, 0, 0, 0, 3, 0x0a, 0xff, 0x01]));
-        });
+        // Field 1 (a string) claiming 255 bytes, then the message ends.
+        got = await rawGrpcCall(session, "/svc.proxy.v1.ProxyService/StreamChat", "application/grpc", Buffer.from([0x0a, 0xff, 0x01]), `Bearer ${gw.adminToken}`);
       });
       assert.equal(got.status, String(Code.Internal));
       assert.match(decodeURIComponent(got.message), /^parse binary: /);
@@ -321,3 +289,24 @@ describe("core over gRPC (independent @grpc/grpc-js client loading the .proto fi
     assert.equal(listed.projects[0]!.id, "p");
   });
 });
+
+/** One gRPC call over a raw HTTP/2 session: the message framed, the status and message read from headers or trailers. */
+function rawGrpcCall(session: http2.ClientHttp2Session, path: string, contentType: string, message: Buffer, authorization = ""): Promise<{ status: string; message: string }> {
+  return new Promise((resolve, reject) => {
+    const stream = session.request({ ":method": "POST", ":path": path, "content-type": contentType, te: "trailers", ...(authorization ? { authorization } : {}) });
+    let status = "";
+    let text = "";
+    const read = (h: http2.IncomingHttpHeaders) => {
+      status ||= String(h["grpc-status"] ?? "");
+      text ||= String(h["grpc-message"] ?? "");
+    };
+    stream.on("response", read);
+    stream.on("trailers", read);
+    stream.on("error", reject);
+    stream.resume();
+    stream.on("close", () => resolve({ status, message: text }));
+    const head = Buffer.alloc(5);
+    head.writeUInt32BE(message.length, 1);
+    stream.end(Buffer.concat([head, message]));
+  });
+}

@@ -47,16 +47,21 @@ function refusingStore(refuses: (r: LogRow) => boolean) {
       tokens.add(token);
       return unique.length;
     },
-    listLogs: async () => ({ logs: [], more: false }),
-    getLog: async () => undefined,
-    analytics: async () => {
-      throw new Error("not here");
-    },
-    ready: async () => [],
-    close: async () => {},
+    ...writeOnly,
   };
   return s;
 }
+
+/** The reads and lifecycle of a store that is only written to here. */
+const writeOnly = {
+  listLogs: async () => ({ logs: [], more: false }),
+  getLog: async () => undefined,
+  analytics: async (): Promise<never> => {
+    throw new Error("not here");
+  },
+  ready: async () => [],
+  close: async () => {},
+};
 
 /** Waits until the store holds `n` logs of the project (polling its listing). */
 async function until(store: TelemetryStore, projectId: string, n: number, ms = 10_000) {
@@ -306,13 +311,7 @@ describe("log writer", function () {
           await new Promise((r) => setTimeout(r, 400));
           throw new TelemetryUnavailableError("Timeout error");
         },
-        listLogs: async () => ({ logs: [], more: false }),
-        getLog: async () => undefined,
-        analytics: async () => {
-          throw new Error("not here");
-        },
-        ready: async () => [],
-        close: async () => {},
+        ...writeOnly,
       };
       const spoolDir = tmp("svc-spool-");
       const w = createLogWriter({ store, spool: await openLogSpool(spoolDir, { maxBytes: 1 << 30 }), batchSize: 10, flushIntervalMs: 20, retryMinMs: 5_000, retryMaxMs: 10_000 });
