@@ -19,6 +19,8 @@ interface Reservation {
   expiresAt: number;
   /** A rescindable admission's buckets, by window. */
   counted?: Partial<Record<WindowName, number>>;
+  /** The user whose window it was counted in, when it was. */
+  user?: string;
 }
 
 interface ProjectState {
@@ -364,7 +366,7 @@ export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): Limi
         }
       }
       if (input.worstNano > 0 || input.rescindable) {
-        p.reservations.set(input.reservationId, { nano: input.worstNano, expiresAt: now + input.reservationTtlMs, counted });
+        p.reservations.set(input.reservationId, { nano: input.worstNano, expiresAt: now + input.reservationTtlMs, counted, ...(counted?.user_minute !== undefined ? { user: input.userId } : {}) });
         p.reserved += input.worstNano;
       }
       return tight;
@@ -376,6 +378,8 @@ export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): Limi
       expire(p, input.nowMs);
       const r = p.reservations.get(input.reservationId);
       if (!r?.counted) return false;
+      // Another user than the one it was counted for: not this caller's admission to take back.
+      if (r.user !== undefined && r.user !== input.userId) return false;
       p.reserved -= r.nano;
       p.reservations.delete(input.reservationId);
       // A bucket that has left its window was dropped when the window moved past it. One left at 0

@@ -84,7 +84,9 @@ end
  * cap nano (-1: none), worst-case nano, reservation id, reservation ttl ms, month end ms,
  * recorded ('1': rescindable: record the reservation, and the buckets counted as `<id>:c` =
  * "m,d,u"; '2': the same, as "m,d,u,k", which only a take-back (rescind's ARGV[3] '1') may take
- * back; '0': only a reservation of a worst case above 0, without its buckets).
+ * back; '0': only a reservation of a worst case above 0, without its buckets). An admission
+ * counted in a user's window has that window's key after `|`: only a rescind for that user takes
+ * it back.
  * Returns {allowed, window (1 minute, 2 day, 3 user, 4 month), limit, remaining, reset ms,
  * retry ms, cap left in nano or false}; a spend-cap refusal's limit, remaining and reset are the
  * tightest request window's (0 when none applies; a reset of 0 when nothing is counted in it).
@@ -192,8 +194,11 @@ if worst > 0 or recorded ~= '0' then
   local ttl = tonumber(ARGV[8])
   redis.call('ZADD', KEYS[5], s(now + ttl), ARGV[7])
   redis.call('HSET', KEYS[6], ARGV[7], ARGV[6])
-  if recorded == '1' then redis.call('HSET', KEYS[6], ARGV[7] .. ':c', table.concat(counted, ',')) end
-  if recorded == '2' then redis.call('HSET', KEYS[6], ARGV[7] .. ':c', table.concat(counted, ',') .. ',k') end
+  -- Counted in a user's window: that window's key follows, so only that user's Rescind takes it back.
+  local who = ''
+  if counted[3] ~= '' then who = '|' .. KEYS[3] end
+  if recorded == '1' then redis.call('HSET', KEYS[6], ARGV[7] .. ':c', table.concat(counted, ',') .. who) end
+  if recorded == '2' then redis.call('HSET', KEYS[6], ARGV[7] .. ':c', table.concat(counted, ',') .. ',k' .. who) end
   redis.call('HINCRBY', KEYS[6], 'total', ARGV[6])
   redis.call('PEXPIRE', KEYS[5], ttl + 60000)
   redis.call('PEXPIRE', KEYS[6], ttl + 60000)
@@ -230,8 +235,9 @@ export const rescindLua = `${common}
 expire(KEYS[4], KEYS[5], now_ms(ARGV[2]))
 local counted = redis.call('HGET', KEYS[5], ARGV[1] .. ':c')
 if not counted then return 0 end
-local m, d, u, kept = string.match(counted, '^(%d*),(%d*),(%d*)(,?k?)$')
+local m, d, u, kept, who = string.match(counted, '^(%d*),(%d*),(%d*)(,?k?)|?(.*)$')
 if kept == ',k' and ARGV[3] ~= '1' then return 0 end
+if who ~= '' and who ~= KEYS[3] then return 0 end
 release(KEYS[4], KEYS[5], ARGV[1])
 local buckets = { m, d, u }
 for i = 1, 3 do

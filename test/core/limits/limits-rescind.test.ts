@@ -30,6 +30,20 @@ describe("LimitsService.Rescind", () => {
       assert.equal(again.remaining, 0, "the user window's one free place, and no more");
     });
 
+    it("takes back an admission counted in a user's window only for that user; another user's rescind changes nothing", async () => {
+      const s = await backend.service();
+      const a = await admit(s, { userId: "alice", maxCostUsd: "0.3" });
+      await admit(s, { userId: "bob" });
+      assert.equal((await rescind(s, a.reservationId, "bob")).rescinded, false);
+      const usage = async () => s.limits.getUsage({ projectId: s.projectId }).then((u) => [u.requestsLastMinute, u.reservedUsd]);
+      assert.deepEqual(await usage(), [2, "0.3"], "nothing taken back");
+      assert.equal((await admit(s, { userId: "bob" })).decision, Decision.ALLOWED);
+      assert.equal((await rescind(s, a.reservationId, "alice")).rescinded, true);
+      assert.deepEqual(await usage(), [2, "0"]);
+      // Bob's two are still counted (the minute has room): his window was not touched by the wrong rescind.
+      assert.equal((await admit(s, { userId: "bob" })).decision, Decision.USER_LIMITED);
+    });
+
     it("does nothing the second time, after a settle, or for an admission that was not rescindable", async () => {
       const s = await backend.service();
       const a = await admit(s);

@@ -211,7 +211,8 @@ export type RescindRequest = Message<"svc.limits.v1.RescindRequest"> & {
   projectId: string;
 
   /**
-   * The end user the admission was counted for ("" when none), as in its AdmitRequest.
+   * The end user the admission was counted for ("" when none), as in its AdmitRequest: an
+   * admission counted in a user's window is taken back only for that user.
    *
    * @generated from field: string user_id = 2;
    */
@@ -240,7 +241,8 @@ export const RescindRequestSchema: GenMessage<RescindRequest> = /*@__PURE__*/
 export type RescindResponse = Message<"svc.limits.v1.RescindResponse"> & {
   /**
    * True when the admission was found and taken back; false when it had already been settled,
-   * rescinded or had expired, or when the limits store was unreachable.
+   * rescinded or had expired, was counted for another user, or when the limits store was
+   * unreachable.
    *
    * @generated from field: bool rescinded = 1;
    */
