@@ -3,7 +3,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { LimitField, type Project, type UpdateProjectRequestSchema } from "../gen/svc/auth/v1/auth_service_pb.js";
 import type { ProjectLimits, ProjectLimitsSchema } from "../gen/svc/common/v1/project_limits_pb.js";
 import type { GetUsageResponse } from "../gen/svc/limits/v1/limits_service_pb.js";
-import { MAX_REQUESTS_PER_DAY, MAX_REQUESTS_PER_MINUTE } from "../core/auth/project-limits.js";
+import { hasLimits, MAX_REQUESTS_PER_DAY, MAX_REQUESTS_PER_MINUTE } from "../core/auth/project-limits.js";
 import { planName, planOf } from "../core/auth/plans.js";
 import { MAX_CAP_USD, parseCapNano } from "../core/limits/usd.js";
 import type { PlanName } from "../stores/registry-store.js";
@@ -97,7 +97,7 @@ const limitsJson = (l: ProjectLimits | undefined) => ({
  */
 function usageJson(u: GetUsageResponse, limits: ProjectLimits | undefined) {
   const counted = (v: unknown) => v !== undefined && v !== null;
-  const spend = counted(limits?.requestsPerMinute) || counted(limits?.requestsPerDay) || counted(limits?.userRequestsPerMinute) || counted(limits?.monthlySpendCapUsd);
+  const spend = hasLimits(limits);
   return {
     month: u.month,
     spent_usd: spend ? u.spentUsd : null,

@@ -26,6 +26,13 @@ const fieldOf: Partial<Record<LimitField, Field>> = {
   [LimitField.MONTHLY_SPEND_CAP_USD]: "monthlySpendCapUsd",
 };
 
+/**
+ * Whether any limit or cap is set: a project with none is not admitted through the limits (nothing
+ * of its requests is counted there: docs/limits.md).
+ */
+export const hasLimits = (l: ProjectLimits | undefined): l is ProjectLimits =>
+  l !== undefined && (l.requestsPerMinute !== undefined || l.requestsPerDay !== undefined || l.userRequestsPerMinute !== undefined || l.monthlySpendCapUsd !== undefined);
+
 /** The stored overrides as the proto message (unset: the plan's default). */
 export const overridesMessage = (o: LimitOverrides | undefined): ProjectLimits => create(ProjectLimitsSchema, o ?? {});
 

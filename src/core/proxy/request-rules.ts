@@ -61,3 +61,9 @@ export const CHAT_TOOL_FIELDS: ReadonlySet<string> = new Set(["type", "function"
 export const CHAT_FUNCTION_FIELDS: ReadonlySet<string> = new Set(["name", "description", "parameters"]);
 /** Fields of a messages-style custom tool. */
 export const MESSAGES_TOOL_FIELDS: ReadonlySet<string> = new Set(["name", "description", "input_schema"]);
+
+/**
+ * Whether a messages request's extra fields hold a `thread` (the message-threads beta: the upstream
+ * keeps the conversation, and the turn sends only its new messages).
+ */
+export const carriesThread = (extra: { thread?: unknown }): boolean => extra.thread !== undefined && extra.thread !== null;

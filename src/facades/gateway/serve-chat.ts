@@ -15,11 +15,13 @@ import {
   type StreamChatRequest,
   type StreamChatResponse,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { hasLimits } from "../../core/auth/project-limits.js";
 import { cacheKeyOf } from "../../core/cache/cache-key.js";
 import { encodeCompletion } from "../../core/proxy/completion-binary.js";
 import { Cancellation, cancellationKey } from "../../core/cancel.js";
 import { chatRequest, completionEvent } from "../../core/proxy/canonical.js";
 import { isCanceled } from "../../core/proxy/proxy-service.js";
+import { carriesThread } from "../../core/proxy/request-rules.js";
 import { SENT_UPSTREAM, sentUpstream } from "../../core/proxy/upstream-http.js";
 import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
 import type { Pricing } from "../../core/proxy/pricing.js";
@@ -187,8 +189,6 @@ export const newGatewayState = (): GatewayState => ({
   answers: new CachedAnswers(),
 });
 
-const hasLimits = (l: ProjectLimits | undefined): l is ProjectLimits =>
-  l !== undefined && (l.requestsPerMinute !== undefined || l.requestsPerDay !== undefined || l.userRequestsPerMinute !== undefined || l.monthlySpendCapUsd !== undefined);
 
 /**
  * Serves one gateway request; never throws (errors become the spec's error response). Order:
@@ -409,7 +409,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       try {
         // A stream that turns out to have no whole form to store (thinking, logprobs, too long)
         // lets its waiters go at once, to call the upstream each: they would get nothing from it.
-        const unkept = leader ? () => {
+        const unkept = leader && chat.stream ? () => {
           land(undefined);
           if (flights.get(flightKey) === flight) flights.delete(flightKey);
         } : undefined;
@@ -907,8 +907,8 @@ async function serveHit(
  * finish reason (finish_reason null, a stream with none, no message_delta) is passed on as it came,
  * and its repeats go to the upstream again rather than being served that answer for the TTL.
  */
-/** Whether a request is a turn of a message thread (`thread`, a messages-style field). */
-const inThread = (r: ParsedChatRequest): boolean => r.style === ApiStyle.MESSAGES && r.extraJson.includes('"thread"') && parseExtra(r.extraJson).thread != null;
+/** Whether a request is a turn of a message thread (its extra fields read only when they may name one). */
+const inThread = (r: ParsedChatRequest): boolean => r.style === ApiStyle.MESSAGES && r.extraJson.includes('"thread"') && carriesThread(parseExtra(r.extraJson));
 
 const storable = (c: Completion | undefined): boolean => c !== undefined && c.finishReason !== FinishReason.UNSPECIFIED;
 

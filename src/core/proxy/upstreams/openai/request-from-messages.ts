@@ -1,5 +1,6 @@
 import { BlockType, type ChatMessage, type ContentBlock, type StreamChatRequest } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { invalidRequest } from "../../../errors.js";
+import { carriesThread } from "../../request-rules.js";
 import { isObject, parseExtra, parseObject, type JsonObject } from "../../../json.js";
 import { quotedWord } from "../../../text.js";
 import { toolCall } from "./tool-call.js";
@@ -34,7 +35,7 @@ const routed = (model: string) => `the model '${model}' is served by a chat-comp
  * with the whole history and no `thread` (its tool runner does so on its own).
  */
 export function refuseThread(extra: JsonObject, model: string): void {
-  if (extra.thread === undefined || extra.thread === null) return;
+  if (!carriesThread(extra)) return;
   throw invalidRequest(
     "unsupported_parameter",
     `\`thread\` cannot be used here: ${routed(model)}, which keeps no conversation between requests; send the whole conversation in \`messages\`, without \`thread\`.`,
