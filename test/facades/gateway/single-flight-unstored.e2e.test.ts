@@ -37,15 +37,19 @@ describe("single flight: identical requests behind an answer the cache would not
   let n = 0;
   const ask = (content: string, stream: boolean) =>
     postJson(`${on.gw.gatewayUrl}/v1/chat/completions`, on.key, { model: "chat-4o", stream, messages: [{ role: "user", content }] });
+  /** One request, then two identical ones `gapMs` later (while the first is with the upstream): all three answers. */
+  const burst = async (content: string, stream: boolean, gapMs: number) => {
+    const first = ask(content, stream);
+    await new Promise((r) => setTimeout(r, gapMs));
+    const rest = await Promise.all([ask(content, stream), ask(content, stream)]);
+    return [await first, ...rest];
+  };
 
   it("lets the waiters of a stream that shows it cannot be stored go at once, each to the upstream", async () => {
     calls.length = 0;
     const content = `logprobs ${++n}`;
     const started = Date.now();
-    const first = ask(content, true);
-    await new Promise((r) => setTimeout(r, 100));
-    const rest = await Promise.all([ask(content, true), ask(content, true)]);
-    const all = [await first, ...rest];
+    const all = await burst(content, true, 100);
     assert.deepEqual(all.map((r) => [r.status, r.headers["x-svc-cache"]]), [[200, "MISS"], [200, "MISS"], [200, "MISS"]]);
     assert.equal(calls.length, 3);
     // The waiters called the upstream once the leader's first chunk came, not after its 600 ms end.
@@ -55,10 +59,7 @@ describe("single flight: identical requests behind an answer the cache would not
   it("does not serve the waiters an answer without a finish reason as a hit", async () => {
     calls.length = 0;
     const content = `unfinished ${++n}`;
-    const first = ask(content, false);
-    await new Promise((r) => setTimeout(r, 50));
-    const rest = await Promise.all([ask(content, false), ask(content, false)]);
-    const all = [await first, ...rest];
+    const all = await burst(content, false, 50);
     assert.deepEqual(all.map((r) => [r.status, r.headers["x-svc-cache"]]), [[200, "MISS"], [200, "MISS"], [200, "MISS"]]);
     assert.equal(calls.length, 3);
     assert.ok(all.every((r) => r.headers["x-svc-cost"] !== "0"), "each was charged as the miss it was");
