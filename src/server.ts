@@ -170,7 +170,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     const cache = createDirectClient(CacheService, cacheBackend.impl);
     const limits = createDirectClient(LimitsService, limitsBackend.impl);
     const telemetry = createDirectClient(TelemetryService, telemetryBackend.impl);
-    const pricing = createPricing(config.models);
+    const pricing = createPricing(config.models, config.providers);
     const shutdown = new ShutdownCut();
     const gateway = await serveHttp(createGatewayHandler({
         auth,

@@ -46,6 +46,20 @@ export interface ModelRoute {
 /** The output ceiling of a configured model that states none: high, so a spend cap's reservation is too. */
 export const FALLBACK_MAX_OUTPUT_TOKENS = 32_768;
 
+/** The `max_tokens` a messages-style upstream (which requires one) is sent for a request that sets none, at most. */
+export const DEFAULT_MAX_TOKENS = 4096;
+
+/**
+ * The most output tokens a request that sets no `max_tokens` may get from `route`'s upstream: a
+ * chat-completions-style upstream is sent no limit (the model's ceiling applies); a messages-style
+ * one requires a limit and is sent DEFAULT_MAX_TOKENS, or the model's known ceiling when lower (the
+ * upstream refuses more than its ceiling).
+ */
+export function unlimitedOutputTokens(route: ModelRoute, providerStyle: ApiStyle): number {
+  if (providerStyle !== ApiStyle.MESSAGES) return route.maxOutputTokens;
+  return route.maxOutputTokensKnown === false ? DEFAULT_MAX_TOKENS : Math.min(DEFAULT_MAX_TOKENS, route.maxOutputTokens);
+}
+
 /** The image ceiling of a configured model that states none: gpt-4o-mini's (the dearest in tokens), rounded up. */
 export const FALLBACK_IMAGE_TOKENS = 50_000;
 

@@ -1,7 +1,8 @@
-import { type ApiStyle, BlockType, type Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
+import { ApiStyle, BlockType, type Usage } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { type ChatRequestBody, localInputTokens, localTokens, usage } from "./canonical.js";
 import { costPico, formatUsd, type Prices } from "./cost.js";
-import { type ModelRoute, pricesOf, unservedModel } from "./models.js";
+import type { ProviderConfig } from "../../config.js";
+import { type ModelRoute, pricesOf, unlimitedOutputTokens, unservedModel } from "./models.js";
 
 /** Prices and providers per public model id, and the worst case a request may cost (what a spend cap reserves). */
 export interface Pricing {
@@ -12,7 +13,8 @@ export interface Pricing {
    * prices (plain input, cache reads, cache writes: so never below the cost with nothing cached, nor
    * below one whose prompt the provider writes to its cache), plus `max_tokens` (the model's output
    * ceiling when the request sets none, or sets more than the model's known ceiling, which the
-   * upstream refuses) at the output price. "0" for a model without a price (it is refused later as
+   * upstream refuses; for a messages-style upstream, which requires a limit, the one the request is
+   * sent: see unlimitedOutputTokens) at the output price. "0" for a model without a price (it is refused later as
    * unknown).
    */
   worstCaseUsd(req: ChatRequestBody): string;
@@ -30,9 +32,13 @@ export interface Pricing {
   partialAnswer(req: ChatRequestBody, started: Usage | undefined, outChars: number): { usage: Usage; costUsd: string };
 }
 
-export function createPricing(models: Map<string, ModelRoute>): Pricing {
-  const prices = new Map<string, Prices & { maxOutputTokens: number; ceilingKnown: boolean; imageTokens: number }>();
-  for (const m of models.values()) prices.set(m.id, { ...pricesOf(m), maxOutputTokens: m.maxOutputTokens, ceilingKnown: m.maxOutputTokensKnown !== false, imageTokens: m.imageTokens });
+/** `providers`: the configured providers, whose styles say what a request without `max_tokens` is sent (absent: chat-completions style). */
+export function createPricing(models: Map<string, ModelRoute>, providers?: Map<string, ProviderConfig>): Pricing {
+  const prices = new Map<string, Prices & { maxOutputTokens: number; unlimited: number; ceilingKnown: boolean; imageTokens: number }>();
+  for (const m of models.values()) {
+    const unlimited = unlimitedOutputTokens(m, providers?.get(m.provider)?.style ?? ApiStyle.CHAT_COMPLETIONS);
+    prices.set(m.id, { ...pricesOf(m), maxOutputTokens: m.maxOutputTokens, unlimited, ceilingKnown: m.maxOutputTokensKnown !== false, imageTokens: m.imageTokens });
+  }
   return {
     providerOf: (model) => models.get(model)?.provider ?? "",
     checkServed(model, style) {
@@ -65,7 +71,7 @@ export function createPricing(models: Map<string, ModelRoute>): Pricing {
         }
       }
       for (const t of req.tools) bytes += Buffer.byteLength(t.name) + Buffer.byteLength(t.description) + Buffer.byteLength(t.inputSchemaJson);
-      const output = req.maxTokens === undefined ? p.maxOutputTokens : p.ceilingKnown ? Math.min(req.maxTokens, p.maxOutputTokens) : req.maxTokens;
+      const output = req.maxTokens === undefined ? p.unlimited : p.ceilingKnown ? Math.min(req.maxTokens, p.maxOutputTokens) : req.maxTokens;
       const prompt = Math.ceil(bytes / 2) + images * p.imageTokens;
       // Priced as if the whole prompt went at the dearest input rate (for Anthropic, a cache write).
       const dearest = [p.cacheRead, p.cacheWrite, p.cacheWrite1h].reduce((a, b) => (b > a ? b : a), p.input);

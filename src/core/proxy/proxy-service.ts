@@ -15,7 +15,7 @@ import { type SseEvent, SseParser } from "../sse.js";
 import { cutMarked } from "../text.js";
 import { completionEvent, localInputTokens, localTokens, nowSeconds, usage as canonicalUsage } from "./canonical.js";
 import { costPico, formatUsd, type Prices } from "./cost.js";
-import { type ModelRoute, pricesOf, unservedModel } from "./models.js";
+import { type ModelRoute, pricesOf, unlimitedOutputTokens, unservedModel } from "./models.js";
 import { SENT_UPSTREAM, type UpstreamHttp, type UpstreamResponse } from "./upstream-http.js";
 import { type StreamConverter, UPSTREAM_SAID, type UpstreamAdapter, type UpstreamTarget } from "./upstreams/adapter.js";
 
@@ -75,6 +75,7 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
         baseUrl: route.provider.baseUrl,
         apiKey: route.provider.apiKey,
         upstreamModel: route.model.upstreamModel,
+        defaultMaxTokens: unlimitedOutputTokens(route.model, route.provider.style),
       };
       const res = await deps.http.send(route.adapter.buildRequest(req, target), cancelOf(ctx));
       try {

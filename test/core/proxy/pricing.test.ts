@@ -39,6 +39,27 @@ describe("pricing: what a spend cap reserves, and what an answer cut short costs
     assert.equal(pricing.worstCaseUsd(body("chat-4o-mini", prompt, 100_000)), pricing.worstCaseUsd(body("chat-4o-mini", prompt)));
   });
 
+  it("reserves, for a request without max_tokens to a messages-style upstream, the limit it is sent: 4096, or the model's known ceiling when lower", () => {
+    const dir = mkdtempSync(join(tmpdir(), "svc-pricing-"));
+    try {
+      const file = join(dir, "svc.config.json");
+      writeFileSync(file, JSON.stringify({ models: {
+        "chat-x": { surface: "chat-completions", provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15", maxOutputTokens: 8192 },
+        "chat-small": { surface: "chat-completions", provider: "anthropic", upstreamModel: "claude-3-haiku-20240307", inputPer1M: "3", outputPer1M: "15", maxOutputTokens: 1000 },
+        "chat-guess": { surface: "chat-completions", provider: "anthropic", upstreamModel: "claude-next", inputPer1M: "3", outputPer1M: "15" },
+      } }));
+      const config = loadConfig({ SVC_CONFIG: file });
+      const styled = createPricing(config.models, config.providers);
+      // 58 prompt tokens at the dearest input price, a one-hour cache write at $6 (0.000348), then the output at $15 per million.
+      assert.equal(styled.worstCaseUsd(body("chat-x", "x".repeat(100))), "0.061788"); // 4096 tokens
+      assert.equal(styled.worstCaseUsd(body("chat-small", "x".repeat(100))), "0.015348"); // 1000 tokens
+      assert.equal(styled.worstCaseUsd(body("chat-guess", "x".repeat(100))), "0.061788"); // 4096 tokens: no ceiling stated
+      assert.equal(styled.worstCaseUsd(body("chat-x", "x".repeat(100), 8000)), "0.120348");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("reserves each image at the most tokens the model bills for one, however few bytes name it", () => {
     const url = "https://example.com/cat.png";
     const chat = (model: string, images: number) =>

@@ -15,6 +15,7 @@ import { startTestGateway, type TestGateway } from "../../support/gateway.js";
  */
 
 interface Sent {
+  max_tokens?: number;
   stop_sequences?: string[];
   messages: Array<{ role: string; content: unknown }>;
 }
@@ -26,6 +27,8 @@ function answerAnthropic(body: Sent & { model: string; stream?: boolean }, res: 
   };
   if (body.stop_sequences?.some((s) => s.trim() === "")) return refuse("stop_sequences: each stop sequence must contain non-whitespace");
   if (!body.messages.length) return refuse("messages: at least one message is required");
+  // As Anthropic does past a model's ceiling (claude-3-haiku writes at most 4096 tokens).
+  if (body.model === "claude-3-haiku-20240307" && (body.max_tokens ?? 0) > 4096) return refuse(`max_tokens: ${body.max_tokens} > 4096, which is the maximum allowed number of output tokens for claude-3-haiku-20240307`);
   assert.ok(!body.stream, "these tests do not stream");
   res.writeHead(200, { "content-type": "application/json" });
   res.end(JSON.stringify({
@@ -60,7 +63,8 @@ describe("chat-completions requests on an Anthropic-style upstream (official ope
     dir = mkdtempSync(join(tmpdir(), "svc-cross-chat-"));
     const config = join(dir, "svc.config.json");
     writeFileSync(config, JSON.stringify({
-      models: { "chat-x": { surface: "chat-completions", provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15", maxOutputTokens: 8192 } },
+      models: { "chat-x": { surface: "chat-completions", provider: "anthropic", upstreamModel: "claude-3-5-sonnet-20241022", inputPer1M: "3", outputPer1M: "15", maxOutputTokens: 8192 },
+        "chat-small": { surface: "chat-completions", provider: "anthropic", upstreamModel: "claude-3-haiku-20240307", inputPer1M: "0.25", outputPer1M: "1.25", maxOutputTokens: 1000 } },
     }));
     gw = await startTestGateway({ SVC_CONFIG: config, SVC_ANTHROPIC_BASE_URL: base, SVC_ANTHROPIC_API_KEY: "sk-ant-test" }, false);
     openai = new OpenAI({ apiKey: (await gw.project()).live, baseURL: `${gw.gatewayUrl}/v1`, maxRetries: 0 });
@@ -81,6 +85,15 @@ describe("chat-completions requests on an Anthropic-style upstream (official ope
     }
     return assert.fail("the request was answered, not refused");
   }
+
+  describe("max_tokens", () => {
+    it("sends a request without one the default 4096, or the model's own ceiling when lower (the upstream refuses more)", async () => {
+      const [a, b] = [nonce(), nonce()];
+      assert.equal((await openai.chat.completions.create({ model: "chat-x", messages: [{ role: "user", content: `q ${a}` }] })).choices[0]!.message.content, "ok");
+      assert.equal((await openai.chat.completions.create({ model: "chat-small", messages: [{ role: "user", content: `q ${b}` }] })).choices[0]!.message.content, "ok");
+      assert.deepEqual([...sentFor(a), ...sentFor(b)].map((s) => s.max_tokens), [4096, 1000]);
+    });
+  });
 
   describe("stop", () => {
     it("leaves whitespace-only values of an array stop out of stop_sequences, so the request is answered", async () => {

@@ -17,6 +17,8 @@ export interface UpstreamTarget {
   apiKey: string;
   /** The provider's model name, e.g. "gpt-4o". */
   upstreamModel: string;
+  /** The `max_tokens` sent for a request that sets none, where the upstream requires one (unlimitedOutputTokens; DEFAULT_MAX_TOKENS when absent). */
+  defaultMaxTokens?: number;
 }
 
 /** An HTTP request to an upstream, built by an adapter. */

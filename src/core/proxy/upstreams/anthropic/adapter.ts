@@ -20,7 +20,7 @@ export function createAnthropicAdapter(): UpstreamAdapter {
       return {
         url: `${target.baseUrl.replace(/\/+$/, "")}/v1/messages`,
         headers,
-        body: JSON.stringify(buildMessagesBody(req, target.upstreamModel)),
+        body: JSON.stringify(buildMessagesBody(req, target.upstreamModel, target.defaultMaxTokens)),
       };
     },
     parseCompletion: parseMessagesCompletion,

@@ -17,16 +17,14 @@ import { dataUrl } from "../data-url.js";
  * the message, rather than left out.
  */
 
-/** The API requires max_tokens; a client style where it is optional gets this. */
-export const DEFAULT_MAX_TOKENS = 4096;
-
 type Role = "user" | "assistant";
 interface Turn {
   role: Role;
   content: JsonObject[];
 }
 
-export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
+/** `defaultMaxTokens`: the limit sent for a request that sets none (the API requires one; see unlimitedOutputTokens). */
+export function chatToMessagesBody(req: StreamChatRequest, defaultMaxTokens: number): JsonObject {
   const extra = parseExtra(req.extraJson);
   // JSON mode has no counterpart there: left out, the answer would be free text where the client
   // (the openai SDK's parse()) expects JSON.
@@ -57,7 +55,7 @@ export function chatToMessagesBody(req: StreamChatRequest): JsonObject {
   }
   const body: JsonObject = {
     model: "",
-    max_tokens: req.maxTokens ?? positiveInt(extra.max_completion_tokens) ?? DEFAULT_MAX_TOKENS,
+    max_tokens: req.maxTokens ?? positiveInt(extra.max_completion_tokens) ?? defaultMaxTokens,
     messages: turns.map(turnToWire),
   };
   if (system.length) body.system = system.join("\n\n");

@@ -7,24 +7,25 @@ import {
 } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { isObject, parseExtra, setOwn, type JsonObject } from "../../../json.js";
 import { blockToWire } from "./blocks.js";
-import { chatToMessagesBody, DEFAULT_MAX_TOKENS } from "./from-chat.js";
+import { DEFAULT_MAX_TOKENS } from "../../models.js";
+import { chatToMessagesBody } from "./from-chat.js";
 
 /**
  * The messages-style request body for a canonical request. A request that came in messages style
  * is rebuilt as the client sent it, unknown fields included; any other style is translated.
  */
-export function buildMessagesBody(req: StreamChatRequest, model: string): JsonObject {
-  const body = req.style === ApiStyle.MESSAGES ? sameStyleBody(req) : chatToMessagesBody(req);
+export function buildMessagesBody(req: StreamChatRequest, model: string, defaultMaxTokens = DEFAULT_MAX_TOKENS): JsonObject {
+  const body = req.style === ApiStyle.MESSAGES ? sameStyleBody(req, defaultMaxTokens) : chatToMessagesBody(req, defaultMaxTokens);
   body.model = model;
   if (req.stream) body.stream = true;
   return body;
 }
 
-function sameStyleBody(req: StreamChatRequest): JsonObject {
+function sameStyleBody(req: StreamChatRequest, defaultMaxTokens: number): JsonObject {
   const extra = parseExtra(req.extraJson);
   const body: JsonObject = {
     model: "",
-    max_tokens: req.maxTokens ?? DEFAULT_MAX_TOKENS,
+    max_tokens: req.maxTokens ?? defaultMaxTokens,
     messages: req.messages.map(messageToWire),
   };
   // A system sent as blocks (cache_control, citations) is kept whole in extra and wins over its text.
