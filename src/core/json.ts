@@ -96,36 +96,6 @@ function escaped(text: string, at: number): boolean {
 }
 
 /**
- * Whether a parsed JSON value nests arrays and objects more than `max` levels deep. `textLength`,
- * the length of the text it was parsed from, skips the walk when the text is too short to nest that
- * deep (each level takes two characters): most bodies of a few hundred bytes. Otherwise only arrays
- * and objects are visited (strings and numbers, nearly all of a body's bytes, are not), and the walk
- * stops at the first one past the limit, so its recursion never goes deeper than `max`.
- */
-export function nestedDeeperThan(value: unknown, max = MAX_JSON_DEPTH, textLength = Infinity): boolean {
-  if (textLength < 2 * (max + 1) || typeof value !== "object" || value === null) return false;
-  return deeper(value, max);
-}
-
-/** Whether `v` (an array or object) and what it holds take more than `left` levels. */
-function deeper(v: object, left: number): boolean {
-  if (left === 0) return true;
-  if (Array.isArray(v)) {
-    for (let i = 0; i < v.length; i++) {
-      const x: unknown = v[i];
-      if (typeof x === "object" && x !== null && deeper(x, left - 1)) return true;
-    }
-    return false;
-  }
-  const obj = v as JsonObject;
-  for (const k in obj) {
-    const x = obj[k];
-    if (typeof x === "object" && x !== null && deeper(x, left - 1)) return true;
-  }
-  return false;
-}
-
-/**
  * `obj[key] = value`, as an own property also when `key` is `__proto__`, which plain assignment
  * takes as the object's prototype (a string is then dropped without a word). For objects whose
  * keys a client chose (X-Svc-Metadata, metadata filters); JSON.parse and the protobuf runtime

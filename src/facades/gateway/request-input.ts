@@ -1,7 +1,7 @@
 import { isUtf8 } from "node:buffer";
 import type { IncomingMessage } from "node:http";
 import { invalidApiKey, invalidRequest } from "../../core/errors.js";
-import { isObject, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, nestedDeeperThan, setOwn } from "../../core/json.js";
+import { isObject, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, setOwn } from "../../core/json.js";
 import { startsWithCalendarDate } from "../../core/calendar.js";
 import { bodyBrokenOff } from "../http-errors.js";
 import { BETA_NAME, MAX_BETAS, MAX_USER_ID_CHARS } from "../../core/proxy/request-rules.js";
@@ -206,7 +206,7 @@ export function metadataOf(req: IncomingMessage): Record<string, string> {
     throw invalidRequest("invalid_metadata", "X-Svc-Metadata must be a JSON object; it is not valid JSON.");
   }
   if (!isObject(parsed)) throw invalidRequest("invalid_metadata", "X-Svc-Metadata must be a JSON object.");
-  if (nestedDeeperThan(parsed, MAX_JSON_DEPTH, text.length)) {
+  if (jsonTextBeyond(text, MAX_JSON_DEPTH, Infinity) === "depth") {
     throw invalidRequest("invalid_metadata", `X-Svc-Metadata must not nest arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
   }
   // A value is logged as its JSON text, where `1e400` (read as Infinity) would become "null".

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
-import { jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, nestedDeeperThan } from "../../../src/core/json.js";
+import { jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH } from "../../../src/core/json.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { rawRequest, type RawResponse } from "../../support/http.js";
 import { captureLog } from "../../support/log-capture.js";
@@ -206,27 +206,20 @@ describe("deeply nested JSON: a 400 past 128 levels, never a 500", function () {
   });
 });
 
-describe("nestedDeeperThan", () => {
-  it("counts the value itself as level 1, arrays and objects alike", () => {
-    for (const [text, depth] of [["1", 0], ['"[[["', 0], ["[]", 1], ["{}", 1], ['{"a":[{"b":[]}]}', 4], [arrays(3), 3], [objects(3), 3], ['[1,[2,[3]],{"a":{}}]', 3]] as const) {
-      const v: unknown = JSON.parse(text);
-      assert.equal(nestedDeeperThan(v, depth), false, `${text} is not deeper than ${depth}`);
-      if (depth > 0) assert.equal(nestedDeeperThan(v, depth - 1), true, `${text} is deeper than ${depth - 1}`);
+describe("jsonTextBeyond", () => {
+  it("counts the text itself as level 1, arrays and objects alike", () => {
+    for (const [text, depth] of [["1", 0], ['"[[["', 0], ["[]", 1], ["{}", 1], ['{"a":[{"b":[]}]}', 4], [arrays(3), 3], [objects(3), 3], ['[1,[2,[3]],{"a":{}}]', 3], [arrays(7), 7], [objects(6), 6], ['{"a":[{"b":[]}],"c":{"d":{}}}', 4]] as const) {
+      const padded = text.padEnd(40); // past the length below which the text is not read
+      assert.equal(jsonTextBeyond(padded, depth, Infinity), undefined, `${text} is not deeper than ${depth}`);
+      if (depth > 0) assert.equal(jsonTextBeyond(padded, depth - 1, Infinity), "depth", `${text} is deeper than ${depth - 1}`);
     }
   });
 
-  it("walks no more than the limit into a value nested far deeper (no stack overflow)", () => {
-    assert.equal(nestedDeeperThan(JSON.parse(arrays(100_000))), true);
+  it("does not read a text too short to nest past the limit", () => {
+    assert.equal(jsonTextBeyond("[[[[]]]", 3, Infinity), undefined, "7 characters cannot hold 4 levels of JSON: not read");
+    assert.equal(jsonTextBeyond(arrays(4), 3, Infinity), "depth", "8 can: [[[[]]]]");
   });
 
-  it("skips the walk when the text was too short to nest past the limit", () => {
-    const v: unknown = JSON.parse(arrays(5));
-    assert.equal(nestedDeeperThan(v, 3, 7), false, "7 characters cannot hold 4 levels");
-    assert.equal(nestedDeeperThan(v, 3, 8), true, "8 can: [[[[]]]]");
-  });
-});
-
-describe("jsonTextBeyond", () => {
   it("reads depth and the count of items from the text, not from inside strings", () => {
     const cases: Array<[string, number, number, string | undefined]> = [
       [arrays(4), 4, 4, undefined],
@@ -246,14 +239,6 @@ describe("jsonTextBeyond", () => {
     ];
     for (const [text, depth, items, want] of cases) {
       assert.equal(jsonTextBeyond(text, depth, items), want, `${text} against depth ${depth}, items ${items}`);
-    }
-  });
-
-  it("agrees with nestedDeeperThan on parsed values", () => {
-    for (const text of ["[]", arrays(7), objects(6), '{"a":[{"b":[]}],"c":{"d":{}}}', '[1,[2,[3]],{"a":{}}]']) {
-      for (let depth = 1; depth < 9; depth++) {
-        assert.equal(jsonTextBeyond(text, depth, Infinity) === "depth", nestedDeeperThan(JSON.parse(text), depth), `${text} at ${depth}`);
-      }
     }
   });
 });
