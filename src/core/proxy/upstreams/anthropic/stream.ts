@@ -1,7 +1,6 @@
 import {
   ApiStyle,
   BlockType,
-  type ContentBlock,
   FinishReason,
   type StreamChatRequest,
   type StreamChatResponse,
@@ -71,7 +70,7 @@ export class MessagesStreamConverter implements StreamConverter {
         return [this.#start(data.message)];
       case "content_block_start":
         if (!isObject(data.content_block)) throw invalidResponse("`content_block_start` has no content_block");
-        return [streamEvent({ case: "blockStart", value: { index: index(data), block: startBlock(data.content_block) } })];
+        return startEvents(index(data), data.content_block);
       case "content_block_delta":
         return [streamEvent({ case: "blockDelta", value: { index: index(data), ...delta(data.delta) } })];
       case "content_block_stop":
@@ -154,11 +153,18 @@ export class MessagesStreamConverter implements StreamConverter {
   }
 }
 
-/** A block as known at its start: a tool call's input (`{}` here) arrives only as input_json_delta fragments. */
-function startBlock(wire: JsonObject): ContentBlock {
+/**
+ * A block's start. A tool call's input arrives as input_json_delta fragments after a start whose
+ * input is `{}`; a compatible server that gives the whole input in the start instead (and no
+ * fragments) has it sent on as one fragment, so the call keeps its arguments.
+ */
+function startEvents(at: number, wire: JsonObject): StreamChatResponse[] {
   const block = blockFromWire(wire);
-  if (block.type === BlockType.TOOL_USE) block.toolInputJson = "";
-  return block;
+  if (block.type !== BlockType.TOOL_USE) return [streamEvent({ case: "blockStart", value: { index: at, block } })];
+  const input = block.toolInputJson;
+  block.toolInputJson = "";
+  const start = streamEvent({ case: "blockStart", value: { index: at, block } });
+  return input === "" || input === "{}" ? [start] : [start, streamEvent({ case: "blockDelta", value: { index: at, partialJson: input } })];
 }
 
 const index = (data: JsonObject): number => (typeof data.index === "number" && data.index >= 0 ? Math.floor(data.index) : 0);

@@ -232,6 +232,17 @@ describe("anthropic stream converter", () => {
     });
   });
 
+  it("sends on a tool call's input given whole in its content_block_start (a compatible server's way) as one fragment", () => {
+    const conv = createAnthropicAdapter().createStreamConverter(req);
+    const start = (input: unknown) => conv.push({ event: "content_block_start", data: JSON.stringify({ type: "content_block_start", index: 1, content_block: { type: "tool_use", id: "toolu_s", name: "get", input } }) }).map(summary);
+    assert.deepEqual(start({ q: 1 }), [
+      { blockStart: { index: 1, block: { type: "BLOCK_TYPE_TOOL_USE", toolCallId: "toolu_s", toolName: "get", style: "API_STYLE_MESSAGES" } } },
+      { blockDelta: { index: 1, partialJson: '{"q":1}' } },
+    ]);
+    // The API's own start, input {} with the fragments to follow: no fragment of its own.
+    assert.deepEqual(start({}).map((e) => Object.keys(e)[0]), ["blockStart"]);
+  });
+
   it("reports the public model id, never the upstream's", () => {
     const [start] = run(fixture("tool-use.sse")).events;
     assert.equal((start!.messageStart as JsonObject).model, "assistant-3-5-sonnet-20241022");
