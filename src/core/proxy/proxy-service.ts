@@ -1,7 +1,7 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { lacksKey, type ProviderConfig } from "../../config.js";
 import {
-  type ApiStyle,
+  ApiStyle,
   type Completion,
   ProxyService,
   type StreamChatRequest,
@@ -173,10 +173,20 @@ async function completion(route: Route, req: StreamChatRequest, res: UpstreamRes
   }
   const c = route.adapter.parseCompletion(json, req);
   c.model = req.model;
+  if (c.id === "") c.id = answerId(req);
   if (c.created === 0) c.created = nowSeconds();
   c.usage = settleUsage(c.usage, req, () => c.blocks.reduce((n, b) => n + b.text.length + b.toolInputJson.length, 0));
   c.costUsd = formatUsd(costPico(route.prices, c.usage));
   return c;
+}
+
+/**
+ * The id of an answer whose upstream gave none (a compatible server's), in the request's style: an
+ * empty id reads as none to the SDKs (the openai stream helper then drops the answer's usage).
+ */
+function answerId(req: StreamChatRequest): string {
+  const suffix = req.requestId.startsWith("req_") ? req.requestId.slice(4) : req.requestId;
+  return req.style === ApiStyle.MESSAGES ? `msg_${suffix}` : `chatcmpl-${suffix}`;
 }
 
 /**
@@ -251,7 +261,10 @@ class UpstreamEvents {
     const e = ev.event;
     // Raw deltas (thinking, signatures) are output too, counted as their JSON, as for an answer cut short.
     if (e.case === "blockDelta") this.#outChars += e.value.text.length + e.value.partialJson.length + e.value.rawJson.length;
-    else if (e.case === "messageStart" && e.value.created === 0) e.value.created = nowSeconds();
+    else if (e.case === "messageStart") {
+      if (e.value.created === 0) e.value.created = nowSeconds();
+      if (e.value.id === "") e.value.id = answerId(this.req);
+    }
     else if (e.case === "messageEnd") {
       e.value.usage = settleUsage(e.value.usage, this.req, () => this.#outChars);
       e.value.costUsd = formatUsd(costPico(this.route.prices, e.value.usage));

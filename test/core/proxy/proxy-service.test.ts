@@ -30,30 +30,32 @@ const chunk = (delta: object, extra: object = {}) =>
   `data: ${JSON.stringify({ id: "chatcmpl-1", object: "chat.completion.chunk", created: 1_700_000_000, model: "gpt-4o", choices: [{ index: 0, delta, finish_reason: null }], ...extra })}\n\n`;
 
 describe("ProxyService streams", () => {
-  async function streamFrom(body: string) {
+  async function streamFrom(body: string, stream = true) {
     const upstream = await upstreamSending(body);
     const config = loadConfig({ SVC_OPENAI_BASE_URL: `${upstream.url}/v1`, SVC_OPENAI_API_KEY: "k" });
     const httpClient = createUpstreamHttp(config.timeouts);
     const adapters = new Map([[ApiStyle.CHAT_COMPLETIONS, createOpenAiAdapter()], [ApiStyle.MESSAGES, createAnthropicAdapter()]]);
     const proxy = createDirectClient(ProxyService, createProxyService({ models: config.models, providers: config.providers, adapters, http: httpClient }));
     const req = {
-      requestId: "req_1",
+      requestId: "req_R1",
       projectId: "proj_1",
       keyId: "key_1",
       keyMode: KeyMode.LIVE,
       style: ApiStyle.CHAT_COMPLETIONS,
       model: "chat-4o",
-      stream: true,
+      stream,
       messages: [{ role: "user", blocks: [{ type: 1, text: "hi" }], contentIsString: true }],
     };
     const events: string[] = [];
     let created = -1;
+    let id: string | undefined;
     let error: unknown;
     try {
       const calls = proxy.streamChat(req, { contextValues: createContextValues().set(cancellationKey, new Cancellation()) });
       for await (const ev of calls) {
         const e = ev.event;
-        if (e.case === "messageStart") created = e.value.created;
+        if (e.case === "messageStart") [created, id] = [e.value.created, e.value.id];
+        if (e.case === "completion") id = e.value.id;
         events.push(e.case === "blockDelta" ? `delta:${e.value.text}` : e.case === "messageEnd" ? `messageEnd:${e.value.costUsd}` : String(e.case));
       }
     } catch (e) {
@@ -62,7 +64,7 @@ describe("ProxyService streams", () => {
       await httpClient.close();
       await upstream.close();
     }
-    return { events, error, created };
+    return { events, error, created, id };
   }
 
   it("passes on the events that came before an upstream error in the same chunk, then fails", async () => {
@@ -86,6 +88,14 @@ describe("ProxyService streams", () => {
     assert.equal(error, undefined);
     // chat-4o's list prices: 1,000 input tokens at $2.50/1M and 100 output tokens at $10/1M.
     assert.deepEqual(events, ["messageStart", "blockStart", "delta:Hi", "blockStop", "messageEnd:0.0035"]);
+  });
+
+  it("gives an answer the upstream left without an id one made from the request id (an empty one reads as none to the SDKs)", async () => {
+    assert.equal((await streamFrom(chunk({ content: "Hi" }) + "data: [DONE]\n\n")).id, "chatcmpl-1");
+    assert.equal((await streamFrom(chunk({ content: "Hi" }, { id: undefined }) + "data: [DONE]\n\n")).id, "chatcmpl-R1", "req_R1's");
+    const answer = (id?: string) => JSON.stringify({ id, object: "chat.completion", created: 1, model: "gpt-4o", choices: [{ index: 0, message: { role: "assistant", content: "Hi" }, finish_reason: "stop" }] });
+    assert.equal((await streamFrom(answer("chatcmpl-up"), false)).id, "chatcmpl-up");
+    assert.equal((await streamFrom(answer(), false)).id, "chatcmpl-R1");
   });
 
   it("gives an answer the upstream left undated the gateway's time, so every rendering of it agrees", async () => {

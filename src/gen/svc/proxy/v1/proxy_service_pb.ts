@@ -446,7 +446,8 @@ export const StreamChatResponseSchema: GenMessage<StreamChatResponse> = /*@__PUR
  */
 export type MessageStart = Message<"svc.proxy.v1.MessageStart"> & {
   /**
-   * The upstream's id for the answer.
+   * The upstream's id for the answer; when the upstream gives none, one made from the request id
+   * (`chatcmpl-` or `msg_` and its 24 characters, by the request's style).
    *
    * @generated from field: string id = 1;
    */
@@ -691,7 +692,8 @@ export const MessageEndSchema: GenMessage<MessageEnd> = /*@__PURE__*/
  */
 export type Completion = Message<"svc.proxy.v1.Completion"> & {
   /**
-   * The upstream's id for the answer.
+   * The upstream's id for the answer; when the upstream gives none, one made from the request id
+   * (`chatcmpl-` or `msg_` and its 24 characters, by the request's style).
    *
    * @generated from field: string id = 1;
    */
