@@ -58,8 +58,16 @@ export function convertOpenAiError(status: number, bodyText: string): ConnectErr
   return apiError(502, "api_error", "upstream_error", `The upstream provider failed with status ${status}${detail}`);
 }
 
-/** An `{"error":{...}}` object OpenAI sends inside a stream that already started (always a 502 here). */
+/**
+ * An `{"error":{...}}` object sent inside a stream: a 502, except a rate limit or an account out of
+ * quota (compatible servers, and OpenAI at times, refuse in the stream's first event rather than
+ * with a 429), answered as the same refusal made with a 429 is.
+ */
 export function convertOpenAiStreamError(err: JsonObject): ConnectError {
+  const said = [err.type, err.code].map((v) => (typeof v === "number" ? String(v) : str(v)));
+  if (said.some((v) => v === "429" || v === "rate_limit_error" || v === "rate_limit_exceeded" || v === "insufficient_quota")) {
+    return convertOpenAiError(429, JSON.stringify({ error: err }));
+  }
   const message = str(err.message) ?? "the provider reported an error mid-stream.";
   return apiError(502, "api_error", "upstream_error", `${UPSTREAM_SAID}${clip(message)}`);
 }

@@ -254,6 +254,23 @@ describe("openai stream converter", () => {
     });
   });
 
+  it("answers a rate limit or an account out of quota sent as a stream's error object as the same refusal made with a 429", () => {
+    const refused = (error: object) => {
+      const conv = createOpenAiAdapter().createStreamConverter(req);
+      try {
+        conv.push({ event: undefined, data: JSON.stringify({ error }) });
+      } catch (e) {
+        const info = toErrorInfo(e);
+        return [info.status, info.code];
+      }
+      return assert.fail("not refused");
+    };
+    assert.deepEqual(refused({ message: "Rate limit reached", type: "rate_limit_error", code: 429 }), [429, "upstream_rate_limited"]);
+    assert.deepEqual(refused({ message: "Slow down", type: "requests", code: "rate_limit_exceeded" }), [429, "upstream_rate_limited"]);
+    assert.deepEqual(refused({ message: "No quota", type: "insufficient_quota", code: "insufficient_quota" }), [502, "upstream_quota_exhausted"]);
+    assert.deepEqual(refused({ message: "boom", type: "server_error", code: null }), [502, "upstream_error"]);
+  });
+
   it("ignores choices other than index 0", () => {
     const conv = createOpenAiAdapter().createStreamConverter(req);
     const chunk = { id: "chatcmpl-n", created: 1, choices: [{ index: 1, delta: { content: "other" } }, { index: 0, delta: { content: "mine" } }] };
