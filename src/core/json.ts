@@ -48,7 +48,8 @@ export const MAX_JSON_DEPTH = 128;
 
 /**
  * The most items a JSON text from a client may hold in all (a request body, a JSON text on the core
- * port), counting each array, object, object member and array element (its `[`, `{`, `:` and `,`).
+ * port), counting each `[`, `{`, `:` and `,` outside strings: an array or object counts one, an
+ * array element one (its comma; the first none), an object member two (its colon and comma).
  * Each costs the gateway from a fraction of a microsecond (a number) to a few (an object's key) to
  * parse and write out again (the body, its cache key, the upstream's body), so without a bound a
  * 4 MiB body of `[]`, `{}` or of one object's keys held the event loop, and every other request,

@@ -93,7 +93,7 @@ function jsonText(json: string, path: string): unknown {
   if (json === "") return undefined;
   const beyond = jsonTextBeyond(json);
   if (beyond === "depth") fail("json_too_deep", `\`${path}\` nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
-  if (beyond === "items") fail("json_too_complex", `\`${path}\` holds more than ${MAX_JSON_ITEMS} JSON items (arrays, objects, object members and array elements) in all.`);
+  if (beyond === "items") fail("json_too_complex", `\`${path}\` holds more than ${MAX_JSON_ITEMS} JSON items in all (each \`[\`, \`{\`, \`:\` and \`,\` outside strings: an array or object counts one, an array element one, an object member two).`);
   try {
     return JSON.parse(json);
   } catch {

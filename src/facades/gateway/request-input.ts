@@ -54,11 +54,13 @@ export function parseJsonBody(text: string): JsonBody {
     throw invalidRequest("json_too_deep", `The request body nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
   }
   if (beyond === "items") {
-    throw invalidRequest("json_too_complex", `The request body holds more than ${MAX_JSON_ITEMS} JSON items (arrays, objects, object members and array elements) in all.`);
+    throw invalidRequest("json_too_complex", `The request body holds more than ${MAX_JSON_ITEMS} JSON items in all (each \`[\`, \`{\`, \`:\` and \`,\` outside strings: an array or object counts one, an array element one, an object member two).`);
   }
   try {
     return { text, value: JSON.parse(text) };
   } catch (e) {
+    // The parser's own words quote the mark as an invisible character.
+    if (text.charCodeAt(0) === 0xfeff) throw invalidRequest("invalid_json", "The request body starts with a byte order mark (bytes EF BB BF), which JSON bodies must not have: send the body without it.");
     throw invalidRequest("invalid_json", `The request body is not valid JSON: ${(e as Error).message}`);
   }
 }

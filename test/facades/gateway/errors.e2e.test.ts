@@ -95,6 +95,13 @@ describe("gateway errors: the spec's status and error object for every kind of b
     assert.equal(res.json().error.code, "invalid_json");
   });
 
+  it("a body that starts with a UTF-8 byte order mark -> 400 invalid_json naming the mark (the parser quotes it as an invisible character)", async () => {
+    const body = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from('{"model":"chat-4o-mini","messages":[{"role":"user","content":"bom"}]}')]);
+    const res = await rawRequest(chatUrl, { headers: { "content-type": "application/json", "x-svc-api-key": key }, body });
+    assert.equal(res.status, 400);
+    assert.deepEqual(res.json().error, { type: "invalid_request_error", code: "invalid_json", message: "The request body starts with a byte order mark (bytes EF BB BF), which JSON bodies must not have: send the body without it." });
+  });
+
   it("a body that is not UTF-8 -> 400 invalid_json on both endpoints, never sent on with U+FFFD in its place", async () => {
     const demoBefore = gw.demo!.requests.length;
     for (const [url, extra] of [[chatUrl, {}], [msgUrl, { "provider-version": "2023-06-01" }]] as const) {
