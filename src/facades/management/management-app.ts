@@ -4,6 +4,7 @@ import Koa, { type Context } from "koa";
 import type { ApiKey, AuthService, Project } from "../../gen/svc/auth/v1/auth_service_pb.js";
 import { AnalyticsGranularity, AnalyticsGroupBy, type TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { apiError, invalidApiKey, invalidRequest, toErrorInfo } from "../../core/errors.js";
+import { newRequestId } from "../../core/ids.js";
 import { errorMiddleware } from "../http-errors.js";
 import { Query } from "./query.js";
 import { analyticsJson, logJson, promptJson } from "./render.js";
@@ -63,14 +64,19 @@ function inApiTerms(err: unknown): unknown {
 export function createManagementApp(deps: ManagementDeps): Koa {
   const app = new Koa();
   const router = new Router();
+  // Every answer carries an id to quote, as the gateway's do (and names it in an error's log line).
+  app.use((ctx, next) => {
+    ctx.set("X-Svc-Request-Id", newRequestId());
+    return next();
+  });
   // Every path of this API is read-only, so a 405 names the same methods everywhere.
   app.use(errorMiddleware((info, headers) => {
     if (info.status === 405) headers.Allow = "GET, HEAD";
   }));
-  router.get("/healthz", (ctx) => {
-    ctx.body = { status: "ok" };
-  });
-  router.use("/v1", async (ctx, next) => {
+  // Every request under /v1 needs a key (spec 5.1), whatever its path and method: without one, a
+  // 404 or 405 would tell anyone which paths exist.
+  app.use(async (ctx, next) => {
+    if (!V1.test(ctx.path)) return next();
     const m = /^Bearer\s+(\S+)\s*$/i.exec(ctx.get("authorization"));
     if (!m) throw invalidApiKey("Missing API key: send it as Authorization: Bearer <API_KEY>.");
     const { key, project } = await deps.auth.verifyKey({ secret: m[1]! });
@@ -80,6 +86,9 @@ export function createManagementApp(deps: ManagementDeps): Koa {
     } catch (e) {
       throw inApiTerms(e);
     }
+  });
+  router.get("/healthz", (ctx) => {
+    ctx.body = { status: "ok" };
   });
 
   router.get("/v1/logs", async (ctx) => {
@@ -193,5 +202,8 @@ export function createManagementApp(deps: ManagementDeps): Koa {
   app.use(router.allowedMethods({ throw: true, methodNotAllowed: () => methodNotAllowed() }));
   return app;
 }
+
+/** This API's paths (the router matches them without regard to case). */
+const V1 = /^\/v1(\/|$)/i;
 
 const methodNotAllowed = () => apiError(405, "invalid_request_error", "method_not_allowed", "The management API is read-only: use GET.");

@@ -215,6 +215,21 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
     assert.equal(unauth.json().error.code, "invalid_api_key");
   });
 
+  it("needs a key for every path under /v1, a method or path it does not serve included; carries a request id on every answer", async () => {
+    // Without a key nothing says which paths exist: not a 405, nor OPTIONS's Allow, nor a 404.
+    for (const [method, path] of [["POST", "/v1/logs"], ["OPTIONS", "/v1/logs"], ["GET", "/v1/nope"], ["TRACE", "/V1/prompts/x"], ["GET", "/v1"]]) {
+      const res = await rawRequest(`${gw.managementUrl}${path}`, { method });
+      assert.equal(res.status, 401, `${method} ${path}`);
+      assert.equal(res.json().error.code, "invalid_api_key");
+    }
+    const ids = new Set<string>();
+    for (const res of [await get("/v1/logs"), await get("/v1/logs/req_nope"), await get("/v1/nope"), await rawRequest(`${gw.managementUrl}/v1/logs`), await rawRequest(`${gw.managementUrl}/healthz`, { method: "GET" })]) {
+      assert.match(String(res.headers["x-svc-request-id"]), /^req_[0-9A-Za-z]{24}$/);
+      ids.add(String(res.headers["x-svc-request-id"]));
+    }
+    assert.equal(ids.size, 5, "each its own");
+  });
+
   it("records no log, and warns of nothing, for a request whose key is refused", async () => {
     let res: RawResponse | undefined;
     const lines = await captureLog(async () => {
