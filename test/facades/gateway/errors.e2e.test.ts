@@ -207,17 +207,24 @@ describe("gateway errors: the spec's status and error object for every kind of b
     assert.equal((await postJson(msgUrl, key, msgs())).status, 200, "the header is optional");
   });
 
-  it("wrong method -> 405, unknown path -> 404, both in the error shape", async () => {
-    const get = await rawRequest(chatUrl, { method: "GET" });
+  it("wrong method -> 405, unknown path -> 404, both in the error shape; without a key, 401 before either", async () => {
+    const get = await rawRequest(chatUrl, { method: "GET", headers: { "x-svc-api-key": key } });
     assert.equal(get.status, 405);
     assertErrorShape(get.json());
-    const unknown = await rawRequest(`${gw.gatewayUrl}/v1/embeddings`, { headers: { "content-type": "application/json" }, body: "{}" });
+    const unknown = await rawRequest(`${gw.gatewayUrl}/v1/embeddings`, { headers: { "content-type": "application/json", authorization: `Bearer ${key}` }, body: "{}" });
     assert.equal(unknown.status, 404);
     assertErrorShape(unknown.json());
     assert.equal(unknown.json().error.type, "not_found_error");
+    // Spec 5.1: every request needs a key; without one nothing says which paths exist.
+    for (const [method, path, headers] of [["GET", "/v1/chat/completions", {}], ["OPTIONS", "/v1/messages", {}], ["POST", "/v1/embeddings", {}], ["GET", "/V1/models", { "x-api-key": "svc_sk_live_nope" }]] as const) {
+      const res = await rawRequest(`${gw.gatewayUrl}${path}`, { method, headers });
+      assert.equal(res.status, 401, `${method} ${path}`);
+      assert.equal(res.json().error.code, "invalid_api_key");
+    }
+    assert.equal((await rawRequest(`${gw.gatewayUrl}/nope`, { method: "GET" })).status, 404, "outside the API");
     // The request id under each SDK's own name too: the anthropic SDK's count_tokens, which the
     // gateway does not serve, reports it as the error's requestID.
-    for (const r of [get, unknown, await rawRequest(`${gw.gatewayUrl}/v1/messages/count_tokens`, { headers: { "content-type": "application/json" }, body: "{}" })]) {
+    for (const r of [get, unknown, await rawRequest(`${gw.gatewayUrl}/v1/messages/count_tokens`, { headers: { "content-type": "application/json", "x-api-key": key }, body: "{}" })]) {
       assert.match(String(r.headers["x-svc-request-id"]), /^req_/);
       assert.equal(r.headers["request-id"], r.headers["x-svc-request-id"]);
       assert.equal(r.headers["x-request-id"], r.headers["x-svc-request-id"]);
