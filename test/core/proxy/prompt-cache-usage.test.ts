@@ -149,6 +149,12 @@ describe("prompt-cache tokens: usage from each upstream style, and what each cli
       assert.deepEqual(counts(odd.usage), { input: 2, cacheRead: 2, cacheWrite: 0, output: 1 });
     });
 
+    it("takes prompt_tokens_details.cache_write_tokens (a compatible server fronting Anthropic models) as the cache writes, within the uncached input", () => {
+      const written = (details: object) => counts(openai.parseCompletion({ ...openaiAnswer, usage: { prompt_tokens: 19, completion_tokens: 5, prompt_tokens_details: details } }, chatReq).usage);
+      assert.deepEqual(written({ cached_tokens: 3, cache_write_tokens: 7 }), { input: 19, cacheRead: 3, cacheWrite: 7, output: 5 });
+      assert.deepEqual(written({ cached_tokens: 3, cache_write_tokens: 90 }), { input: 19, cacheRead: 3, cacheWrite: 16, output: 5 });
+    });
+
     it("gives a chat-completions client the usage exactly as sent", () => {
       assert.deepEqual((chatCompletionsCodec.renderCompletion(openai.parseCompletion(openaiAnswer, chatReq)) as { usage: object }).usage, openaiUsage);
       assert.deepEqual(streamedUsage(convert(openai, chatReq, openaiStream)).chat, openaiUsage);

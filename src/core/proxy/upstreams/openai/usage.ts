@@ -9,8 +9,8 @@ const kUsageKnown: ReadonlySet<string> = new Set(["prompt_tokens", "completion_t
 /**
  * Converts an OpenAI `usage` object; undefined when the upstream sent none (the gateway then counts
  * locally). `prompt_tokens` counts every input token, the cached ones
- * (`prompt_tokens_details.cached_tokens`, billed at a discount) included, as the canonical count
- * does. Detail objects (prompt_tokens_details, completion_tokens_details) also ride in extra_json,
+ * (`prompt_tokens_details.cached_tokens`, billed at a discount) and those written to the cache
+ * (`cache_write_tokens`) included, as the canonical count does. Detail objects (prompt_tokens_details, completion_tokens_details) also ride in extra_json,
  * as sent, for a chat-style client.
  */
 export function toUsage(usage: unknown): Usage | undefined {
@@ -22,6 +22,9 @@ export function toUsage(usage: unknown): Usage | undefined {
     outputTokens: tokenCount(usage.completion_tokens),
     extraJson: extraJson(usage, kUsageKnown),
     cacheReadTokens: Math.min(tokenCount(details.cached_tokens), inputTokens),
+    // Written to the provider's prompt cache: compatible servers that front Anthropic models
+    // (OpenRouter) say so here, and bill it at the model's cache-write price.
+    cacheWriteTokens: Math.min(tokenCount(details.cache_write_tokens), Math.max(0, inputTokens - tokenCount(details.cached_tokens))),
   });
 }
 
