@@ -200,23 +200,49 @@ function dashValuesAttached(argv: string[], options: Record<string, { type: "str
   return out;
 }
 
+type Tokens = NonNullable<ReturnType<typeof parseArgs>["tokens"]>;
+
+/** `-zh`, `-dash`: several short options in one word, which the CLI never takes (its one short option is -h). */
+const isCluster = (word: string) => /^-[^-]./.test(word);
+
+/**
+ * Help is asked for only by the words -h and --help themselves: parseArgs reads `-zh` or `-dash`
+ * (a name that starts with a dash, given without `--` before it) as short options, -h among them,
+ * and those printed the help with exit code 0 where `-q` was refused as the unknown option it is.
+ */
+function helpAsked(argv: string[], tokens: Tokens): boolean {
+  return tokens.some((t) => t.kind === "option" && t.name === "help" && (argv[t.index] === "-h" || argv[t.index] === "--help"));
+}
+
+/**
+ * The word an unknown short option came from, to name it in the refusal: `-dash`, not the `-d`
+ * parseArgs found in it.
+ */
+function wordOf(rawName: string, args: string[], options: Record<string, { type: "string" | "boolean"; short?: string }>): string {
+  if (rawName.startsWith("--")) return rawName;
+  const { tokens } = parseArgs({ args, allowPositionals: true, strict: false, tokens: true, options });
+  const token = tokens.find((t) => t.kind === "option" && t.rawName === rawName);
+  return token ? args[token.index]! : rawName;
+}
+
 /**
  * Reads the command line in two passes: the first finds the command (options typed as any command
  * takes them; unknown ones tolerated), the second reads it strictly with that command's types and
  * refuses any option the command does not take, naming it and the command, rather than ignoring it.
  * Returns the help text when help is wanted (--help, -h, `svc help ...`, or no command at all).
+ * A name that starts with a dash goes after `--` (`svc prompts put --project P --file f -- -name`).
  */
 function parseCommandLine(argv: string[]): Parsed | { help: string } {
   const first = parseArgs({ args: argv, allowPositionals: true, strict: false, tokens: true, options: OPTIONS });
   const [cmd, sub] = first.positionals;
   if (cmd === "help") return { help: helpFor(first.positionals.slice(1)) };
-  if (first.values.help === true) return { help: helpFor(first.positionals) };
+  if (helpAsked(argv, first.tokens)) return { help: helpFor(first.positionals) };
   let command: string;
   if (cmd === undefined) {
     if (first.values.version !== true) {
       const option = first.tokens.find((t) => t.kind === "option");
       if (option) {
-        throw new UsageError(option.name in OPTIONS ? `${option.rawName} needs a command (svc --help lists them)` : `unknown option '${option.rawName}'`);
+        throw new UsageError(option.name in OPTIONS && !isCluster(argv[option.index]!) ? `${option.rawName} needs a command (svc --help lists them)` : `unknown option '${argv[option.index]}'`);
       }
       return { help: USAGE };
     }
@@ -233,13 +259,14 @@ function parseCommandLine(argv: string[]): Parsed | { help: string } {
 
   // `prompts show` reads --version as a version number; elsewhere it is a switch (svc --version).
   const options = command === "prompts show" ? { ...OPTIONS, version: { type: "string" } as const } : OPTIONS;
+  const args = dashValuesAttached(argv, options);
   let parsed;
   try {
-    parsed = parseArgs({ args: dashValuesAttached(argv, options), allowPositionals: true, strict: true, tokens: true, options });
+    parsed = parseArgs({ args, allowPositionals: true, strict: true, tokens: true, options });
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
     const unknown = err.code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" && /Unknown option '([^']+)'/.exec(err.message);
-    if (unknown) throw new UsageError(`unknown option '${unknown[1]}' for 'svc ${command}' (it takes ${optionList(spec)})`);
+    if (unknown) throw new UsageError(`unknown option '${wordOf(unknown[1]!, args, options)}' for 'svc ${command}' (it takes ${optionList(spec)})`);
     if (err.code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE") throw new UsageError(`${err.message} (svc ${command})`);
     throw e;
   }

@@ -98,6 +98,23 @@ describe("svc help: each command's own usage and options", function () {
     assert.equal(bare.stdout, global.stdout);
   });
 
+  it("takes only -h and --help as help: a word of short options with h in it is refused as the unknown option it is", async () => {
+    const [short, ...refused] = await Promise.all([
+      svc("projects", "list", "-h"),
+      svc("projects", "list", "-zh"),
+      svc("keys", "delete", "-oh"),
+      svc("prompts", "put", "-dash", "--project", "P", "--file", "f"),
+      svc("-zh"),
+    ]);
+    assert.equal(short.code, 0);
+    assert.match(short.stdout, /^svc projects list: /);
+    for (const [res, word] of refused.map((r, i) => [r, ["-zh", "-oh", "-dash", "-zh"][i]!] as const)) {
+      assert.equal(res.code, 2, `${word}: ${res.stdout}`);
+      assert.match(res.stderr, new RegExp(`^error: unknown option '${word}'`), word);
+      assert.equal(res.stdout, "");
+    }
+  });
+
   it("refuses help for a command that does not exist, with exit code 2", async () => {
     for (const args of [["nope", "--help"], ["keys", "nope", "--help"], ["help", "nope"]]) {
       const res = await svc(...args);
