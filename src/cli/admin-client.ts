@@ -48,6 +48,11 @@ export function resolveAdminTarget(flags: { server?: string; adminToken?: string
   if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
     throw new UsageError(`the server must be an http(s) URL such as ${defaultServerUrl(env)} (the core's gRPC port), got '${server}'`);
   }
+  // Looked for as written: an empty query or fragment (`...:8090/?`) parses to none, yet every
+  // call's path would follow it.
+  if (/[?#]/.test(server)) {
+    throw new UsageError(`the server must not have a query or fragment (the core answers at the root of its port, such as ${defaultServerUrl(env)}), got '${server}'`);
+  }
   let token = flags.adminToken || env.SVC_ADMIN_TOKEN || "";
   if (!token) {
     const path = adminTokenFile(env);

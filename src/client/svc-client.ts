@@ -39,6 +39,16 @@ export class SvcApiError extends Error {
  * once, naming where it came from, rather than built into URLs that fail at the first call.
  */
 function origin(u: string, from: string): string {
+  checkBaseUrl(u, from);
+  return u.replace(/\/+$/, "").replace(/\/v1$/, "");
+}
+
+/**
+ * The checks of a base URL paths are appended to. The query and fragment are looked for in the
+ * string as written: an empty one (`http://h:8081/?`, `...#`) has URL.search and URL.hash "", yet
+ * still ends up before every path, sending each call to `/`.
+ */
+function checkBaseUrl(u: string, from: string): void {
   let url: URL;
   try {
     url = new URL(u);
@@ -46,8 +56,7 @@ function origin(u: string, from: string): string {
     throw new Error(`${from} is not a URL: ${JSON.stringify(u)} (write it as http://host:port).`);
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error(`${from} must be an http:// or https:// URL, got ${JSON.stringify(u)}.`);
-  if (url.search !== "" || url.hash !== "") throw new Error(`${from} must not have a query or fragment, got ${JSON.stringify(u)}.`);
-  return u.replace(/\/+$/, "").replace(/\/v1$/, "");
+  if (/[?#]/.test(u)) throw new Error(`${from} must not have a query or fragment, got ${JSON.stringify(u)}.`);
 }
 
 /** The default address on this machine: the port `svc serve` listens on, from the same setting (checked as it checks it). */
@@ -222,6 +231,7 @@ export function createCoreClients(opts: { url: string; adminToken: string; proto
   proxy: Client<typeof ProxyService>;
   telemetry: Client<typeof TelemetryService>;
 } {
+  checkBaseUrl(opts.url, "{ url }");
   const auth = bearerAuth(opts.adminToken);
   const transport =
     opts.protocol === "connect"

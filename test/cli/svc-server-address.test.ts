@@ -32,6 +32,16 @@ describe("the svc command's default server address", function () {
     assert.equal(target(env, "http://other:1"), "http://other:1");
   });
 
+  it("refuses a server URL with a query or fragment, an empty one included: every call's path would follow it", () => {
+    for (const [env, server] of [
+      [{}, "http://127.0.0.1:8090/?"],
+      [{}, "http://127.0.0.1:8090#"],
+      [{ SVC_SERVER_URL: "http://127.0.0.1:8090/?x=1" }, undefined],
+    ] as const) {
+      assert.throws(() => target(env, server), (e: Error) => e instanceof UsageError && /^the server must not have a query or fragment/.test(e.message), server ?? env.SVC_SERVER_URL);
+    }
+  });
+
   it("refuses a bad SVC_HOST or SVC_GRPC_PORT, or SVC_GRPC_PORT=0 (a port only the banner tells), naming the setting", () => {
     for (const [env, message] of [
       [{ SVC_HOST: "999.1.1.1" }, /^SVC_HOST must be an IP address/],

@@ -45,6 +45,13 @@ describe("client library: SvcClient and createCoreClients against a running gate
     assert.throws(() => new SvcClient({ ...key, managementUrl: "localhost:8081" }, {}), /\{ managementUrl \} must be an http:\/\/ or https:\/\/ URL/);
     assert.throws(() => new SvcClient(key, { SVC_GATEWAY_URL: "127.0.0.1" }), /SVC_GATEWAY_URL is not a URL/);
     assert.throws(() => new SvcClient({ ...key, gatewayUrl: "http://127.0.0.1:8080/v1?x=1" }, {}), /must not have a query or fragment/);
+    // An empty query or fragment parses to none (URL.search and URL.hash are ""), yet every call would go to `/`.
+    for (const url of ["http://127.0.0.1:8081/?", "http://127.0.0.1:8081#", "http://127.0.0.1:8081/v1?"]) {
+      assert.throws(() => new SvcClient({ ...key, managementUrl: url }, {}), /\{ managementUrl \} must not have a query or fragment/, url);
+      assert.throws(() => new SvcClient(key, { SVC_GATEWAY_URL: url }), /SVC_GATEWAY_URL must not have a query or fragment/, url);
+      assert.throws(() => createCoreClients({ url, adminToken: "t" }), /\{ url \} must not have a query or fragment/, url);
+    }
+    assert.throws(() => createCoreClients({ url: "localhost:8090", adminToken: "t" }), /\{ url \} must be an http:\/\/ or https:\/\/ URL/);
     assert.equal(new SvcClient(key, {}).managementUrl, "http://127.0.0.1:8081");
     assert.equal(new SvcClient(key, { SVC_GATEWAY_URL: "https://gw.example.com/v1" }).gatewayUrl, "https://gw.example.com");
   });
