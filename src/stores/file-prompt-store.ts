@@ -45,8 +45,9 @@ interface Pending {
  * its last whole line) and the puts in it fail with no version taken.
  *
  * At start the log is read back line by line. A crash in the middle of an append leaves a torn last
- * line, never acknowledged to anyone: it is dropped (and truncated away). Any other line that does
- * not read back is damage the store does not guess about: it refuses to start.
+ * line without its newline, never acknowledged to anyone: it is dropped (and truncated away). Any
+ * whole line that does not read back, the last one included, is damage the store does not guess
+ * about: it refuses to start.
  *
  * A data dir of an earlier release has `prompts.json` (every prompt in one JSON file, rewritten on
  * each put) and no log: it is imported into a new log on first start, then renamed to
@@ -221,8 +222,9 @@ const isRecord = (v: unknown): v is PromptRecord => {
 /**
  * Reads the log from the start, handing each line's record, byte offset and length (newline
  * included) to `add`, which answers false for a record that does not follow the ones before it.
- * What follows the last record, when no record follows it, is a torn append (no newline, or bytes
- * that are not a record) and is truncated away; a bad line with records after it is an error.
+ * Only bytes after the last newline are a torn append (each line is written with its newline, and
+ * none is acknowledged before the sync): they are truncated away. A whole line that does not read
+ * back is damage, last or not, and an error: dropping it would destroy what may be the only copy.
  * Answers the size of the log that was kept.
  */
 async function load(fh: FileHandle, path: string, add: (r: PromptRecord, offset: number, length: number) => boolean): Promise<number> {
@@ -232,8 +234,6 @@ async function load(fh: FileHandle, path: string, add: (r: PromptRecord, offset:
   let position = 0;
   let lineStart = 0;
   let lineNo = 0;
-  /** The first line that did not read back: forgiven (as torn) only if no record follows it. */
-  let bad: { offset: number; lineNo: number } | undefined;
   for (;;) {
     const { bytesRead } = await fh.read(chunk, 0, chunk.length, position);
     if (bytesRead === 0) break;
@@ -259,19 +259,17 @@ async function load(fh: FileHandle, path: string, add: (r: PromptRecord, offset:
       } catch {
         record = undefined;
       }
-      if (bad && isRecord(record)) throw damaged(path, bad.lineNo, bad.offset);
-      if (!bad && !(isRecord(record) && add(record, lineStart, length))) bad = { offset: lineStart, lineNo };
+      if (!(isRecord(record) && add(record, lineStart, length))) throw damaged(path, lineNo, lineStart);
       lineStart += length;
       i = nl + 1;
     }
   }
-  const kept = bad ? bad.offset : lineStart;
-  if (kept < position) {
-    log.warn("prompt store: dropped a torn last line of the prompt log (a put cut short by a crash, never acknowledged)", { path, offset: kept, bytes: position - kept });
-    await fh.truncate(kept);
+  if (lineStart < position) {
+    log.warn("prompt store: dropped a torn last line of the prompt log (no newline: a put cut short by a crash, never acknowledged)", { path, offset: lineStart, bytes: position - lineStart });
+    await fh.truncate(lineStart);
     await fh.datasync();
   }
-  return kept;
+  return lineStart;
 }
 
 const damaged = (path: string, lineNo: number, offset: number) =>

@@ -140,13 +140,13 @@ describe("prompt store (file): an append-only log", () => {
     await reopened.close();
   });
 
-  it("drops a torn last line left by a crash, and appends after the last whole one", async () => {
+  it("drops a torn last line (no newline) left by a crash, and appends after the last whole one", async () => {
     let store = await createFilePromptStore(dir);
     await put(store, "p", "a", "one");
     await put(store, "p", "a", "two");
     await store.close();
     const whole = statSync(logPath()).size;
-    for (const torn of ['{"projectId":"p","name":"a","version":3,"descr', "\u0000\u0000\u0000\u0000", '{"not":"a record"}\n']) {
+    for (const torn of ['{"projectId":"p","name":"a","version":3,"descr', "\u0000\u0000\u0000\u0000"]) {
       appendFileSync(logPath(), torn);
       store = await createFilePromptStore(dir);
       assert.equal(statSync(logPath()).size, whole, JSON.stringify(torn));
@@ -171,6 +171,18 @@ describe("prompt store (file): an append-only log", () => {
     // A version out of sequence is damage too.
     writeFileSync(logPath(), `${good}${good}${good.replace('"version":1', '"version":2')}`);
     await assert.rejects(createFilePromptStore(dir), /line 2/);
+  });
+
+  it("refuses to start on a damaged last line that has its newline (a whole line is no torn put), and keeps the file", async () => {
+    const store = await createFilePromptStore(dir);
+    await put(store, "p", "a", "one");
+    await store.close();
+    const good = readFileSync(logPath(), "utf8");
+    for (const last of ['{"not":"a record"}\n', "garbage\n", good]) {
+      writeFileSync(logPath(), `${good}${last}`);
+      await assert.rejects(createFilePromptStore(dir), /cannot read the prompt log .*line 2 .*restore the file from a backup or move it aside/, JSON.stringify(last));
+      assert.equal(readFileSync(logPath(), "utf8"), `${good}${last}`, "nothing cut");
+    }
   });
 
   it("imports the prompts.json of earlier releases once, then keeps it as prompts.json.imported and never reads it again", async () => {
