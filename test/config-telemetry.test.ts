@@ -35,6 +35,7 @@ describe("telemetry configuration", () => {
     ["SVC_TELEMETRY_BODY_TTL_DAYS", "3651"],
     ["SVC_TELEMETRY_BATCH_SIZE", "100001"],
     ["SVC_TELEMETRY_FLUSH_INTERVAL_MS", "soon"],
+    ["SVC_TELEMETRY_FLUSH_INTERVAL_MS", "60001"], // at most 60000, as docs/telemetry.md says
     ["SVC_TELEMETRY_SPOOL_MAX_BYTES", "-5"],
     ["SVC_TELEMETRY_ENGINE_NICE", "20"],
     ["SVC_TELEMETRY_ENGINE_NICE", "-1"],
