@@ -223,8 +223,10 @@ describe("slow clients", function () {
     for (const [name, url, head, status] of [
       ["management, no key", () => server.managementUrl, "GET /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", 401],
       ["management, unknown path", () => server.managementUrl, "POST /nowhere HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer svc_sk_live_nope\r\nContent-Length: 100000\r\n\r\n", 404],
-      ["gateway (Koa), unknown path", () => server.gatewayUrl, "POST /v1/nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", 404],
-      ["gateway (Koa), wrong method", () => server.gatewayUrl, "PUT /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", 405],
+      // Under /v1 a key comes first (spec 5.1): without one, the 401 is the early refusal.
+      ["gateway (Koa), unknown path, no key", () => server.gatewayUrl, "POST /v1/nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", 401],
+      ["gateway (Koa), wrong method, unknown key", () => server.gatewayUrl, "PUT /v1/messages HTTP/1.1\r\nHost: x\r\nX-Svc-Api-Key: svc_sk_live_nope\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", 401],
+      ["gateway (Koa), unknown path outside /v1", () => server.gatewayUrl, "POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", 404],
       ["gateway (node:http), no key", () => server.gatewayUrl, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", 401],
     ] as const) {
       it(`${name}: an early refusal closes the connection while its body trickles in`, async () => {

@@ -67,7 +67,7 @@ describe("the request id under each SDK's own header name (official openai and a
         assert.match(String(err.status), /^4/);
         assert.equal(err.requestID, svcId(err.headers!));
       }
-      const res = await rawRequest(`${gw.gatewayUrl}/v1/chat/completions`, { method: "GET" });
+      const res = await rawRequest(`${gw.gatewayUrl}/v1/chat/completions`, { method: "GET", headers: { authorization: `Bearer ${key}` } });
       assert.equal(res.status, 405);
       assert.equal(res.headers["x-request-id"], res.headers["x-svc-request-id"]);
       assert.match(String(res.headers["x-request-id"]), /^req_/);
@@ -114,7 +114,7 @@ describe("the request id under each SDK's own header name (official openai and a
       const raw = await postJson(`${gw.gatewayUrl}/v1/messages`, key, { ...msg(), stream: "yes" });
       assert.equal(raw.status, 400);
       assert.equal(raw.headers["request-id"], raw.headers["x-svc-request-id"]);
-      const res = await rawRequest(`${gw.gatewayUrl}/v1/messages`, { method: "GET" });
+      const res = await rawRequest(`${gw.gatewayUrl}/v1/messages`, { method: "GET", headers: { "x-api-key": key } });
       assert.equal(res.status, 405);
       assert.equal(res.headers["request-id"], res.headers["x-svc-request-id"]);
       assert.match(String(res.headers["request-id"]), /^req_/);
