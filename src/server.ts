@@ -189,7 +189,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         shutdown,
       }), config.gatewayPort, config.host, "SVC_GATEWAY_PORT", { errorHeaders: gatewayErrorHeaders, onCut: () => shutdown.cut(), timeouts: opts.clientTimeouts });
     listeners.push(gateway.close);
-    const management = await serveHttp(createManagementApp({ auth, telemetry }).callback(), config.managementPort, config.host, "SVC_MANAGEMENT_PORT", { timeouts: opts.clientTimeouts });
+    const management = await serveHttp(createManagementApp({ auth, telemetry }).callback(), config.managementPort, config.host, "SVC_MANAGEMENT_PORT", { errorHeaders: managementErrorHeaders, timeouts: opts.clientTimeouts });
     listeners.push(management.close);
 
     const host = connectHost(config.host);
@@ -276,6 +276,9 @@ function gatewayErrorHeaders(socket: Duplex): Record<string, string> {
   const id = requestIdOnSocket(socket) ?? newRequestId();
   return { "X-Svc-Request-Id": id, "x-request-id": id, "request-id": id, "X-Svc-Cache": "MISS", "X-Svc-Cost": "0" };
 }
+
+/** The management API's answers all carry an id (its Koa app sets it): node:http's refusals too. */
+const managementErrorHeaders = (): Record<string, string> => ({ "X-Svc-Request-Id": newRequestId() });
 
 /** How long the requests in flight at shutdown get to finish before they are cut (README, "Shutdown"). */
 const SHUTDOWN_GRACE_MS = 5_000;

@@ -300,9 +300,9 @@ describe("gateway errors: the spec's status and error object for every kind of b
    * keep it, and any request on it, alive for as long as the client likes): once its side has
    * ended, more bytes from this side must meet a reset.
    */
-  const rawHttp = (text: string) =>
+  const rawHttp = (text: string, url = gw.gatewayUrl) =>
     new Promise<{ head: string; body: string }>((resolve, reject) => {
-      const { hostname, port } = new URL(gw.gatewayUrl);
+      const { hostname, port } = new URL(url);
       const socket = connect({ port: Number(port), host: hostname, allowHalfOpen: true }, () => socket.write(text));
       const timer = setTimeout(() => reject(new Error("the gateway left the connection open")), 5_000);
       let got = "";
@@ -334,6 +334,24 @@ describe("gateway errors: the spec's status and error object for every kind of b
       assertErrorShape(body);
       assert.deepEqual([body.error.type, body.error.code], ["invalid_request_error", code]);
     }
+  });
+
+  it("so does one on the management port, with a request id of its own, as every management answer has", async () => {
+    const ids = new Set<string>();
+    for (const [text, status] of [
+      [`GET /v1/logs HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(20_000)}\r\n\r\n`, 431],
+      ["GET /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n", 400],
+      ["GET /v1/logs HTTP/1.1\r\nHost: x\r\nExpect: foo\r\n\r\n", 417],
+      ["CONNECT /v1/logs HTTP/1.1\r\nHost: x\r\n\r\n", 405],
+    ] as const) {
+      const res = await rawHttp(text, gw.managementUrl);
+      assert.match(res.head, new RegExp(`^HTTP/1.1 ${status} `));
+      const id = /\r\nX-Svc-Request-Id: (req_\w+)\r\n/.exec(res.head)?.[1];
+      assert.ok(id, res.head);
+      ids.add(id);
+      assertErrorShape(JSON.parse(res.body));
+    }
+    assert.equal(ids.size, 4);
   });
 
   /** Sends raw bytes on a new connection (then, with `halfClose`, ends this side) and reads all that comes back until the gateway ends the connection. */
