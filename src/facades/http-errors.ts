@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Middleware } from "koa";
-import { apiError, retryGuidanceOf, toErrorBody, toErrorInfo, withRetryGuidance, type ErrorInfo } from "../core/errors.js";
+import { apiError, invalidApiKey, retryGuidanceOf, toErrorBody, toErrorInfo, withRetryGuidance, type ErrorInfo } from "../core/errors.js";
 import { log } from "../logger.js";
 import { cutText } from "../core/text.js";
 
@@ -290,7 +290,7 @@ export function framingRefusal(req: IncomingMessage): ErrorInfo | undefined {
   if (req.httpVersion === "1.1" && req.headers.host === undefined) {
     return { status: 400, type: "invalid_request_error", code: "malformed_request", message: "An HTTP/1.1 request must carry a Host header." };
   }
-  if (hostLines(req.rawHeaders) > 1) {
+  if (headerLines(req.rawHeaders, "host") > 1) {
     return { status: 400, type: "invalid_request_error", code: "malformed_request", message: "A request must carry one Host header, not several." };
   }
   const te = req.headers["transfer-encoding"];
@@ -300,14 +300,26 @@ export function framingRefusal(req: IncomingMessage): ErrorInfo | undefined {
   return undefined;
 }
 
-/** How many `Host` header lines a request's raw headers hold. */
-function hostLines(raw: string[]): number {
+/**
+ * How many lines of the header `name` (lower case) a request's raw headers hold: Node's `headers`
+ * joins repeats of most (two X-Svc-User-Id read "a, b") and keeps the first of some (Host,
+ * Authorization), so neither shows there how many came.
+ */
+export function headerLines(raw: string[], name: string): number {
   let n = 0;
   for (let i = 0; i < raw.length; i += 2) {
     const k = raw[i]!;
-    if (k.length === 4 && k.toLowerCase() === "host") n++;
+    if (k.length === name.length && k.toLowerCase() === name) n++;
   }
   return n;
+}
+
+/**
+ * Two Authorization headers, whatever each holds, are refused 401 on both APIs, as two keys in
+ * X-Svc-Api-Key or x-api-key (which Node joins) are: Node would keep the first and drop the other.
+ */
+export function refuseRepeatedAuthorization(req: IncomingMessage): void {
+  if (headerLines(req.rawHeaders, "authorization") > 1) throw invalidApiKey("Invalid API key: the Authorization header was sent more than once; send the key once.");
 }
 
 /** `framingRefusal`'s answer, and the 417 of an `Expect` other than 100-continue: the error, then the connection closed. */

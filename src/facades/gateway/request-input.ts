@@ -3,7 +3,7 @@ import type { IncomingMessage } from "node:http";
 import { invalidApiKey, invalidRequest } from "../../core/errors.js";
 import { isObject, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, setOwn } from "../../core/json.js";
 import { startsWithCalendarDate } from "../../core/calendar.js";
-import { bodyBrokenOff } from "../http-errors.js";
+import { bodyBrokenOff, headerLines, refuseRepeatedAuthorization } from "../http-errors.js";
 import { BETA_NAME, MAX_BETAS, MAX_USER_ID_CHARS } from "../../core/proxy/request-rules.js";
 import { LIMITS } from "../../core/telemetry/log-row.js";
 import { cutText } from "../../core/text.js";
@@ -22,12 +22,8 @@ export function apiKeyOf(req: IncomingMessage): string {
   const direct = req.headers["x-svc-api-key"];
   if (typeof direct === "string" && direct) return direct.trim();
   const bearer = req.headers.authorization;
-  if (bearer && /^Bearer\s+svc_sk_/i.test(bearer)) {
-    // Node keeps the first of two Authorization headers and drops the other: two keys (two X-Svc-Api-Key,
-    // two x-api-key, joined by Node) are refused, so two Authorization headers are too.
-    if (sentMoreThanOnce(req, "authorization")) throw invalidApiKey("Invalid API key: the Authorization header was sent more than once; send the service key once.");
-    return bearer.replace(/^Bearer\s+/i, "").trim();
-  }
+  if (bearer !== undefined) refuseRepeatedAuthorization(req);
+  if (bearer && /^Bearer\s+svc_sk_/i.test(bearer)) return bearer.replace(/^Bearer\s+/i, "").trim();
   const xApiKey = req.headers["x-api-key"];
   if (typeof xApiKey === "string" && xApiKey.startsWith("svc_sk_")) return xApiKey.trim();
   // A provider's own key where the SDK puts it (the likeliest mistake) is a wrong key, not a missing one.
@@ -235,24 +231,12 @@ export function metadataOf(req: IncomingMessage): Record<string, string> {
   return out;
 }
 
-/** Whether the header `name` (lower case) came more than once: Node's `headers` joins or drops repeats. */
-function sentMoreThanOnce(req: IncomingMessage, name: string): boolean {
-  const raw = req.rawHeaders;
-  let seen = false;
-  for (let i = 0; i < raw.length; i += 2) {
-    if (raw[i]!.length !== name.length || raw[i]!.toLowerCase() !== name) continue;
-    if (seen) return true;
-    seen = true;
-  }
-  return false;
-}
-
 /** `X-Svc-User-Id`: any non-empty text up to 256 characters (raw UTF-8 read as such: `headerText`). */
 export function userIdOf(req: IncomingMessage): string {
   const raw = req.headers["x-svc-user-id"];
   if (raw === undefined) return "";
   // Node joins two of them into one ("alice, bob"): an id nobody sent, which would get a rate-limit window of its own.
-  if (sentMoreThanOnce(req, "x-svc-user-id")) throw invalidRequest("invalid_user_id", "X-Svc-User-Id was sent more than once; send one user id.");
+  if (headerLines(req.rawHeaders, "x-svc-user-id") > 1) throw invalidRequest("invalid_user_id", "X-Svc-User-Id was sent more than once; send one user id.");
   const v = headerText(Array.isArray(raw) ? raw[0]! : raw).trim();
   if (v.length > MAX_USER_ID_CHARS) throw invalidRequest("invalid_user_id", "X-Svc-User-Id must be at most 256 characters.");
   return v;

@@ -5,7 +5,7 @@ import type { ApiKey, AuthService, Project } from "../../gen/svc/auth/v1/auth_se
 import { AnalyticsGranularity, AnalyticsGroupBy, type TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { apiError, invalidApiKey, invalidRequest, toErrorInfo } from "../../core/errors.js";
 import { newRequestId } from "../../core/ids.js";
-import { errorMiddleware } from "../http-errors.js";
+import { errorMiddleware, refuseRepeatedAuthorization } from "../http-errors.js";
 import { Query } from "./query.js";
 import { analyticsJson, logJson, promptJson } from "./render.js";
 
@@ -77,6 +77,7 @@ export function createManagementApp(deps: ManagementDeps): Koa {
   // 404 or 405 would tell anyone which paths exist.
   app.use(async (ctx, next) => {
     if (!V1.test(ctx.path)) return next();
+    refuseRepeatedAuthorization(ctx.req);
     const m = /^Bearer\s+(\S+)\s*$/i.exec(ctx.get("authorization"));
     if (!m) throw invalidApiKey("Missing API key: send it as Authorization: Bearer <API_KEY>.");
     const { key, project } = await deps.auth.verifyKey({ secret: m[1]! });
