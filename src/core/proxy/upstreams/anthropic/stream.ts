@@ -43,6 +43,12 @@ export class MessagesStreamConverter implements StreamConverter {
    */
   #deltaExtra = "";
   #eventExtra = "";
+  /**
+   * Tool calls (by block index) whose input came whole in their content_block_start, which the API
+   * sends as `{}` with input_json_delta fragments to follow: a compatible server may send it there
+   * instead. Sent on as one fragment at the block's stop, unless fragments came (they are the input).
+   */
+  readonly #startInputs = new Map<number, string>();
 
   constructor(req: StreamChatRequest) {
     this.#req = req;
@@ -70,11 +76,20 @@ export class MessagesStreamConverter implements StreamConverter {
         return [this.#start(data.message)];
       case "content_block_start":
         if (!isObject(data.content_block)) throw invalidResponse("`content_block_start` has no content_block");
-        return startEvents(index(data), data.content_block);
-      case "content_block_delta":
-        return [streamEvent({ case: "blockDelta", value: { index: index(data), ...delta(data.delta) } })];
-      case "content_block_stop":
-        return [streamEvent({ case: "blockStop", value: { index: index(data) } })];
+        return [this.#blockStart(index(data), data.content_block)];
+      case "content_block_delta": {
+        const d = delta(data.delta);
+        if (d.partialJson !== undefined) this.#startInputs.delete(index(data));
+        return [streamEvent({ case: "blockDelta", value: { index: index(data), ...d } })];
+      }
+      case "content_block_stop": {
+        const at = index(data);
+        const stop = streamEvent({ case: "blockStop", value: { index: at } });
+        const input = this.#startInputs.get(at);
+        if (input === undefined) return [stop];
+        this.#startInputs.delete(at);
+        return [streamEvent({ case: "blockDelta", value: { index: at, partialJson: input } }), stop];
+      }
       case "message_delta":
         this.#delta(data);
         return [];
@@ -97,6 +112,16 @@ export class MessagesStreamConverter implements StreamConverter {
     // it finished (its blocks all stopped before) owes the answer's end; one that did not is the
     // caller's upstream failure, not something to paper over here.
     return this.#complete || !this.finished ? [] : [this.#end()];
+  }
+
+  /** A block's start; a tool call's input is left to its fragments (see #startInputs). */
+  #blockStart(at: number, wire: JsonObject): StreamChatResponse {
+    const block = blockFromWire(wire);
+    if (block.type === BlockType.TOOL_USE) {
+      if (block.toolInputJson !== "" && block.toolInputJson !== "{}") this.#startInputs.set(at, block.toolInputJson);
+      block.toolInputJson = "";
+    }
+    return streamEvent({ case: "blockStart", value: { index: at, block } });
   }
 
   #start(message: unknown): StreamChatResponse {
@@ -153,19 +178,7 @@ export class MessagesStreamConverter implements StreamConverter {
   }
 }
 
-/**
- * A block's start. A tool call's input arrives as input_json_delta fragments after a start whose
- * input is `{}`; a compatible server that gives the whole input in the start instead (and no
- * fragments) has it sent on as one fragment, so the call keeps its arguments.
- */
-function startEvents(at: number, wire: JsonObject): StreamChatResponse[] {
-  const block = blockFromWire(wire);
-  if (block.type !== BlockType.TOOL_USE) return [streamEvent({ case: "blockStart", value: { index: at, block } })];
-  const input = block.toolInputJson;
-  block.toolInputJson = "";
-  const start = streamEvent({ case: "blockStart", value: { index: at, block } });
-  return input === "" || input === "{}" ? [start] : [start, streamEvent({ case: "blockDelta", value: { index: at, partialJson: input } })];
-}
+
 
 const index = (data: JsonObject): number => (typeof data.index === "number" && data.index >= 0 ? Math.floor(data.index) : 0);
 

@@ -232,15 +232,21 @@ describe("anthropic stream converter", () => {
     });
   });
 
-  it("sends on a tool call's input given whole in its content_block_start (a compatible server's way) as one fragment", () => {
-    const conv = createAnthropicAdapter().createStreamConverter(req);
-    const start = (input: unknown) => conv.push({ event: "content_block_start", data: JSON.stringify({ type: "content_block_start", index: 1, content_block: { type: "tool_use", id: "toolu_s", name: "get", input } }) }).map(summary);
-    assert.deepEqual(start({ q: 1 }), [
-      { blockStart: { index: 1, block: { type: "BLOCK_TYPE_TOOL_USE", toolCallId: "toolu_s", toolName: "get", style: "API_STYLE_MESSAGES" } } },
-      { blockDelta: { index: 1, partialJson: '{"q":1}' } },
-    ]);
-    // The API's own start, input {} with the fragments to follow: no fragment of its own.
-    assert.deepEqual(start({}).map((e) => Object.keys(e)[0]), ["blockStart"]);
+  it("sends on a tool call's input given whole in its content_block_start (a compatible server's way) as one fragment at the block's stop, unless fragments came", () => {
+    const events = (input: unknown, fragments: string[]) => {
+      const conv = createAnthropicAdapter().createStreamConverter(req);
+      const push = (type: string, rest: object) => conv.push({ event: type, data: JSON.stringify({ type, index: 1, ...rest }) }).map(summary);
+      return [
+        ...push("content_block_start", { content_block: { type: "tool_use", id: "toolu_s", name: "get", input } }),
+        ...fragments.flatMap((partial_json) => push("content_block_delta", { delta: { type: "input_json_delta", partial_json } })),
+        ...push("content_block_stop", {}),
+      ];
+    };
+    const start = { blockStart: { index: 1, block: { type: "BLOCK_TYPE_TOOL_USE", toolCallId: "toolu_s", toolName: "get", style: "API_STYLE_MESSAGES" } } };
+    assert.deepEqual(events({ q: 1 }, []), [start, { blockDelta: { index: 1, partialJson: '{"q":1}' } }, { blockStop: { index: 1 } }]);
+    // Fragments after it are the input (the API's own start is {}): the start's is not sent as well.
+    assert.deepEqual(events({ q: 1 }, ['{"x"', ":1}"]), [start, { blockDelta: { index: 1, partialJson: '{"x"' } }, { blockDelta: { index: 1, partialJson: ":1}" } }, { blockStop: { index: 1 } }]);
+    assert.deepEqual(events({}, []), [start, { blockStop: { index: 1 } }]);
   });
 
   it("reports the public model id, never the upstream's", () => {
