@@ -84,9 +84,10 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     for (const c of cleanups.reverse()) await c().catch((e) => log.warn("shutdown step failed", { err: String(e) }));
   };
   try {
-    // Embedded, the data dir is this process's alone; it is locked before anything in it is read
-    // or written (the admin token, the registry).
-    if (!config.redisUrl) cleanups.push(await lockDataDir(config.dataDir));
+    // The data dir is this process's alone, in cluster mode too (the log spool, the embedded
+    // engine, the admin token are each process's own: two replicas numbering spool files alike
+    // overwrote each other's logs); it is locked before anything in it is read or written.
+    cleanups.push(await lockDataDir(config.dataDir));
     const { token: adminToken, path: adminTokenPath } = await loadAdminToken(config);
     for (const warning of clusterWarnings(config)) log.warn(warning);
     let demo: FakeProvider | undefined;

@@ -122,15 +122,18 @@ describe("the data dir lock", function () {
     }
   });
 
-  it("stops `svc serve` with a configuration error naming SVC_DATA_DIR (exit code 2) when a live process holds the dir", async () => {
+  it("stops `svc serve` with a configuration error naming SVC_DATA_DIR (exit code 2) when a live process holds the dir, in cluster mode too", async () => {
     const other = spawn("sleep", ["30"]);
     try {
       writeFileSync(join(dir, "svc.pid"), `${other.pid} ${startTime(other.pid!)}`);
-      const res = await serveUntilExit({ SVC_DATA_DIR: dir, SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_ADMIN_TOKEN: "lock-test-admin-token" }, ["--demo"]);
-      assert.equal(res.code, 2, res.stdout + res.stderr);
-      assert.match(res.stderr, new RegExp(`^configuration error: SVC_DATA_DIR ${dir.replace(/[/.]/g, "\\$&")} is in use by process ${other.pid}; stop it or set SVC_DATA_DIR to another directory`, "m"));
-      assert.doesNotMatch(res.stdout, /svc gateway is running/);
-      assert.equal(readFileSync(join(dir, "svc.pid"), "utf8"), `${other.pid} ${startTime(other.pid!)}`, "the holder's lock is left as it was");
+      // Cluster mode (the dir is locked before Redis is reached): two replicas on one dir numbered their spooled logs alike.
+      for (const cluster of [{}, { SVC_REDIS_URL: "redis://127.0.0.1:1" }]) {
+        const res = await serveUntilExit({ SVC_DATA_DIR: dir, SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_ADMIN_TOKEN: "lock-test-admin-token", ...cluster }, ["--demo"]);
+        assert.equal(res.code, 2, res.stdout + res.stderr);
+        assert.match(res.stderr, new RegExp(`^configuration error: SVC_DATA_DIR ${dir.replace(/[/.]/g, "\\$&")} is in use by process ${other.pid}; stop it or set SVC_DATA_DIR to another directory`, "m"));
+        assert.doesNotMatch(res.stdout, /svc gateway is running/);
+        assert.equal(readFileSync(join(dir, "svc.pid"), "utf8"), `${other.pid} ${startTime(other.pid!)}`, "the holder's lock is left as it was");
+      }
     } finally {
       other.kill();
     }
