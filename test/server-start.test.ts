@@ -127,7 +127,7 @@ describe("the data dir lock", function () {
     try {
       writeFileSync(join(dir, "svc.pid"), `${other.pid} ${startTime(other.pid!)}`);
       // Cluster mode (the dir is locked before Redis is reached): two replicas on one dir numbered their spooled logs alike.
-      for (const cluster of [{}, { SVC_REDIS_URL: "redis://127.0.0.1:1" }]) {
+      for (const cluster of [{}, { SVC_REDIS_URL: "redis://127.0.0.1:1" }] as Array<Record<string, string>>) {
         const res = await serveUntilExit({ SVC_DATA_DIR: dir, SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_ADMIN_TOKEN: "lock-test-admin-token", ...cluster }, ["--demo"]);
         assert.equal(res.code, 2, res.stdout + res.stderr);
         assert.match(res.stderr, new RegExp(`^configuration error: SVC_DATA_DIR ${dir.replace(/[/.]/g, "\\$&")} is in use by process ${other.pid}; stop it or set SVC_DATA_DIR to another directory`, "m"));
