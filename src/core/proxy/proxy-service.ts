@@ -11,6 +11,7 @@ import {
 import { cancelOf } from "../cancel.js";
 import { apiError, toErrorInfo, withoutSecrets, withRetryGuidance } from "../errors.js";
 import { newRequestId } from "../ids.js";
+import { atMostEvery, log } from "../../logger.js";
 import { type SseEvent, SseParser } from "../sse.js";
 import { cutMarked } from "../text.js";
 import { completionEvent, localInputTokens, localTokens, nowSeconds, usage as canonicalUsage } from "./canonical.js";
@@ -42,6 +43,7 @@ interface Route {
 /** Creates the ProxyService implementation: route the model, call its upstream, price the answer. */
 export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxyService> {
   const routes = new Map<string, Route>();
+  const alarms = new Map<string, () => boolean>();
   for (const model of deps.models.values()) {
     const provider = deps.providers.get(model.provider)!;
     const adapter = deps.adapters.get(provider.style);
@@ -68,64 +70,88 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
   return {
     async *streamChat(req: StreamChatRequest, ctx: HandlerContext): AsyncGenerator<StreamChatResponse> {
       if (!req.requestId) req.requestId = newRequestId();
-      const route = routeFor(req);
-      const target: UpstreamTarget = {
-        provider: route.provider.name,
-        style: route.provider.style,
-        baseUrl: route.provider.baseUrl,
-        apiKey: route.provider.apiKey,
-        upstreamModel: route.model.upstreamModel,
-        defaultMaxTokens: unlimitedOutputTokens(route.model, route.provider.style),
-      };
-      const res = await deps.http.send(route.adapter.buildRequest(req, target), cancelOf(ctx));
       try {
-        if (res.status >= 400) throw withRetryGuidance(upstreamError(route.adapter, res.status, await res.text()), res.errorHeaders);
-        if (res.status >= 300) throw redirected(route.provider, res.status, res.errorHeaders.location);
-        if (!req.stream) {
-          let answer: Completion;
-          try {
-            answer = await completion(route, req, res);
-          } catch (e) {
-            // The upstream answered 2xx: it had the prompt and bills it, whatever became of its
-            // body (cut off, not JSON, too large), as for a client that leaves after the request
-            // went out (SENT_UPSTREAM tells the gateway to charge it).
-            if (e instanceof ConnectError && e.code !== Code.Canceled) e.metadata.set(SENT_UPSTREAM, "1");
-            throw e;
+        const route = routeFor(req);
+        const target: UpstreamTarget = {
+          provider: route.provider.name,
+          style: route.provider.style,
+          baseUrl: route.provider.baseUrl,
+          apiKey: route.provider.apiKey,
+          upstreamModel: route.model.upstreamModel,
+          defaultMaxTokens: unlimitedOutputTokens(route.model, route.provider.style),
+        };
+        const res = await deps.http.send(route.adapter.buildRequest(req, target), cancelOf(ctx));
+        try {
+          if (res.status >= 400) throw withRetryGuidance(upstreamError(route.adapter, res.status, await res.text()), res.errorHeaders);
+          if (res.status >= 300) throw redirected(route.provider, res.status, res.errorHeaders.location);
+          if (!req.stream) {
+            let answer: Completion;
+            try {
+              answer = await completion(route, req, res);
+            } catch (e) {
+              // The upstream answered 2xx: it had the prompt and bills it, whatever became of its
+              // body (cut off, not JSON, too large), as for a client that leaves after the request
+              // went out (SENT_UPSTREAM tells the gateway to charge it).
+              if (e instanceof ConnectError && e.code !== Code.Canceled) e.metadata.set(SENT_UPSTREAM, "1");
+              throw e;
+            }
+            yield completionEvent(answer);
+            return;
           }
-          yield completionEvent(answer);
-          return;
-        }
-        // An answer that is not an event stream (a JSON body, an HTML error page) is a bad answer, not
-        // a stream cut short. No content-type at all is let through: the body decides then.
-        if (res.contentType !== "" && !EVENT_STREAM.test(res.contentType)) {
-          throw invalidResponse(`a streamed answer came as ${JSON.stringify(res.contentType.slice(0, 100))}, not text/event-stream`);
-        }
-        // The events are yielded here rather than through a nested generator (`yield*`): each event
-        // would pay a second generator step and its promises.
-        const events = new UpstreamEvents(route, req);
-        for await (const chunk of res.body) {
-          for (const ev of events.push(chunk)) yield ev;
+          // An answer that is not an event stream (a JSON body, an HTML error page) is a bad answer, not
+          // a stream cut short. No content-type at all is let through: the body decides then.
+          if (res.contentType !== "" && !EVENT_STREAM.test(res.contentType)) {
+            throw invalidResponse(`a streamed answer came as ${JSON.stringify(res.contentType.slice(0, 100))}, not text/event-stream`);
+          }
+          // The events are yielded here rather than through a nested generator (`yield*`): each event
+          // would pay a second generator step and its promises.
+          const events = new UpstreamEvents(route, req);
+          for await (const chunk of res.body) {
+            for (const ev of events.push(chunk)) yield ev;
+            events.check();
+            // The answer is whole ([DONE], message_stop): it ends here, whatever the upstream does
+            // with its connection after (holds it open past the idle timeout, sends more).
+            if (events.complete) {
+              res.finishAnswer();
+              break;
+            }
+          }
+          for (const ev of events.end()) yield ev;
           events.check();
-          // The answer is whole ([DONE], message_stop): it ends here, whatever the upstream does
-          // with its connection after (holds it open past the idle timeout, sends more).
-          if (events.complete) {
-            res.finishAnswer();
-            break;
-          }
+        } catch (e) {
+          // A 2xx stream that cannot be read (no event stream, not the style's events) had the prompt,
+          // as a 2xx answer that cannot be read has (above): billed for it.
+          if (req.stream && res.status < 300 && e instanceof ConnectError && toErrorInfo(e).code === "upstream_invalid_response") e.metadata.set(SENT_UPSTREAM, "1");
+          // The upstream's words reach the client and the log: never the gateway's own credential in them.
+          throw withoutSecrets(e, route.provider.apiKey);
+        } finally {
+          res.dispose();
         }
-        for (const ev of events.end()) yield ev;
-        events.check();
       } catch (e) {
-        // A 2xx stream that cannot be read (no event stream, not the style's events) had the prompt,
-        // as a 2xx answer that cannot be read has (above): billed for it.
-        if (req.stream && res.status < 300 && e instanceof ConnectError && toErrorInfo(e).code === "upstream_invalid_response") e.metadata.set(SENT_UPSTREAM, "1");
-        // The upstream's words reach the client and the log: never the gateway's own credential in them.
-        throw withoutSecrets(e, route.provider.apiKey);
-      } finally {
-        res.dispose();
+        operatorAlarm(alarms, req.model, e);
+        throw e;
       }
     },
   };
+}
+
+/**
+ * Upstream failures that only the operator can clear (a refused or missing provider key, an account
+ * out of quota, a redirect, a provider that cannot be reached): each request's log has them, and
+ * the server's log says so too, at most once a minute per provider and kind, so that a dead
+ * provider or a revoked key shows where an operator looks.
+ */
+const OPERATOR_CODES = new Set(["upstream_authentication_failed", "upstream_quota_exhausted", "upstream_not_configured", "upstream_redirected", "upstream_unreachable"]);
+
+/** `alarms`: one gate per model and kind, the service's own. */
+function operatorAlarm(alarms: Map<string, () => boolean>, model: string, e: unknown): void {
+  if (!(e instanceof ConnectError)) return;
+  const info = toErrorInfo(e);
+  if (!OPERATOR_CODES.has(info.code)) return;
+  const key = `${model} ${info.code}`;
+  let gate = alarms.get(key);
+  if (!gate) alarms.set(key, (gate = atMostEvery(60_000)));
+  if (gate()) log.warn("upstream failing: requests for this model are answered with errors only the operator can clear (logged at most once a minute)", { model, code: info.code, message: info.message });
 }
 
 /** Retry guidance for an error that only the operator can clear. */

@@ -11,6 +11,8 @@ import { createProxyService } from "../../../src/core/proxy/proxy-service.js";
 import { createUpstreamHttp } from "../../../src/core/proxy/upstream-http.js";
 import { createAnthropicAdapter } from "../../../src/core/proxy/upstreams/anthropic/adapter.js";
 import { createOpenAiAdapter } from "../../../src/core/proxy/upstreams/openai/adapter.js";
+import { toErrorInfo } from "../../../src/core/errors.js";
+import { captureLog } from "../../support/log-capture.js";
 
 /** An OpenAI-style upstream that answers every request with `body`, written in one piece. */
 async function upstreamSending(body: string): Promise<{ url: string; close(): Promise<void> }> {
@@ -104,5 +106,47 @@ describe("ProxyService streams", () => {
     const before = Math.floor(Date.now() / 1000);
     const undated = await streamFrom(chunk({ content: "Hi" }, { created: undefined }) + "data: [DONE]\n\n");
     assert.ok(undated.created >= before && undated.created <= Math.floor(Date.now() / 1000) + 1, String(undated.created));
+  });
+});
+
+describe("ProxyService: failures only the operator can clear", () => {
+  it("are logged once a minute per model and kind, not per request, naming the model and the code; a client's bad request is not logged", async () => {
+    // An upstream that refuses the gateway's key, as a provider does a revoked one.
+    const server = http.createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        res.writeHead(401, { "content-type": "application/json" });
+        res.end(JSON.stringify({ error: { message: "Incorrect API key provided", type: "invalid_request_error", code: "invalid_api_key" } }));
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const config = loadConfig({ SVC_OPENAI_BASE_URL: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, SVC_OPENAI_API_KEY: "k" });
+    const httpClient = createUpstreamHttp(config.timeouts);
+    const adapters = new Map([[ApiStyle.CHAT_COMPLETIONS, createOpenAiAdapter()], [ApiStyle.MESSAGES, createAnthropicAdapter()]]);
+    const proxy = createDirectClient(ProxyService, createProxyService({ models: config.models, providers: config.providers, adapters, http: httpClient }));
+    const ask = async (model: string) => {
+      const req = { projectId: "proj_1", keyId: "key_1", keyMode: KeyMode.LIVE, style: ApiStyle.CHAT_COMPLETIONS, model, messages: [{ role: "user", blocks: [{ type: 1, text: "hi" }], contentIsString: true }] };
+      try {
+        for await (const _ of proxy.streamChat(req, { contextValues: createContextValues().set(cancellationKey, new Cancellation()) }));
+      } catch (e) {
+        return toErrorInfo(e).code;
+      }
+      return "answered";
+    };
+    try {
+      const codes: string[] = [];
+      const lines = await captureLog(async () => {
+        for (let i = 0; i < 5; i++) codes.push(await ask("chat-4o-mini"));
+        codes.push(await ask("no-such-model"));
+      });
+      assert.deepEqual(codes, [...Array(5).fill("upstream_authentication_failed"), "model_not_found"]);
+      const warned = lines.map((l) => JSON.parse(l) as Record<string, string>).filter((l) => l.level === "warn");
+      assert.equal(warned.length, 1, lines.join(""));
+      assert.deepEqual([warned[0]!.model, warned[0]!.code], ["chat-4o-mini", "upstream_authentication_failed"]);
+      assert.match(warned[0]!.message, /Incorrect API key provided/);
+    } finally {
+      await httpClient.close();
+      await new Promise((r) => server.close(r));
+    }
   });
 });
