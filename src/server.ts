@@ -445,8 +445,15 @@ function refuseWhileClosing(res: ServerResponse, headers: Record<string, string>
  * `<dataDir>/admin-token` (mode 0600) at first start and reused after.
  */
 async function loadAdminToken(config: Config): Promise<{ token: string; path: string | undefined }> {
-  if (config.adminToken) return { token: config.adminToken, path: undefined };
   const path = join(config.dataDir, "admin-token");
+  if (config.adminToken) {
+    // A token file left from before (a rotation to SVC_ADMIN_TOKEN) is the admin token again the
+    // day the setting is lost: said at each start, so that it is deleted.
+    if (await stat(path).then(() => true, () => false)) {
+      log.warn("the admin token file is not used while SVC_ADMIN_TOKEN is set, and would be the admin token again if the setting were unset: delete it if that token is retired", { path });
+    }
+    return { token: config.adminToken, path: undefined };
+  }
   let text: string | undefined;
   try {
     text = await readFile(path, "utf8");

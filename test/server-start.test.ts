@@ -7,6 +7,7 @@ import { createServer, type AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
 import { ConfigError, loadConfig } from "../src/config.js";
 import { startServer } from "../src/server.js";
+import { captureLog } from "./support/log-capture.js";
 
 const bin = fileURLToPath(new URL("../bin/svc.js", import.meta.url));
 
@@ -53,6 +54,21 @@ describe("the admin token", function () {
     } finally {
       await running.close();
     }
+  });
+
+  it("warns at each start while SVC_ADMIN_TOKEN is set and an admin-token file is left, which would be the token again without the setting", async () => {
+    const warnings = async () => {
+      const lines = await captureLog(async () => {
+        const running = await start({ SVC_ADMIN_TOKEN: "the-rotated-admin-token", SVC_LOG_LEVEL: "warn" });
+        await running.close();
+      });
+      return lines.filter((l) => l.includes("admin token file is not used"));
+    };
+    assert.deepEqual(await warnings(), [], "no file, no warning");
+    writeFileSync(join(dir, "admin-token"), "the-retired-admin-token\n", { mode: 0o600 });
+    const [line] = await warnings();
+    assert.equal((JSON.parse(line!) as { path: string }).path, join(dir, "admin-token"));
+    assert.doesNotMatch(line!, /the-retired-admin-token|the-rotated-admin-token/, "neither token is printed");
   });
 
   it("generates the token into an empty admin-token file's place owner-only, whatever mode the empty file had", async () => {
