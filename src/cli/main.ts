@@ -230,7 +230,6 @@ function wordOf(rawName: string, args: string[], options: Record<string, { type:
  * takes them; unknown ones tolerated), the second reads it strictly with that command's types and
  * refuses any option the command does not take, naming it and the command, rather than ignoring it.
  * Returns the help text when help is wanted (--help, -h, `svc help ...`, or no command at all).
- * A name that starts with a dash goes after `--` (`svc prompts put --project P --file f -- -name`).
  */
 function parseCommandLine(argv: string[]): Parsed | { help: string } {
   const first = parseArgs({ args: argv, allowPositionals: true, strict: false, tokens: true, options: OPTIONS });

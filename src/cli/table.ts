@@ -27,7 +27,7 @@ const isWide = (cp: number): boolean => WIDE.some(([from, to]) => cp >= from && 
 
 /** Marks drawn on the character before them, and invisible format characters (ZWJ, variation selectors). */
 const ZERO_WIDTH = /^[\p{Mn}\p{Me}\p{Cf}]$/u;
-const EMOJI = /\p{Emoji_Presentation}|\p{Extended_Pictographic}\uFE0F/u;
+const EMOJI = /\p{Emoji_Presentation}|\p{Extended_Pictographic}\uFE0F|\u20E3/u; // U+20E3: a keycap (1️⃣, #️⃣)
 
 const graphemes = new Intl.Segmenter(undefined, { granularity: "grapheme" });
 

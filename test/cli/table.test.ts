@@ -14,6 +14,8 @@ describe("CLI tables (svc projects list, keys list, prompts list): columns align
       ["👨‍👩‍👧", 2], // one ZWJ sequence
       ["🇯🇵", 2], // a flag: two regional indicators
       ["👍🏽", 2], // with a skin tone
+      ["1\uFE0F\u20E3", 2], // a keycap
+      ["#\uFE0F\u20E3 x", 4],
       ["e\u0301", 1], // e and a combining acute
       ["\u0301", 0],
       ["a\u200bb", 2], // a zero-width space
