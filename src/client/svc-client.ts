@@ -33,20 +33,21 @@ export class SvcApiError extends Error {
   }
 }
 
-/** An origin as given, without trailing slashes or the API's `/v1` (what `svc serve` prints). */
 /**
- * A base URL as given (`/v1` or not), checked: http or https, no query or fragment. Refused at
- * once, naming where it came from, rather than built into URLs that fail at the first call.
+ * A base URL as given (`/v1` or not, in any case, as the server reads its paths), checked (see
+ * checkBaseUrl), without trailing slashes or the API's `/v1`: what `svc serve` prints.
  */
 function origin(u: string, from: string): string {
   checkBaseUrl(u, from);
-  return u.replace(/\/+$/, "").replace(/\/v1$/, "");
+  return u.replace(/\/+$/, "").replace(/\/v1$/i, "");
 }
 
 /**
- * The checks of a base URL paths are appended to. The query and fragment are looked for in the
- * string as written: an empty one (`http://h:8081/?`, `...#`) has URL.search and URL.hash "", yet
- * still ends up before every path, sending each call to `/`.
+ * The checks of a base URL paths are appended to, refused at once, naming where it came from,
+ * rather than built into URLs that fail at every call: http or https; no query or fragment, looked
+ * for in the string as written (an empty one, `http://h:8081/?`, has URL.search and URL.hash "",
+ * yet ends up before every path); no white space (a padded value from a .env file: URL() trims it,
+ * fetch does not); no user or password (fetch refuses a URL with them).
  */
 function checkBaseUrl(u: string, from: string): void {
   let url: URL;
@@ -57,6 +58,8 @@ function checkBaseUrl(u: string, from: string): void {
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error(`${from} must be an http:// or https:// URL, got ${JSON.stringify(u)}.`);
   if (/[?#]/.test(u)) throw new Error(`${from} must not have a query or fragment, got ${JSON.stringify(u)}.`);
+  if (/\s/.test(u)) throw new Error(`${from} must not hold white space, got ${JSON.stringify(u)}.`);
+  if (url.username !== "" || url.password !== "") throw new Error(`${from} must not hold a user or password (the key is the credential), got ${JSON.stringify(u.replace(/\/\/[^/]*@/, "//***@"))}.`);
 }
 
 /** The default address on this machine: the port `svc serve` listens on, from the same setting (checked as it checks it). */

@@ -54,6 +54,11 @@ describe("client library: SvcClient and createCoreClients against a running gate
     assert.throws(() => createCoreClients({ url: "localhost:8090", adminToken: "t" }), /\{ url \} must be an http:\/\/ or https:\/\/ URL/);
     assert.equal(new SvcClient(key, {}).managementUrl, "http://127.0.0.1:8081");
     assert.equal(new SvcClient(key, { SVC_GATEWAY_URL: "https://gw.example.com/v1" }).gatewayUrl, "https://gw.example.com");
+    // Padded (a .env file's value), or with a user and password: URL() takes both, every fetch failed.
+    assert.throws(() => new SvcClient({ ...key, managementUrl: " http://127.0.0.1:8081 " }, {}), /\{ managementUrl \} must not hold white space/);
+    assert.throws(() => new SvcClient(key, { SVC_MANAGEMENT_URL: "http://u:secret@127.0.0.1:8081" }), (e: Error) => /SVC_MANAGEMENT_URL must not hold a user or password/.test(e.message) && !e.message.includes("secret"));
+    // The server reads /V1 as /v1: so does the client.
+    assert.equal(new SvcClient({ ...key, managementUrl: "http://127.0.0.1:8081/V1/" }, {}).managementUrl, "http://127.0.0.1:8081");
   });
 
   it("configures the official SDKs for the gateway, and reads their requests back from the logs", async () => {
