@@ -308,17 +308,31 @@ export function localCoreUrl(env: NodeJS.ProcessEnv): string {
   return `http://${host}:${grpcPort}`;
 }
 
-/** SVC_REDIS_URL: a `redis://` or `rediss://` URL, or unset. */
+/**
+ * SVC_REDIS_URL: a `redis://` or `rediss://` URL, or unset. Its path, when it has one, is the
+ * database's number (`/2`), as the `db` query parameter may be: anything else is refused here, as
+ * the Redis client would send it as it is (`SELECT abc`, `SELECT -1`), and a refused SELECT leaves
+ * a connection on database 0 (see stayOnConfiguredDb, stores/redis-connection.ts).
+ */
 function redisUrl(v: string | undefined): string | undefined {
   if (!v) return undefined;
-  let ok = false;
+  let parsed: URL | undefined;
   try {
-    ok = ["redis:", "rediss:"].includes(new URL(v).protocol);
+    parsed = new URL(v);
   } catch {
     // not a URL at all
   }
   // The value is not echoed: it may hold a password.
-  if (!ok) throw new ConfigError(`SVC_REDIS_URL must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379, got one starting ${JSON.stringify(v.slice(0, 8))}`);
+  if (!parsed || !["redis:", "rediss:"].includes(parsed.protocol)) {
+    throw new ConfigError(`SVC_REDIS_URL must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379, got one starting ${JSON.stringify(v.slice(0, 8))}`);
+  }
+  const path = parsed.pathname.replace(/^\//, "");
+  const query = parsed.searchParams.get("db");
+  for (const [db, where] of [[path, "its path"], [query, "its db parameter"]] as const) {
+    if (db !== null && db !== "" && !/^\d+$/.test(db)) {
+      throw new ConfigError(`SVC_REDIS_URL names the database by number (redis://host:6379/2; none: 0), but ${where} is ${JSON.stringify(db)}`);
+    }
+  }
   return v;
 }
 

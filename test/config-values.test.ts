@@ -67,6 +67,26 @@ describe("configuration values", () => {
     assert.equal(c.redisUrl, "rediss://user:pw@example.com:6380/2");
   });
 
+  it("refuses a Redis URL whose database is not a number (the client would SELECT it as written), without showing its password", () => {
+    for (const [value, shown] of [
+      ["redis://127.0.0.1:6379/abc", 'its path is "abc"'],
+      ["redis://:PWsecret3@127.0.0.1:6379/abc", 'its path is "abc"'],
+      ["redis://127.0.0.1:6379/-1", 'its path is "-1"'],
+      ["redis://127.0.0.1:6379/1.5", 'its path is "1.5"'],
+      ["redis://127.0.0.1:6379/2/", 'its path is "2/"'],
+      ["redis://127.0.0.1:6379?db=x", 'its db parameter is "x"'],
+    ]) {
+      assert.throws(
+        () => loadConfig({ SVC_REDIS_URL: value }),
+        (e: Error) => e instanceof ConfigError && e.message.startsWith("SVC_REDIS_URL names the database by number") && e.message.endsWith(shown) && !e.message.includes("PWsecret3"),
+        value,
+      );
+    }
+    for (const value of ["redis://127.0.0.1:6379", "redis://127.0.0.1:6379/", "redis://127.0.0.1:6379/0", "redis://u:p@127.0.0.1:6379/15", "redis://127.0.0.1:6379?db=3"]) {
+      assert.equal(loadConfig({ SVC_REDIS_URL: value }).redisUrl, value);
+    }
+  });
+
   it("listens on an IP address or a host name given as SVC_HOST, 127.0.0.1 when unset", () => {
     assert.equal(loadConfig({}).host, "127.0.0.1");
     for (const host of ["0.0.0.0", "::", "::1", "127.0.0.2", "localhost", "gw-1.internal", "svc_gateway"]) assert.equal(loadConfig({ SVC_HOST: host }).host, host);
