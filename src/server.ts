@@ -37,6 +37,7 @@ import { TelemetryService } from "./gen/svc/telemetry/v1/telemetry_service_pb.js
 import { log } from "./logger.js";
 import { createFileRegistryStore } from "./stores/file-registry-store.js";
 import { createRedisRegistryStore } from "./stores/redis-registry-store.js";
+import { checkRedisSettings } from "./stores/redis-connection.js";
 import { dirProblem, makeDir } from "./stores/make-dir.js";
 
 export interface ServeOptions {
@@ -78,6 +79,12 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
   // Settings only the machine can judge are checked before anything starts (the data dir's lock,
   // the telemetry store's migrations, the demo provider), each a ConfigError naming the setting.
   await checkHost(config.host);
+  if (config.redisUrl) {
+    // A database or credentials Redis refuses would otherwise pass for an outage (and a refused
+    // database leave the connections on database 0): stopped here, while it is a setting to fix.
+    const refused = await checkRedisSettings(config.redisUrl, "SVC_REDIS_URL");
+    if (refused) throw new ConfigError(refused);
+  }
   await makeDataDir(config.dataDir);
   const cleanups: Array<() => Promise<void>> = [];
   const close = async () => {

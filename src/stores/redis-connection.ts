@@ -51,8 +51,83 @@ export const RECONNECT_OPTIONS: Readonly<Pick<RedisOptions, "connectTimeout" | "
   retryStrategy: (times) => Math.min(50 * times, 1_000),
 };
 
+/** What of SVC_REDIS_URL Redis refused: the database it names, or its credentials (wrong, or none given). */
+export type RedisRefusal = "database" | "credentials" | "no-credentials";
+
+/**
+ * Whether a Redis error is the server refusing the URL's settings, not an outage: a SELECT of its
+ * database refused (out of range; a Redis Cluster has only 0), its user name or password refused
+ * (WRONGPASS, or an AUTH or HELLO refused otherwise), or none given to a Redis that requires one
+ * (NOAUTH).
+ */
+export function redisRefusal(e: unknown): RedisRefusal | undefined {
+  const err = e as (Error & { command?: { name?: string } }) | undefined;
+  if (err?.name !== "ReplyError") return undefined;
+  const command = String(err.command?.name ?? "").toLowerCase();
+  if (/^NOAUTH\b/.test(err.message)) return "no-credentials";
+  if (/^WRONGPASS\b/.test(err.message) || command === "auth" || command === "hello") return "credentials";
+  if (command === "select") return "database";
+  return undefined;
+}
+
+/**
+ * Keeps a connection off database 0 when its URL names another: ioredis reports a refused SELECT
+ * of the URL's database (an `error` event) and then goes on to `ready`, on database 0, where every
+ * command would read and write another deployment's keys. The connection is dropped instead, before
+ * it is ready (no command of its user has been sent on it: they wait for `ready`), and reconnects
+ * as after any loss, so it stays down until a SELECT succeeds. Every Redis client of the gateway
+ * is made through here or `openRedis`.
+ */
+export function stayOnConfiguredDb(redis: Redis): Redis {
+  redis.on("error", (err: unknown) => {
+    if (redisRefusal(err) === "database" && redis.status !== "end") redis.disconnect(true);
+  });
+  return redis;
+}
+
+/** A Redis client for `url` that never runs a command on a database other than the URL's (see stayOnConfiguredDb). */
+export const openRedis = (url: string, options: RedisOptions): Redis => stayOnConfiguredDb(new Redis(url, options));
+
+/**
+ * Connects to `url` once, at start, to check what only Redis can judge of it: the database it names
+ * and the credentials it gives. Resolves with a message naming `setting` when Redis refuses either
+ * (a configuration error: retrying would not help, and a connection carrying on would use database
+ * 0), and undefined when it accepts them or cannot be reached within `waitMs` (an outage, which the
+ * connections ride out as at any other time).
+ */
+export async function checkRedisSettings(url: string, setting: string, waitMs = 3_000): Promise<string | undefined> {
+  const redis = new Redis(url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, connectTimeout: RECONNECT_OPTIONS.connectTimeout, retryStrategy: () => null });
+  try {
+    const refused = await new Promise<{ what: RedisRefusal; err: Error } | undefined>((resolve) => {
+      const timer = setTimeout(() => resolve(undefined), waitMs);
+      const done = (v: { what: RedisRefusal; err: Error } | undefined) => {
+        clearTimeout(timer);
+        resolve(v);
+      };
+      redis.on("error", (err: Error) => {
+        const what = redisRefusal(err);
+        if (what) done({ what, err });
+      });
+      redis.on("ready", () => done(undefined));
+      redis.on("end", () => done(undefined));
+      redis.connect().catch(() => {});
+    });
+    if (!refused) return undefined;
+    const why = refused.err.message;
+    if (refused.what === "database") {
+      const u = new URL(url);
+      const db = u.pathname.replace(/^\//, "") || u.searchParams.get("db");
+      return `Redis refuses database ${db} that ${setting} names (${why}): name one it has, from 0 to its \`databases\` setting less one (0-15 by default; a Redis Cluster has only 0), or none for 0`;
+    }
+    if (refused.what === "credentials") return `Redis refuses the user name or password that ${setting} gives (${why}): correct them (redis://:password@host:port for the default user, redis://user:password@host:port for an ACL user)`;
+    return `Redis requires a password and ${setting} gives none (${why}): add it (redis://:password@host:port for the default user, redis://user:password@host:port for an ACL user)`;
+  } finally {
+    redis.disconnect();
+  }
+}
+
 export function createRedisConnection(url: string, opts: RedisConnectionOptions): RedisConnection {
-  const redis = new Redis(url, {
+  const redis = openRedis(url, {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     commandTimeout: opts.commandTimeoutMs ?? 1_000,

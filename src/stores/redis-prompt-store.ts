@@ -1,4 +1,4 @@
-import { Redis } from "ioredis";
+import { openRedis } from "./redis-connection.js";
 import type { PromptRecord, PromptStore } from "./prompt-store.js";
 
 /**
@@ -22,7 +22,7 @@ interface Stored {
 }
 
 export function createRedisPromptStore(url: string): PromptStore {
-  const redis = new Redis(url, { maxRetriesPerRequest: 2 });
+  const redis = openRedis(url, { maxRetriesPerRequest: 2 });
   redis.on("error", () => {}); // the registry's connection logs outages; calls here fail and say why
   const record = (projectId: string, name: string, version: number, v: string): PromptRecord => ({ projectId, name, version, ...(JSON.parse(v) as Stored) });
 

@@ -1,7 +1,7 @@
 import { Redis } from "ioredis";
 import { Lru } from "../core/lru.js";
 import { log } from "../logger.js";
-import { createProbe, isWriteRefusal, RECONNECT_OPTIONS, watchWrites } from "./redis-connection.js";
+import { createProbe, isWriteRefusal, openRedis, RECONNECT_OPTIONS, stayOnConfiguredDb, watchWrites } from "./redis-connection.js";
 import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
 
 /**
@@ -113,7 +113,7 @@ export function createRedisRegistryStore(url: string): RegistryStore {
   // behind the caller's back (a key created after its creator was told it failed). Only reads, which
   // change nothing, are given up on (`read` below). It reconnects as the cache's and the limits'
   // connections do, so a key never verified is served as soon as they are back.
-  const redis = new Redis(url, { ...RECONNECT_OPTIONS, lazyConnect: false, maxRetriesPerRequest: 2 }) as ScriptedRedis;
+  const redis = openRedis(url, { ...RECONNECT_OPTIONS, lazyConnect: false, maxRetriesPerRequest: 2 }) as ScriptedRedis;
   // Requests must keep flowing while Redis is unreachable (cache and limits step aside too): the
   // keys and projects this replica verified last are served from memory until Redis is back. A key
   // cannot be deleted during the outage either, so this only ever serves what was valid when Redis
@@ -129,7 +129,7 @@ export function createRedisRegistryStore(url: string): RegistryStore {
   // its copy when it hears of it: an outage that starts after a delete finds no copy of the deleted
   // key anywhere. A subscription that was interrupted may have missed deletes: on its return, every
   // copy is forgotten (each is read again from Redis at its next use).
-  const revocations = redis.duplicate();
+  const revocations = stayOnConfiguredDb(redis.duplicate());
   let heardBefore = false;
   revocations.on("error", () => {}); // the registry's own connection reports outages
   revocations.on("ready", () => {

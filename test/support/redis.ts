@@ -23,12 +23,12 @@ export interface TestRedis {
 
 /**
  * Starts a private `redis-server` on a free port, keeping nothing on disk, so tests never touch
- * the machine's own Redis or each other's data.
+ * the machine's own Redis or each other's data. `args` are more of its settings (`--requirepass x`).
  */
-export async function startRedis(port?: number): Promise<TestRedis> {
+export async function startRedis(port?: number, args: string[] = []): Promise<TestRedis> {
   const p = port ?? (await freePort());
   const dir = mkdtempSync(join(tmpdir(), "svc-redis-"));
-  const child: ChildProcess = spawn("redis-server", ["--port", String(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir], { stdio: ["ignore", "pipe", "pipe"] });
+  const child: ChildProcess = spawn("redis-server", ["--port", String(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, ...args], { stdio: ["ignore", "pipe", "pipe"] });
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("redis-server did not start in 10 s")), 10_000);
     child.once("error", (e) => {
