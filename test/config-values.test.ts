@@ -173,10 +173,15 @@ describe("providers that are probably set up wrong are warned about at start", (
     const refused = err({ SVC_OPENAI_BASE_URL: "http://u:BASEpw1@127.0.0.1:9/v1" });
     assert.match(refused, /^SVC_OPENAI_BASE_URL must not hold a user name or password/);
     assert.ok(!refused.includes("BASEpw1"), refused);
-    for (const bad of ["http://u:PWsecret2@127.0.0.1:notaport/db", "ftp://u:PWsecret2@127.0.0.1/db"]) {
+    for (const bad of ["http://u:PWsecret2@127.0.0.1:notaport/db", "ftp://u:PWsecret2@127.0.0.1/db", "http://default:PW/secret2@127.0.0.1:25999/db", "http://u:PW#secret2@127.0.0.1/db", "http://u:PW?secret2@127.0.0.1/db"]) {
       const message = err({ SVC_CLICKHOUSE_URL: bad });
       assert.match(message, /^SVC_CLICKHOUSE_URL must be an http\(s\) URL, got ".*:\/\/\*\*\*@127\.0\.0\.1/);
-      assert.ok(!message.includes("PWsecret2"), message);
+      assert.ok(!message.includes("PW") && !message.includes("secret2"), message);
+    }
+    // Without a scheme, or with a malformed one, everything up to the last `@` is masked.
+    for (const bad of ["u:PWsecret2@127.0.0.1:9/v1", "http:/u:PW/secret2@127.0.0.1:9/v1", "http://u:PW/secret2@127.0.0.1:9/v1"]) {
+      const message = err({ SVC_OPENAI_BASE_URL: bad });
+      assert.match(message, /^SVC_OPENAI_BASE_URL must be an http\(s\) URL, got "(http:\/\/)?\*\*\*@127\.0\.0\.1:9\/v1"$/);
     }
     // A ClickHouse server's URL may carry its credentials.
     assert.equal(loadConfig({ SVC_CLICKHOUSE_URL: "http://u:pw@127.0.0.1:8123/db" }).telemetry.clickhouseUrl, "http://u:pw@127.0.0.1:8123/db");
