@@ -385,10 +385,26 @@ function readFileConfig(path: string | undefined): JsonObject {
   return parsed;
 }
 
+/**
+ * A provider's API key from the environment variable `name` ("" when unset). It is sent in a header
+ * (`Authorization: Bearer`, `x-api-key`), so it must be printable ASCII without spaces: a newline
+ * (a secret file's last line) made every request fail (502 upstream_unreachable: the HTTP client
+ * refuses the header), and spaces reached the upstream as part of the key. Refused at start; the
+ * message never quotes the key. `owner` says whose key it is, for a variable the config file names.
+ */
+function apiKeySetting(env: NodeJS.ProcessEnv, name: string, owner = ""): string {
+  const key = env[name] ?? "";
+  if (/^[\x21-\x7e]*$/.test(key)) return key;
+  const what = /^\s|\s$/.test(key)
+    ? "leading or trailing whitespace (such as the trailing newline of a secret file)"
+    : "whitespace, control or non-ASCII characters";
+  throw new ConfigError(`${name}${owner} holds ${what}: an API key is sent in a request header and must be printable ASCII without spaces; strip it (the key is not shown here)`);
+}
+
 function providers(env: NodeJS.ProcessEnv, file: JsonObject): Map<string, ProviderConfig> {
   const out = new Map<string, ProviderConfig>([
-    ["openai", { name: "openai", style: ApiStyle.CHAT_COMPLETIONS, baseUrl: baseUrl(env.SVC_OPENAI_BASE_URL || "https://api.openai.com/v1", "SVC_OPENAI_BASE_URL"), apiKey: env.SVC_OPENAI_API_KEY ?? "", apiKeyEnv: "SVC_OPENAI_API_KEY", baseUrlSetting: "SVC_OPENAI_BASE_URL" }],
-    ["anthropic", { name: "anthropic", style: ApiStyle.MESSAGES, baseUrl: baseUrl(env.SVC_ANTHROPIC_BASE_URL || "https://api.anthropic.com", "SVC_ANTHROPIC_BASE_URL"), apiKey: env.SVC_ANTHROPIC_API_KEY ?? "", apiKeyEnv: "SVC_ANTHROPIC_API_KEY", baseUrlSetting: "SVC_ANTHROPIC_BASE_URL" }],
+    ["openai", { name: "openai", style: ApiStyle.CHAT_COMPLETIONS, baseUrl: baseUrl(env.SVC_OPENAI_BASE_URL || "https://api.openai.com/v1", "SVC_OPENAI_BASE_URL"), apiKey: apiKeySetting(env, "SVC_OPENAI_API_KEY"), apiKeyEnv: "SVC_OPENAI_API_KEY", baseUrlSetting: "SVC_OPENAI_BASE_URL" }],
+    ["anthropic", { name: "anthropic", style: ApiStyle.MESSAGES, baseUrl: baseUrl(env.SVC_ANTHROPIC_BASE_URL || "https://api.anthropic.com", "SVC_ANTHROPIC_BASE_URL"), apiKey: apiKeySetting(env, "SVC_ANTHROPIC_API_KEY"), apiKeyEnv: "SVC_ANTHROPIC_API_KEY", baseUrlSetting: "SVC_ANTHROPIC_BASE_URL" }],
   ]);
   const extra = file.providers;
   if (extra === undefined) return out;
@@ -401,7 +417,7 @@ function providers(env: NodeJS.ProcessEnv, file: JsonObject): Map<string, Provid
     if (p.apiKeyEnv !== undefined && (typeof p.apiKeyEnv !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(p.apiKeyEnv))) {
       throw new ConfigError(`${where}.apiKeyEnv must name an environment variable (letters, digits and _), got ${JSON.stringify(p.apiKeyEnv)}`);
     }
-    const apiKey = typeof p.apiKeyEnv === "string" ? env[p.apiKeyEnv] ?? "" : "";
+    const apiKey = typeof p.apiKeyEnv === "string" ? apiKeySetting(env, p.apiKeyEnv, ` (the key of ${where})`) : "";
     out.set(name, { name, style, baseUrl: baseUrl(p.baseUrl, `${where}.baseUrl`), apiKey, ...(typeof p.apiKeyEnv === "string" ? { apiKeyEnv: p.apiKeyEnv, keyRequired: true } : {}), baseUrlSetting: `${where}.baseUrl` });
   }
   return out;

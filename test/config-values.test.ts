@@ -204,6 +204,27 @@ describe("providers that are probably set up wrong are warned about at start", (
     assert.deepEqual([...loadConfig({ SVC_OPENAI_BASE_URL: "http://127.0.0.1:9/v1", SVC_ANTHROPIC_BASE_URL: "http://127.0.0.1:9" }).providers.values()].map(providerWarning), [undefined, undefined]);
   });
 
+  it("refuses a provider API key with whitespace or control characters (a secret file's newline), naming the variable, never the key", () => {
+    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
+    try {
+      const file = join(dir, "svc.config.json");
+      writeFileSync(file, JSON.stringify({ providers: { local: { style: "chat-completions", baseUrl: "http://127.0.0.1:9/v1", apiKeyEnv: "SVC_TEST_LOCAL_KEY" } } }));
+      for (const [env, says] of [
+        [{ SVC_OPENAI_API_KEY: "sk-HIDDENkey1\n" }, /^SVC_OPENAI_API_KEY holds leading or trailing whitespace \(such as the trailing newline of a secret file\)/],
+        [{ SVC_ANTHROPIC_API_KEY: " sk-ant-HIDDENkey1" }, /^SVC_ANTHROPIC_API_KEY holds leading or trailing whitespace/],
+        [{ SVC_OPENAI_API_KEY: "sk-HIDDEN\x01key1" }, /^SVC_OPENAI_API_KEY holds whitespace, control or non-ASCII characters/],
+        [{ SVC_OPENAI_API_KEY: "sk-HIDDEN key1" }, /^SVC_OPENAI_API_KEY holds whitespace, control or non-ASCII characters/],
+        [{ SVC_CONFIG: file, SVC_TEST_LOCAL_KEY: "HIDDENkey1\r\n" }, /^SVC_TEST_LOCAL_KEY \(the key of config providers\.local\) holds leading or trailing whitespace/],
+      ] as const) {
+        assert.throws(() => loadConfig(env), (e: Error) => e instanceof ConfigError && says.test(e.message) && !e.message.includes("HIDDEN"), JSON.stringify(env));
+      }
+      assert.equal(loadConfig({ SVC_OPENAI_API_KEY: "sk-proj-Ab_9-x" }).providers.get("openai")!.apiKey, "sk-proj-Ab_9-x");
+      assert.equal(loadConfig({ SVC_CONFIG: file, SVC_TEST_LOCAL_KEY: "k.1" }).providers.get("local")!.apiKey, "k.1");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("warns of a config file's provider whose key variable is unset, wherever it is", () => {
     const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
     try {
