@@ -423,6 +423,24 @@ function providers(env: NodeJS.ProcessEnv, file: JsonObject): Map<string, Provid
   return out;
 }
 
+/**
+ * A name the config file gives (a model's provider or upstream model): a non-empty string without
+ * spaces at either end. Not coerced with String(), which took `{}` as "[object Object]" (sent
+ * upstream as the model) and `["openai"]` as "openai".
+ */
+function nameSetting(v: unknown, where: string): string {
+  if (typeof v !== "string" || v.trim() === "" || v.trim() !== v) {
+    throw new ConfigError(`${where} must be a non-empty string without spaces at either end, got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+/** A price the config file gives, as the text parsePrice reads: a decimal string ("2.50") or a JSON number, nothing else coerced. */
+function priceSetting(v: unknown, where: string): string {
+  if (typeof v === "string" || (typeof v === "number" && Number.isFinite(v))) return String(v);
+  throw new ConfigError(`${where} must be a price in USD per 1M tokens, a decimal string such as "2.50", got ${JSON.stringify(v)}`);
+}
+
 function checkPrice(id: string, key: string, text: string): void {
   try {
     parsePrice(text);
@@ -439,6 +457,7 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
     if (!isObject(extra)) throw new ConfigError(`config \`models\` must be an object of id -> {${MODEL_KEYS.join(", ")}}`);
     for (const [id, m] of Object.entries(extra)) {
       const where = `config models.${id}`;
+      if (id.trim() === "") throw new ConfigError(`config models has the model id ${JSON.stringify(id)}: a model id must be a non-empty string`);
       if (!isObject(m)) throw new ConfigError(`${where} must be an object`);
       const base = out.get(id);
       const surface = m.surface === undefined ? base?.surface : styles[String(m.surface)];
@@ -446,13 +465,13 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
       const route: ModelRoute = {
         id,
         surface,
-        provider: String(m.provider ?? base?.provider ?? ""),
-        upstreamModel: String(m.upstreamModel ?? base?.upstreamModel ?? ""),
-        inputPer1M: String(m.inputPer1M ?? base?.inputPer1M ?? ""),
-        outputPer1M: String(m.outputPer1M ?? base?.outputPer1M ?? ""),
-        cacheReadPer1M: m.cacheReadPer1M === undefined ? "" : String(m.cacheReadPer1M),
-        cacheWritePer1M: m.cacheWritePer1M === undefined ? "" : String(m.cacheWritePer1M),
-        cacheWrite1hPer1M: m.cacheWrite1hPer1M === undefined ? "" : String(m.cacheWrite1hPer1M),
+        provider: m.provider === undefined ? base?.provider ?? "" : nameSetting(m.provider, `${where}.provider`),
+        upstreamModel: m.upstreamModel === undefined ? base?.upstreamModel ?? "" : nameSetting(m.upstreamModel, `${where}.upstreamModel`),
+        inputPer1M: m.inputPer1M === undefined ? base?.inputPer1M ?? "" : priceSetting(m.inputPer1M, `${where}.inputPer1M`),
+        outputPer1M: m.outputPer1M === undefined ? base?.outputPer1M ?? "" : priceSetting(m.outputPer1M, `${where}.outputPer1M`),
+        cacheReadPer1M: m.cacheReadPer1M === undefined ? "" : priceSetting(m.cacheReadPer1M, `${where}.cacheReadPer1M`),
+        cacheWritePer1M: m.cacheWritePer1M === undefined ? "" : priceSetting(m.cacheWritePer1M, `${where}.cacheWritePer1M`),
+        cacheWrite1hPer1M: m.cacheWrite1hPer1M === undefined ? "" : priceSetting(m.cacheWrite1hPer1M, `${where}.cacheWrite1hPer1M`),
         maxOutputTokens: FALLBACK_MAX_OUTPUT_TOKENS,
         imageTokens: FALLBACK_IMAGE_TOKENS,
       };

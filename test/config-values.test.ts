@@ -67,6 +67,35 @@ describe("configuration values", () => {
     assert.equal(c.redisUrl, "rediss://user:pw@example.com:6380/2");
   });
 
+  it("refuses a config file's model or provider name, or price, of the wrong type or empty, rather than coercing it", () => {
+    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
+    try {
+      const file = join(dir, "svc.config.json");
+      const model = { surface: "chat-completions", provider: "openai", upstreamModel: "gpt-x", inputPer1M: "1", outputPer1M: "2" };
+      for (const [change, says] of [
+        [{ upstreamModel: {} }, "config models.m.upstreamModel must be a non-empty string without spaces at either end, got {}"],
+        [{ upstreamModel: " " }, 'config models.m.upstreamModel must be a non-empty string without spaces at either end, got " "'],
+        [{ upstreamModel: "" }, 'config models.m.upstreamModel must be a non-empty string without spaces at either end, got ""'],
+        [{ upstreamModel: 4 }, "config models.m.upstreamModel must be a non-empty string without spaces at either end, got 4"],
+        [{ provider: ["openai"] }, 'config models.m.provider must be a non-empty string without spaces at either end, got ["openai"]'],
+        [{ provider: "openai " }, 'config models.m.provider must be a non-empty string without spaces at either end, got "openai "'],
+        [{ inputPer1M: ["1"] }, 'config models.m.inputPer1M must be a price in USD per 1M tokens, a decimal string such as "2.50", got ["1"]'],
+        [{ cacheReadPer1M: true }, "config models.m.cacheReadPer1M must be a price in USD per 1M tokens"],
+      ] as const) {
+        writeFileSync(file, JSON.stringify({ models: { m: { ...model, ...change } } }));
+        assert.throws(() => loadConfig({ SVC_CONFIG: file }), (e: Error) => e instanceof ConfigError && e.message.startsWith(says), JSON.stringify(change));
+      }
+      writeFileSync(file, JSON.stringify({ models: { "": model } }));
+      assert.throws(() => loadConfig({ SVC_CONFIG: file }), (e: Error) => e instanceof ConfigError && e.message.includes('the model id "": a model id must be a non-empty string'));
+      // A price may be a JSON number, as the whole-number settings may.
+      writeFileSync(file, JSON.stringify({ models: { m: { ...model, inputPer1M: 2.5, outputPer1M: 10 } } }));
+      const m = loadConfig({ SVC_CONFIG: file }).models.get("m")!;
+      assert.deepEqual([m.provider, m.upstreamModel, m.inputPer1M, m.outputPer1M], ["openai", "gpt-x", "2.5", "10"]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("refuses a Redis URL whose database is not a number (the client would SELECT it as written), without showing its password", () => {
     for (const [value, shown] of [
       ["redis://127.0.0.1:6379/abc", 'its path is "abc"'],
