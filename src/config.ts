@@ -171,10 +171,14 @@ export function checkAdminToken(token: string, source: string): string {
 
 const defaultTimeouts: Timeouts = { connectMs: 10_000, firstByteMs: 120_000, idleMs: 60_000, totalMs: 600_000 };
 
-const styles: Record<string, ApiStyle> = {
-  "chat-completions": ApiStyle.CHAT_COMPLETIONS,
-  messages: ApiStyle.MESSAGES,
-};
+/**
+ * The wire styles a provider's `style` and a model's `surface` name. A Map, not an object: a
+ * lookup in an object finds its prototype's members too ("constructor", "toString").
+ */
+const styles = new Map<unknown, ApiStyle>([
+  ["chat-completions", ApiStyle.CHAT_COMPLETIONS],
+  ["messages", ApiStyle.MESSAGES],
+]);
 
 /** A whole number written in plain decimal digits, or NaN: `Number()` alone would also take "0x50" or "1e3". */
 const decimal = (s: string): number => (/^\d+$/.test(s.trim()) ? Number(s) : NaN);
@@ -412,7 +416,7 @@ function providers(env: NodeJS.ProcessEnv, file: JsonObject): Map<string, Provid
   for (const [name, p] of Object.entries(extra)) {
     const where = `config providers.${name}`;
     if (!isObject(p)) throw new ConfigError(`${where} must be an object`);
-    const style = styles[String(p.style)];
+    const style = styles.get(p.style);
     if (!style) throw new ConfigError(`${where}.style must be "chat-completions" or "messages"`);
     if (p.apiKeyEnv !== undefined && (typeof p.apiKeyEnv !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(p.apiKeyEnv))) {
       throw new ConfigError(`${where}.apiKeyEnv must name an environment variable (letters, digits and _), got ${JSON.stringify(p.apiKeyEnv)}`);
@@ -460,7 +464,7 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
       if (id.trim() === "") throw new ConfigError(`config models has the model id ${JSON.stringify(id)}: a model id must be a non-empty string`);
       if (!isObject(m)) throw new ConfigError(`${where} must be an object`);
       const base = out.get(id);
-      const surface = m.surface === undefined ? base?.surface : styles[String(m.surface)];
+      const surface = m.surface === undefined ? base?.surface : styles.get(m.surface);
       if (!surface) throw new ConfigError(`${where}.surface must be "chat-completions" or "messages"`);
       const route: ModelRoute = {
         id,

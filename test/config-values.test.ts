@@ -96,6 +96,25 @@ describe("configuration values", () => {
     }
   });
 
+  it("refuses a provider style or model surface that only an object's prototype has (constructor, toString), or not a string", () => {
+    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
+    try {
+      const file = join(dir, "svc.config.json");
+      for (const [content, says] of [
+        [{ providers: { p: { style: "constructor", baseUrl: "http://127.0.0.1:9/v1" } } }, 'config providers.p.style must be "chat-completions" or "messages"'],
+        [{ providers: { p: { style: "__proto__", baseUrl: "http://127.0.0.1:9/v1" } } }, 'config providers.p.style must be "chat-completions" or "messages"'],
+        [{ providers: { p: { style: ["messages"], baseUrl: "http://127.0.0.1:9" } } }, 'config providers.p.style must be "chat-completions" or "messages"'],
+        [{ models: { m: { surface: "toString", provider: "openai", upstreamModel: "x", inputPer1M: "1", outputPer1M: "1" } } }, 'config models.m.surface must be "chat-completions" or "messages"'],
+        [{ models: { m: { surface: "hasOwnProperty", provider: "openai", upstreamModel: "x", inputPer1M: "1", outputPer1M: "1" } } }, 'config models.m.surface must be "chat-completions" or "messages"'],
+      ] as const) {
+        writeFileSync(file, JSON.stringify(content));
+        assert.throws(() => loadConfig({ SVC_CONFIG: file }), (e: Error) => e instanceof ConfigError && e.message === says, JSON.stringify(content));
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("refuses a Redis URL whose database is not a number (the client would SELECT it as written), without showing its password", () => {
     for (const [value, shown] of [
       ["redis://127.0.0.1:6379/abc", 'its path is "abc"'],
