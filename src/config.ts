@@ -445,11 +445,23 @@ function priceSetting(v: unknown, where: string): string {
   throw new ConfigError(`${where} must be a price in USD per 1M tokens, a decimal string such as "2.50", got ${JSON.stringify(v)}`);
 }
 
+/**
+ * The highest price a model may have, USD per 1M tokens: far above any real model's, and low enough
+ * that a request's cost stays within what its log holds (under a million USD, see
+ * MAX_LOGGED_COST_USD) for any real usage, so its X-Svc-Cost and its log agree. A price beyond it
+ * is a typo, or a price per token or per 1K written where one per 1M belongs.
+ */
+export const MAX_PRICE_PER_1M = "10000";
+
 function checkPrice(id: string, key: string, text: string): void {
+  let price: bigint;
   try {
-    parsePrice(text);
+    price = parsePrice(text);
   } catch (e) {
     throw new ConfigError(`model ${id} ${key}: ${(e as Error).message}`);
+  }
+  if (price > parsePrice(MAX_PRICE_PER_1M)) {
+    throw new ConfigError(`model ${id} ${key}: price ${JSON.stringify(text)} is above ${MAX_PRICE_PER_1M} USD per 1M tokens, the most a price may be (prices are per 1M tokens, not per token or per 1K)`);
   }
 }
 

@@ -96,6 +96,26 @@ describe("configuration values", () => {
     }
   });
 
+  it("refuses a price above 10000 USD per 1M tokens, beyond which a request's X-Svc-Cost would go past what its log holds", () => {
+    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
+    try {
+      const file = join(dir, "svc.config.json");
+      const model = { surface: "chat-completions", provider: "openai", upstreamModel: "gpt-x", inputPer1M: "1", outputPer1M: "2" };
+      for (const [key, value] of [["inputPer1M", "123456789012345678901234567890"], ["outputPer1M", "10000.000001"], ["cacheReadPer1M", 10001], ["cacheWrite1hPer1M", "99999"]] as const) {
+        writeFileSync(file, JSON.stringify({ models: { m: { ...model, [key]: value } } }));
+        assert.throws(
+          () => loadConfig({ SVC_CONFIG: file }),
+          (e: Error) => e instanceof ConfigError && e.message.startsWith(`model m ${key}: price ${JSON.stringify(String(value))} is above 10000 USD per 1M tokens`),
+          key,
+        );
+      }
+      writeFileSync(file, JSON.stringify({ models: { m: { ...model, inputPer1M: "10000", outputPer1M: "10000" } } }));
+      assert.equal(loadConfig({ SVC_CONFIG: file }).models.get("m")!.inputPer1M, "10000");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("refuses a provider style or model surface that only an object's prototype has (constructor, toString), or not a string", () => {
     const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
     try {
