@@ -576,10 +576,22 @@ function telemetry(env: NodeJS.ProcessEnv, dataDir: string): TelemetryConfig {
     bodyTtlDays: pick("SVC_TELEMETRY_BODY_TTL_DAYS", 30, 3650),
     batchSize: pick("SVC_TELEMETRY_BATCH_SIZE", 10_000, 100_000),
     flushIntervalMs: pick("SVC_TELEMETRY_FLUSH_INTERVAL_MS", 1000, 60_000),
-    spoolDir: env.SVC_TELEMETRY_SPOOL_DIR ? resolve(env.SVC_TELEMETRY_SPOOL_DIR) : join(dataDir, "telemetry-spool"),
+    spoolDir: dirSetting(env, "SVC_TELEMETRY_SPOOL_DIR", join(dataDir, "telemetry-spool"), "<SVC_DATA_DIR>/telemetry-spool"),
     spoolMaxBytes: pick("SVC_TELEMETRY_SPOOL_MAX_BYTES", 1024 ** 3, Number.MAX_SAFE_INTEGER),
     engineNice: intInRange(env, "SVC_TELEMETRY_ENGINE_NICE", 10, 0, 19, "a nice value from 0 (no change) to 19 (lowest priority)"),
   };
+}
+
+/**
+ * A directory setting, resolved from the working directory; `fallback` when unset or empty
+ * (`fallbackText` names it in the refusal). Only whitespace is refused, as other settings refuse it:
+ * taken as a path, it made a directory named " " in the working directory.
+ */
+function dirSetting(env: NodeJS.ProcessEnv, name: string, fallback: string, fallbackText: string): string {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return resolve(fallback);
+  if (raw.trim() === "") throw new ConfigError(`${name} is only whitespace (${JSON.stringify(raw)}): set it to a directory, or leave it unset for ${fallbackText}`);
+  return resolve(raw);
 }
 
 /** SVC_STREAM_KEEPALIVE_MS: 15 s unset, 0 for none, else a positive number of milliseconds. */
@@ -618,7 +630,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const filePath = env.SVC_CONFIG || (existsSync("svc.config.json") ? "svc.config.json" : undefined);
   const file = readFileConfig(filePath);
   const known = providers(env, file);
-  const dataDir = resolve(env.SVC_DATA_DIR || "data");
+  const dataDir = dirSetting(env, "SVC_DATA_DIR", "data", "./data");
   if (env.SVC_LOG_LEVEL && !isLogLevel(env.SVC_LOG_LEVEL)) throw new ConfigError(`SVC_LOG_LEVEL must be debug, info, warn or error, got ${JSON.stringify(env.SVC_LOG_LEVEL)}`);
   return {
     host: hostSetting(env.SVC_HOST),

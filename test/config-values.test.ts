@@ -25,6 +25,9 @@ describe("configuration values", () => {
     ["SVC_HOST", "127.0.0.1:8090"],
     ["SVC_HOST", "[::1]"],
     ["SVC_HOST", "my host"],
+    // Taken as a path, only whitespace made a directory named " " in the working directory.
+    ["SVC_DATA_DIR", " "],
+    ["SVC_TELEMETRY_SPOOL_DIR", "\t "],
   ]) {
     it(`refuses ${name}=${value}, naming the setting and the value`, () => {
       // SVC_REDIS_URL is only quoted in part: it may hold a password.
