@@ -315,6 +315,12 @@ export function headerLines(raw: string[], name: string): number {
 }
 
 /**
+ * The paths of both APIs, which need a key whatever their method (spec 5.1), a path neither serves
+ * included: the routers match them without regard to case.
+ */
+export const V1_PATH = /^\/v1(\/|$)/i;
+
+/**
  * Two Authorization headers, whatever each holds, are refused 401 on both APIs, as two keys in
  * X-Svc-Api-Key or x-api-key (which Node joins) are: Node would keep the first and drop the other.
  */

@@ -3,7 +3,7 @@ import Router from "@koa/router";
 import Koa from "koa";
 import { ApiStyle } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { newRequestId } from "../../core/ids.js";
-import { errorMiddleware, fileRequestId, methodNotAllowed } from "../http-errors.js";
+import { errorMiddleware, fileRequestId, methodNotAllowed, V1_PATH } from "../http-errors.js";
 import { chatCompletionsCodec } from "./chat-completions-codec.js";
 import { messagesCodec } from "./messages-codec.js";
 import { apiKeyOf } from "./request-input.js";
@@ -16,9 +16,6 @@ const surfaces: Surface[] = [
   { path: "/v1/messages", style: ApiStyle.MESSAGES, codec: messagesCodec },
 ];
 const byPath = new Map(surfaces.map((s) => [s.path, s]));
-
-/** The API's paths (the router matches them without regard to case). */
-const V1 = /^\/v1(\/|$)/i;
 
 /**
  * The gateway facade: provider-style HTTP in, core calls, provider-style JSON or SSE out. It owns
@@ -67,7 +64,7 @@ export function createGatewayApp(deps: GatewayDeps, state: GatewayState = newGat
   // Every request under /v1 needs a key (spec 5.1): without one, a 404 or 405 would tell anyone
   // which paths exist. A POST to a served path verifies its own (serveChat).
   app.use(async (ctx, next) => {
-    if (V1.test(ctx.path) && !(ctx.method === "POST" && router.match(ctx.path, "POST").route)) {
+    if (V1_PATH.test(ctx.path) && !(ctx.method === "POST" && router.match(ctx.path, "POST").route)) {
       await deps.auth.verifyKey({ secret: apiKeyOf(ctx.req) });
     }
     await next();

@@ -5,7 +5,7 @@ import type { ApiKey, AuthService, Project } from "../../gen/svc/auth/v1/auth_se
 import { AnalyticsGranularity, AnalyticsGroupBy, type TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { apiError, invalidApiKey, invalidRequest, toErrorInfo } from "../../core/errors.js";
 import { newRequestId } from "../../core/ids.js";
-import { errorMiddleware, refuseRepeatedAuthorization } from "../http-errors.js";
+import { errorMiddleware, refuseRepeatedAuthorization, V1_PATH } from "../http-errors.js";
 import { Query } from "./query.js";
 import { analyticsJson, logJson, promptJson } from "./render.js";
 
@@ -76,7 +76,7 @@ export function createManagementApp(deps: ManagementDeps): Koa {
   // Every request under /v1 needs a key (spec 5.1), whatever its path and method: without one, a
   // 404 or 405 would tell anyone which paths exist.
   app.use(async (ctx, next) => {
-    if (!V1.test(ctx.path)) return next();
+    if (!V1_PATH.test(ctx.path)) return next();
     refuseRepeatedAuthorization(ctx.req);
     const m = /^Bearer\s+(\S+)\s*$/i.exec(ctx.get("authorization"));
     if (!m) throw invalidApiKey("Missing API key: send it as Authorization: Bearer <API_KEY>.");
@@ -203,8 +203,5 @@ export function createManagementApp(deps: ManagementDeps): Koa {
   app.use(router.allowedMethods({ throw: true, methodNotAllowed: () => methodNotAllowed() }));
   return app;
 }
-
-/** This API's paths (the router matches them without regard to case). */
-const V1 = /^\/v1(\/|$)/i;
 
 const methodNotAllowed = () => apiError(405, "invalid_request_error", "method_not_allowed", "The management API is read-only: use GET.");

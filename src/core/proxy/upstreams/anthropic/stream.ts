@@ -178,8 +178,6 @@ export class MessagesStreamConverter implements StreamConverter {
   }
 }
 
-
-
 const index = (data: JsonObject): number => (typeof data.index === "number" && data.index >= 0 ? Math.floor(data.index) : 0);
 
 /** A delta's canonical fields: text and tool input have their own; thinking, signatures and citations ride raw. */
