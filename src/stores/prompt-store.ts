@@ -30,3 +30,15 @@ export interface PromptStore {
   list(projectId: string, page: { after: string; limit: number }): Promise<{ prompts: PromptSummary[]; more: boolean }>;
   close(): Promise<void>;
 }
+
+/**
+ * The prompt store cannot be reached (cluster mode: Redis down): the call was not applied, or, for
+ * a put that was on its way when the connection broke, may have been. TelemetryService answers
+ * 503 `prompts_unavailable`, at once rather than after the client's retries.
+ */
+export class PromptsUnavailableError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "PromptsUnavailableError";
+  }
+}

@@ -1,5 +1,5 @@
-import { openRedis } from "./redis-connection.js";
-import type { PromptRecord, PromptStore } from "./prompt-store.js";
+import { openRedis, RECONNECT_OPTIONS } from "./redis-connection.js";
+import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "./prompt-store.js";
 
 /**
  * The cluster prompt registry in Redis. A project's keys share its `{project}` hash tag, so the
@@ -22,11 +22,27 @@ interface Stored {
 }
 
 export function createRedisPromptStore(url: string): PromptStore {
-  const redis = openRedis(url, { maxRetriesPerRequest: 2 });
+  // No retries: while Redis is unreachable a call fails at once (503 prompts_unavailable), as an
+  // admin call to the registry does, rather than after ioredis's retries (10-15 s) as an internal
+  // error. Only the first connection's calls wait for it (the server may be asked before it is
+  // up); once it has been up, a call made while it is down is refused without being sent.
+  const redis = openRedis(url, { ...RECONNECT_OPTIONS, maxRetriesPerRequest: 0 });
+  let beenUp = false;
+  redis.on("ready", () => (beenUp = true));
   redis.on("error", () => {}); // the registry's connection logs outages; calls here fail and say why
   const record = (projectId: string, name: string, version: number, v: string): PromptRecord => ({ projectId, name, version, ...(JSON.parse(v) as Stored) });
+  /** `fn`, with a failure that is not Redis's own reply (connection lost, offline) as PromptsUnavailableError. */
+  const call = async <T>(fn: () => Promise<T>): Promise<T> => {
+    if (beenUp && redis.status !== "ready") throw new PromptsUnavailableError(`redis is unreachable (${redis.status})`);
+    try {
+      return await fn();
+    } catch (e) {
+      if ((e as Error)?.name === "ReplyError") throw e;
+      throw new PromptsUnavailableError(`redis is unreachable: ${(e as Error)?.message ?? e}`, { cause: e });
+    }
+  };
 
-  return {
+  const store: PromptStore = {
     async put(p) {
       const stored: Stored = { content: p.content, description: p.description, createdAt: p.createdAt };
       const res = await redis.multi().rpush(kVersions(p.projectId, p.name), JSON.stringify(stored)).zadd(kNames(p.projectId), 0, p.name).exec();
@@ -64,5 +80,11 @@ export function createRedisPromptStore(url: string): PromptStore {
       if (redis.status !== "ready") return redis.disconnect();
       await redis.quit().catch(() => redis.disconnect());
     },
+  };
+  return {
+    put: (p) => call(() => store.put(p)),
+    get: (projectId, name, version) => call(() => store.get(projectId, name, version)),
+    list: (projectId, page) => call(() => store.list(projectId, page)),
+    close: () => store.close(),
   };
 }

@@ -3,7 +3,7 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { type Prompt, PromptSchema, type TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "../../logger.js";
-import type { PromptRecord, PromptStore, PromptSummary } from "../../stores/prompt-store.js";
+import { type PromptRecord, type PromptStore, PromptsUnavailableError, type PromptSummary } from "../../stores/prompt-store.js";
 import { type LogFilter, type TelemetryStore, TelemetryUnavailableError } from "../../stores/telemetry-store.js";
 import { apiError, invalidRequest, notFound, withRetryGuidance } from "../errors.js";
 import { CONTROL } from "../text.js";
@@ -109,7 +109,7 @@ export function createTelemetryService({ store, writer, prompts, checkProject, b
       if (req.description.length > 1024) throw invalidRequest("invalid_value", "`description` must be at most 1024 characters.");
       if (CONTROL.test(req.description)) throw invalidRequest("invalid_value", "`description` must not hold control characters (newlines, tabs, escapes).");
       await checkProject(projectId);
-      const p = await prompts.put({ projectId, name, content: req.content, description: req.description, createdAt: now() });
+      const p = await promptCall(() => prompts.put({ projectId, name, content: req.content, description: req.description, createdAt: now() }));
       return { prompt: promptMessage(p, true) };
     },
 
@@ -118,7 +118,7 @@ export function createTelemetryService({ store, writer, prompts, checkProject, b
       const name = checkPromptName(req.name);
       if (!Number.isInteger(req.version) || req.version < 0) throw invalidRequest("invalid_value", "`version` must be 0 (the latest) or a version number.");
       await checkProject(projectId);
-      const p = await prompts.get(projectId, name, req.version || undefined);
+      const p = await promptCall(() => prompts.get(projectId, name, req.version || undefined));
       if (!p) {
         throw notFound("prompt_not_found", req.version ? `No version ${req.version} of prompt ${name}.` : `No prompt named ${name}.`);
       }
@@ -131,13 +131,23 @@ export function createTelemetryService({ store, writer, prompts, checkProject, b
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw invalidRequest("invalid_value", "`page_size` must be 1 to 1000.");
       const after = req.pageToken ? decodePromptPageToken(req.pageToken, projectId) : "";
       await checkProject(projectId);
-      const { prompts: page, more } = await prompts.list(projectId, { after, limit });
+      const { prompts: page, more } = await promptCall(() => prompts.list(projectId, { after, limit }));
       return {
         prompts: page.map((p) => promptMessage(p, false)),
         nextPageToken: more && page.length ? encodePromptPageToken(page.at(-1)!.name, projectId) : "",
       };
     },
   };
+}
+
+/** A prompt store call, its store out of reach answered 503 `prompts_unavailable` (Retry-After as the other outages' 503s). */
+async function promptCall<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (!(e instanceof PromptsUnavailableError)) throw e;
+    throw withRetryGuidance(apiError(503, "api_error", "prompts_unavailable", "The prompt registry is unavailable right now (its store cannot be reached); try again shortly. A put that failed so may have been stored: list the versions to see."), { "retry-after": "1" });
+  }
 }
 
 function filterOf(req: {

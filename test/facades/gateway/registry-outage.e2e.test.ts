@@ -131,6 +131,40 @@ describe("a Redis registry outage: keys the gateway has not verified yet, and ad
     assert.equal(done.object, "chat.completion");
   });
 
+  it("answers prompt calls 503 prompts_unavailable at once while Redis is down (they waited out retries, then were 500s), and serves them once it is back", async () => {
+    await eventually(async () => (await gw.admin.listProjects({}).then(() => true, () => false)), 20_000, "admin calls to work");
+    const keys = await gw.project(Plan.PRO);
+    await gw.telemetry.putPrompt({ projectId: keys.projectId, name: "greeting", content: "Hello {{name}}" });
+    const prompts = () => rawRequest(`${gw.managementUrl}/v1/prompts/greeting`, { method: "GET", headers: { authorization: `Bearer ${keys.live}` } });
+    assert.equal((await prompts()).status, 200); // the key is now known to this replica
+    await stopRedis();
+    const lines = await captureLog(async () => {
+      const started = Date.now();
+      for (const call of [
+        () => gw.telemetry.getPrompt({ projectId: keys.projectId, name: "greeting" }),
+        () => gw.telemetry.listPrompts({ projectId: keys.projectId }),
+        () => gw.telemetry.putPrompt({ projectId: keys.projectId, name: "greeting", content: "Hi" }),
+      ]) {
+        await assert.rejects(call(), (e: unknown) => {
+          assert.ok(e instanceof ConnectError, String(e));
+          assert.equal(e.code, Code.Unavailable, e.rawMessage);
+          assert.equal(toErrorInfo(e).code, "prompts_unavailable");
+          return true;
+        });
+      }
+      const res = await prompts();
+      assert.equal(res.status, 503, res.text);
+      assert.equal(res.json().error.code, "prompts_unavailable");
+      assert.equal(res.headers["retry-after"], "1");
+      assert.ok(Date.now() - started < 5_000, `refused at once (took ${Date.now() - started} ms)`);
+    });
+    assert.deepEqual(lines.filter((l) => /"level":"error"/.test(l)), [], "not an internal error");
+    await restartRedis(); // with the registry only: the prompt itself is gone from this test Redis
+    await eventually(async () => (await prompts()).status === 404, 20_000, "prompt calls to be answered again");
+    await gw.telemetry.putPrompt({ projectId: keys.projectId, name: "greeting", content: "Hello again" });
+    assert.equal((await prompts()).json().content, "Hello again");
+  });
+
   it("fails admin calls and VerifyKey over gRPC with Connect code unavailable (503 auth_unavailable), at once and applying nothing", async () => {
     // After the previous test Redis may still be reconnecting: wait until admin calls work.
     await eventually(async () => (await gw.admin.listProjects({}).then(() => true, () => false)), 20_000, "admin calls to work");
