@@ -80,8 +80,13 @@ export async function projectsCommand(sub: string | undefined, args: string[], f
           return undefined;
         },
       );
-      // Usage is a nicety: a server without limits (or with its store down) still shows the project.
-      const usage = await createLimitsAdminClient(target).getUsage({ projectId: id }).catch(() => undefined);
+      // Usage is a nicety: a server without limits (or with its store down) still shows the project,
+      // saying why the month's spend is missing (read as none spent, it would mislead).
+      const usage = await createLimitsAdminClient(target).getUsage({ projectId: id }).catch((e: unknown) => {
+        const why = e instanceof ConnectError ? e.rawMessage : String((e as Error)?.message ?? e);
+        process.stderr.write(`note: this month's spend and request counts are not shown: ${why}\n`);
+        return undefined;
+      });
       const j = projectDetailJson(project!, { keys, usage });
       return out(flags, j, projectDetailText(j));
     }

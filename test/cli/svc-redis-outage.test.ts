@@ -43,6 +43,10 @@ describe("the svc CLI while the registry's Redis is down", function () {
     const shown = JSON.parse(json.stdout);
     assert.deepEqual([shown.id, shown.name, shown.plan, "keys" in shown], [id, "shown", "pro", false]);
     assert.match(json.stderr, /^note: the key count is not shown: The registry of projects and keys cannot be reached right now/);
+    // Nor is the month's spend: said, not left out silently (read as nothing spent, it would mislead).
+    assert.equal("usage" in shown, false);
+    assert.match(json.stderr, /\nnote: this month's spend and request counts are not shown: /);
+    assert.doesNotMatch(before.stderr, /note:/, "with Redis up, nothing to note");
     const text = await srv.svc("projects", "show", id);
     assert.equal(text.code, 0, text.stderr);
     assert.match(text.stdout, new RegExp(`^${id}  shown\n`));
