@@ -128,7 +128,7 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
           res.dispose();
         }
       } catch (e) {
-        operatorAlarm(alarms, req.model, e);
+        operatorAlarm(alarms, req.model, routes.get(req.model), e);
         throw e;
       }
     },
@@ -143,15 +143,26 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
  */
 const OPERATOR_CODES = new Set(["upstream_authentication_failed", "upstream_quota_exhausted", "upstream_not_configured", "upstream_redirected", "upstream_unreachable"]);
 
-/** `alarms`: one gate per model and kind, the service's own. */
-function operatorAlarm(alarms: Map<string, () => boolean>, model: string, e: unknown): void {
+/** The low-level reason under an error (ECONNREFUSED, a DNS failure, a TLS refusal), when it has one. */
+function causeOf(e: unknown): string | undefined {
+  let c: unknown = (e as { cause?: unknown }).cause;
+  for (let depth = 0; c instanceof Error && depth < 4; depth++) {
+    const code = (c as NodeJS.ErrnoException).code;
+    if (code || !(c as { cause?: unknown }).cause) return code ? `${code}: ${c.message}` : c.message;
+    c = (c as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+/** `alarms`: one gate per model and kind, the service's own; `route`, the model's, when it has one. */
+function operatorAlarm(alarms: Map<string, () => boolean>, model: string, route: Route | undefined, e: unknown): void {
   if (!(e instanceof ConnectError)) return;
   const info = toErrorInfo(e);
   if (!OPERATOR_CODES.has(info.code)) return;
   const key = `${model} ${info.code}`;
   let gate = alarms.get(key);
   if (!gate) alarms.set(key, (gate = atMostEvery(60_000)));
-  if (gate()) log.warn("upstream failing: requests for this model are answered with errors only the operator can clear (logged at most once a minute)", { model, code: info.code, message: info.message });
+  if (gate()) log.warn("upstream failing: requests for this model are answered with errors only the operator can clear (logged at most once a minute)", { model, provider: route?.provider.name, baseUrl: route?.provider.baseUrl, code: info.code, message: info.message, cause: causeOf(e) });
 }
 
 /** Retry guidance for an error that only the operator can clear. */
@@ -163,7 +174,9 @@ const noRetry = { "x-should-retry": "false" };
  * https, a path without /v1), so the message names the setting, and the SDKs are told not to retry.
  */
 function redirected(provider: ProviderConfig, status: number, location: string | string[] | undefined): ConnectError {
-  const to = typeof location === "string" && location !== "" ? ` to ${cutMarked(location, 200)}` : "";
+  // Without a user, password or query: a login page's redirect may carry a token, and the message
+  // reaches the client and the server's log.
+  const to = typeof location === "string" && location !== "" ? ` to ${cutMarked(location.replace(/\/\/[^/?#]*@/, "//").replace(/[?#].*$/s, ""), 200)}` : "";
   const setting = provider.baseUrlSetting ?? `the ${provider.name} provider's base URL`;
   return withRetryGuidance(
     apiError(502, "api_error", "upstream_redirected", `The upstream provider answered HTTP ${status}, a redirect${to}, which the gateway does not follow: check ${setting}.`),

@@ -456,7 +456,8 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
     if (timedOut === TimedOut.Idle || e instanceof undiciErrors.BodyTimeoutError) return late("The upstream provider stopped sending data (idle timeout).");
     if (this.status !== 0) return apiError(502, "api_error", "upstream_stream_incomplete", "The upstream provider closed the connection before the answer was complete.");
     if (outOfDescriptors(e)) return gatewayOutOfDescriptors(e);
-    return apiError(502, "api_error", "upstream_unreachable", "The upstream provider could not be reached or closed the connection before answering.");
+    // The reason (refused, DNS, TLS) is for the server's log (proxy-service's operator warning), not the client.
+    return Object.assign(apiError(502, "api_error", "upstream_unreachable", "The upstream provider could not be reached or closed the connection before answering."), { cause: e });
   }
 }
 

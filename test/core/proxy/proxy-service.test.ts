@@ -144,9 +144,34 @@ describe("ProxyService: failures only the operator can clear", () => {
       assert.equal(warned.length, 1, lines.join(""));
       assert.deepEqual([warned[0]!.model, warned[0]!.code], ["chat-4o-mini", "upstream_authentication_failed"]);
       assert.match(warned[0]!.message, /Incorrect API key provided/);
+      assert.deepEqual([warned[0]!.provider, warned[0]!.baseUrl], ["openai", config.providers.get("openai")!.baseUrl]);
     } finally {
       await httpClient.close();
       await new Promise((r) => server.close(r));
+    }
+  });
+
+  it("name the provider, its address and the reason it cannot be reached", async () => {
+    const closed = http.createServer();
+    await new Promise<void>((r) => closed.listen(0, "127.0.0.1", r));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise((r) => closed.close(r)); // nothing listens there now
+    const config = loadConfig({ SVC_OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`, SVC_OPENAI_API_KEY: "k" });
+    const httpClient = createUpstreamHttp(config.timeouts);
+    const adapters = new Map([[ApiStyle.CHAT_COMPLETIONS, createOpenAiAdapter()], [ApiStyle.MESSAGES, createAnthropicAdapter()]]);
+    const proxy = createDirectClient(ProxyService, createProxyService({ models: config.models, providers: config.providers, adapters, http: httpClient }));
+    const req = { projectId: "proj_1", keyId: "key_1", keyMode: KeyMode.LIVE, style: ApiStyle.CHAT_COMPLETIONS, model: "chat-4o", messages: [{ role: "user", blocks: [{ type: 1, text: "hi" }], contentIsString: true }] };
+    try {
+      const lines = await captureLog(async () => {
+        await assert.rejects((async () => {
+          for await (const _ of proxy.streamChat(req, { contextValues: createContextValues().set(cancellationKey, new Cancellation()) }));
+        })(), (e: unknown) => toErrorInfo(e).code === "upstream_unreachable");
+      });
+      const [warned] = lines.map((l) => JSON.parse(l) as Record<string, string>).filter((l) => l.level === "warn");
+      assert.deepEqual([warned!.provider, warned!.baseUrl, warned!.code], ["openai", `http://127.0.0.1:${port}/v1`, "upstream_unreachable"]);
+      assert.match(warned!.cause!, /ECONNREFUSED/);
+    } finally {
+      await httpClient.close();
     }
   });
 });
