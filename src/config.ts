@@ -341,7 +341,10 @@ function redisUrl(v: string | undefined): string | undefined {
     throw new ConfigError(`SVC_REDIS_URL must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379, got one starting ${JSON.stringify(v.slice(0, 8))}`);
   }
   const path = parsed.pathname.replace(/^\//, "");
-  const query = parsed.searchParams.get("db");
+  const queries = parsed.searchParams.getAll("db");
+  // The Redis client takes the last of several: the one checked must be the one used.
+  if (queries.length > 1) throw new ConfigError(`SVC_REDIS_URL names the database ${queries.length} times (db parameters); name it once`);
+  const query = queries[0] ?? null;
   for (const [db, where] of [[path, "its path"], [query, "its db parameter"]] as const) {
     if (db !== null && db !== "" && !/^\d+$/.test(db)) {
       throw new ConfigError(`SVC_REDIS_URL names the database by number (redis://host:6379/2; none: 0), but ${where} is ${JSON.stringify(db)}`);

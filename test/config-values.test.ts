@@ -153,6 +153,10 @@ describe("configuration values", () => {
         value,
       );
     }
+    // Named twice, the client takes the last, while a check would read the first.
+    for (const value of ["redis://127.0.0.1:6379?db=3&db=x", "redis://127.0.0.1:6379?db=3&db=7"]) {
+      assert.throws(() => loadConfig({ SVC_REDIS_URL: value }), (e: Error) => e instanceof ConfigError && e.message === "SVC_REDIS_URL names the database 2 times (db parameters); name it once", value);
+    }
     for (const value of ["redis://127.0.0.1:6379", "redis://127.0.0.1:6379/", "redis://127.0.0.1:6379/0", "redis://u:p@127.0.0.1:6379/15", "redis://127.0.0.1:6379?db=3"]) {
       assert.equal(loadConfig({ SVC_REDIS_URL: value }).redisUrl, value);
     }

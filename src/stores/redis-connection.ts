@@ -1,5 +1,5 @@
 import { Redis, type RedisOptions } from "ioredis";
-import { log } from "../logger.js";
+import { atMostEvery, log } from "../logger.js";
 
 /**
  * A Redis connection for the hot path (cache, limits): commands fail fast while Redis is down
@@ -52,7 +52,7 @@ export const RECONNECT_OPTIONS: Readonly<Pick<RedisOptions, "connectTimeout" | "
 };
 
 /** What of SVC_REDIS_URL Redis refused: the database it names, or its credentials (wrong, or none given). */
-export type RedisRefusal = "database" | "credentials" | "no-credentials";
+export type RedisRefusal = "database" | "credentials" | "no-credentials" | "permission";
 
 /**
  * Whether a Redis error is the server refusing the URL's settings, not an outage: a SELECT of its
@@ -65,6 +65,7 @@ export function redisRefusal(e: unknown): RedisRefusal | undefined {
   if (err?.name !== "ReplyError") return undefined;
   const command = String(err.command?.name ?? "").toLowerCase();
   if (/^NOAUTH\b/.test(err.message)) return "no-credentials";
+  if (/^NOPERM\b/.test(err.message)) return "permission";
   if (/^WRONGPASS\b/.test(err.message) || command === "auth" || command === "hello") return "credentials";
   if (command === "select") return "database";
   return undefined;
@@ -80,10 +81,16 @@ export function redisRefusal(e: unknown): RedisRefusal | undefined {
  */
 export function stayOnConfiguredDb(redis: Redis): Redis {
   redis.on("error", (err: unknown) => {
-    if (redisRefusal(err) === "database" && redis.status !== "end") redis.disconnect(true);
+    const refusal = redisRefusal(err);
+    if (refusal === undefined) return;
+    // Said as what it is (each connection's outage log says only "unreachable"), once a minute for all.
+    if (refusalLogged()) log.warn("redis refuses what SVC_REDIS_URL gives (the database, or the credentials): its connections stay down until it accepts them", { refusal, err: (err as Error).message });
+    if (refusal === "database" && redis.status !== "end") redis.disconnect(true);
   });
   return redis;
 }
+
+const refusalLogged = atMostEvery(60_000);
 
 /** A Redis client for `url` that never runs a command on a database other than the URL's (see stayOnConfiguredDb). */
 export const openRedis = (url: string, options: RedisOptions): Redis => stayOnConfiguredDb(new Redis(url, options));
@@ -114,8 +121,12 @@ export async function checkRedisSettings(url: string, setting: string, waitMs = 
     });
     if (!refused) return undefined;
     const why = refused.err.message;
+    const u = new URL(url);
+    // Redis asked before it was given the password (the client selects the database first) says
+    // NOAUTH even when the URL has one: then the password is what it refuses.
+    if (refused.what === "permission") return `Redis refuses the user that ${setting} gives a command it needs (${why}): grant that user SELECT (and the gateway's other commands), or use another user`;
+    if (refused.what === "no-credentials" && u.password !== "") refused.what = "credentials";
     if (refused.what === "database") {
-      const u = new URL(url);
       const db = u.pathname.replace(/^\//, "") || u.searchParams.get("db");
       return `Redis refuses database ${db} that ${setting} names (${why}): name one it has, from 0 to its \`databases\` setting less one (0-15 by default; a Redis Cluster has only 0), or none for 0`;
     }

@@ -26,6 +26,12 @@ describe("the database and credentials SVC_REDIS_URL gives", function () {
   before(async () => {
     plain = await startRedis();
     guarded = await startRedis(undefined, ["--requirepass", "s3cret-pw"]);
+    const admin = new Redis(guarded.port, "127.0.0.1", { password: "s3cret-pw", maxRetriesPerRequest: 0 });
+    try {
+      await admin.call("ACL", "SETUSER", "nosel", "on", ">sel-pw", "~*", "+@all", "-select");
+    } finally {
+      admin.disconnect();
+    }
   });
   after(async () => {
     await plain?.stop();
@@ -40,6 +46,8 @@ describe("the database and credentials SVC_REDIS_URL gives", function () {
       [`redis://nobody:s3cret-pw@${hostOf(guarded)}`, /^Redis refuses the user name or password that SVC_REDIS_URL gives \(WRONGPASS/],
       [`redis://${hostOf(guarded)}/2`, /^Redis requires a password and SVC_REDIS_URL gives none \(NOAUTH/],
       [`redis://${hostOf(guarded)}`, /^Redis requires a password and SVC_REDIS_URL gives none \(NOAUTH/],
+      // A user the ACL allows no SELECT: the user's rights, not the database, are to fix.
+      [`redis://nosel:sel-pw@${hostOf(guarded)}/4`, /^Redis refuses the user that SVC_REDIS_URL gives a command it needs \(NOPERM/],
     ] as const) {
       const message = await checkRedisSettings(url, "SVC_REDIS_URL");
       assert.match(message ?? "accepted", says, url);
@@ -93,6 +101,10 @@ describe("the database and credentials SVC_REDIS_URL gives", function () {
         assert.deepEqual(await Promise.all([write, put]), ["refused", "refused"]);
       });
       assert.equal(lines.filter((l) => l.includes("redis is back")).length, 0, lines.join(""));
+      // Said as a refusal, not only as "unreachable", once for all the connections.
+      const refusals = lines.filter((l) => l.includes("redis refuses what SVC_REDIS_URL gives"));
+      assert.equal(refusals.length, 1, lines.join(""));
+      assert.match(refusals[0]!, /DB index is out of range/);
       const peek = new Redis(current.url, { maxRetriesPerRequest: 0 });
       try {
         assert.equal(await peek.dbsize(), 0, `database 0 holds ${JSON.stringify(await peek.keys("*"))}`);
