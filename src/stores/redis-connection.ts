@@ -51,7 +51,7 @@ export const RECONNECT_OPTIONS: Readonly<Pick<RedisOptions, "connectTimeout" | "
   retryStrategy: (times) => Math.min(50 * times, 1_000),
 };
 
-/** What of SVC_REDIS_URL Redis refused: the database it names, or its credentials (wrong, or none given). */
+/** What of SVC_REDIS_URL Redis refused: the database it names, its credentials (wrong, or none given), or the user's right to a command. */
 export type RedisRefusal = "database" | "credentials" | "no-credentials" | "permission";
 
 /**
@@ -122,9 +122,9 @@ export async function checkRedisSettings(url: string, setting: string, waitMs = 
     if (!refused) return undefined;
     const why = refused.err.message;
     const u = new URL(url);
+    if (refused.what === "permission") return `Redis refuses the user that ${setting} gives a command it needs (${why}): grant that user SELECT (and the gateway's other commands), or use another user`;
     // Redis asked before it was given the password (the client selects the database first) says
     // NOAUTH even when the URL has one: then the password is what it refuses.
-    if (refused.what === "permission") return `Redis refuses the user that ${setting} gives a command it needs (${why}): grant that user SELECT (and the gateway's other commands), or use another user`;
     if (refused.what === "no-credentials" && u.password !== "") refused.what = "credentials";
     if (refused.what === "database") {
       const db = u.pathname.replace(/^\//, "") || u.searchParams.get("db");
