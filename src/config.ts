@@ -5,6 +5,7 @@ import { ApiStyle } from "./gen/svc/proxy/v1/proxy_service_pb.js";
 import { defaultCachePrices, defaultModels, FALLBACK_IMAGE_TOKENS, FALLBACK_MAX_OUTPUT_TOKENS, type ModelRoute } from "./core/proxy/models.js";
 import { parsePrice } from "./core/proxy/cost.js";
 import { isObject, type JsonObject } from "./core/json.js";
+import { shownUrl } from "./core/text.js";
 import { MAX_CACHE_TTL_SECONDS } from "./core/cache/cache-service.js";
 import { isLogLevel } from "./logger.js";
 
@@ -217,18 +218,6 @@ export const MAX_BODY_BYTES = 256 * 1024 * 1024;
 /** The longest delay a Node timer keeps (2^31 - 1 ms, about 24.8 days); a longer one fires at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
-/**
- * A URL as a message may show it: a user name and password in it masked (`http://***@host`), that
- * is everything from the scheme to the last `@`. The last `@`, not the first before a `/`, `?` or
- * `#`: the URLs messages show are mostly ones that did not parse, and a password holding one of
- * those (`http://u:pa/ss@host`) is why; masking a path's `@` too only hides more.
- */
-function shownUrl(v: string): string {
-  const at = v.lastIndexOf("@");
-  if (at < 0) return v;
-  const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(v)?.[0] ?? "";
-  return `${scheme}***${v.slice(at)}`;
-}
 
 function url(v: unknown, name: string): string {
   if (typeof v !== "string") throw new ConfigError(`${name} must be a URL string`);

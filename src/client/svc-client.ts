@@ -5,6 +5,7 @@ import { CacheService } from "../gen/svc/cache/v1/cache_service_pb.js";
 import { LimitsService } from "../gen/svc/limits/v1/limits_service_pb.js";
 import { ProxyService } from "../gen/svc/proxy/v1/proxy_service_pb.js";
 import { TelemetryService } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
+import { shownUrl } from "../core/text.js";
 import type { AnalyticsQuery, AnalyticsResult, LogPage, LogQuery, LogRecord, Page, PromptRecord } from "./types.js";
 
 export interface SvcClientOptions {
@@ -47,19 +48,20 @@ function origin(u: string, from: string): string {
  * rather than built into URLs that fail at every call: http or https; no query or fragment, looked
  * for in the string as written (an empty one, `http://h:8081/?`, has URL.search and URL.hash "",
  * yet ends up before every path); no white space (a padded value from a .env file: URL() trims it,
- * fetch does not); no user or password (fetch refuses a URL with them).
+ * fetch does not); no user or password (fetch refuses a URL with them). A message shows the URL
+ * with any user and password masked (shownUrl), whichever check refused it.
  */
 function checkBaseUrl(u: string, from: string): void {
   let url: URL;
   try {
     url = new URL(u);
   } catch {
-    throw new Error(`${from} is not a URL: ${JSON.stringify(u)} (write it as http://host:port).`);
+    throw new Error(`${from} is not a URL: ${JSON.stringify(shownUrl(u))} (write it as http://host:port).`);
   }
-  if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error(`${from} must be an http:// or https:// URL, got ${JSON.stringify(u)}.`);
-  if (/[?#]/.test(u)) throw new Error(`${from} must not have a query or fragment, got ${JSON.stringify(u)}.`);
-  if (/\s/.test(u)) throw new Error(`${from} must not hold white space, got ${JSON.stringify(u)}.`);
-  if (url.username !== "" || url.password !== "") throw new Error(`${from} must not hold a user or password (the key is the credential), got ${JSON.stringify(u.replace(/\/\/[^/]*@/, "//***@"))}.`);
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error(`${from} must be an http:// or https:// URL, got ${JSON.stringify(shownUrl(u))}.`);
+  if (/[?#]/.test(u)) throw new Error(`${from} must not have a query or fragment, got ${JSON.stringify(shownUrl(u))}.`);
+  if (/\s/.test(u)) throw new Error(`${from} must not hold white space, got ${JSON.stringify(shownUrl(u))}.`);
+  if (url.username !== "" || url.password !== "") throw new Error(`${from} must not hold a user or password (the key is the credential), got ${JSON.stringify(shownUrl(u))}.`);
 }
 
 /** The default address on this machine: the port `svc serve` listens on, from the same setting (checked as it checks it). */

@@ -37,3 +37,16 @@ export const quotedWord = (v: unknown): string => JSON.stringify(cutText(String(
  * overrides and isolates (which reorder what a terminal shows).
  */
 export const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
+
+/**
+ * A URL as a message may show it: a user name and password in it masked (`http://***@host`), that
+ * is everything from the scheme to the last `@`. The last `@`, not the first before a `/`, `?` or
+ * `#`: the URLs messages show are mostly ones that did not parse, and a password holding one of
+ * those (`http://u:pa/ss@host`) is why; masking a path's `@` too only hides more.
+ */
+export function shownUrl(v: string): string {
+  const at = v.lastIndexOf("@");
+  if (at < 0) return v;
+  const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(v)?.[0] ?? "";
+  return `${scheme}***${v.slice(at)}`;
+}
