@@ -57,6 +57,9 @@ export const MAX_JSON_DEPTH = 128;
  */
 export const MAX_JSON_ITEMS = 200_000;
 
+/** What an item is, as the refusals of a text past MAX_JSON_ITEMS say it. */
+export const JSON_ITEMS_COUNTED = "each `[`, `{`, `:` and `,` outside strings: an array or object counts one, an array element one, an object member two";
+
 /**
  * Reads a JSON text's structure before it is parsed: "depth" when it nests arrays and objects more
  * than `maxDepth` levels (the text itself is level 1), "items" when it holds more than `maxItems`

@@ -138,7 +138,7 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
 /**
  * Upstream failures that only the operator can clear (a refused or missing provider key, an account
  * out of quota, a redirect, a provider that cannot be reached): each request's log has them, and
- * the server's log says so too, at most once a minute per provider and kind, so that a dead
+ * the server's log says so too, at most once a minute per model and kind, so that a dead
  * provider or a revoked key shows where an operator looks.
  */
 const OPERATOR_CODES = new Set(["upstream_authentication_failed", "upstream_quota_exhausted", "upstream_not_configured", "upstream_redirected", "upstream_unreachable"]);

@@ -9,7 +9,7 @@ import {
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { invalidRequest } from "../errors.js";
 import { REQUEST_ID } from "../ids.js";
-import { isObject, type JsonObject, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH } from "../json.js";
+import { isObject, JSON_ITEMS_COUNTED, type JsonObject, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH } from "../json.js";
 import {
   BETA_NAME,
   CHAT_FUNCTION_FIELDS,
@@ -93,7 +93,7 @@ function jsonText(json: string, path: string): unknown {
   if (json === "") return undefined;
   const beyond = jsonTextBeyond(json);
   if (beyond === "depth") fail("json_too_deep", `\`${path}\` nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
-  if (beyond === "items") fail("json_too_complex", `\`${path}\` holds more than ${MAX_JSON_ITEMS} JSON items in all (each \`[\`, \`{\`, \`:\` and \`,\` outside strings: an array or object counts one, an array element one, an object member two).`);
+  if (beyond === "items") fail("json_too_complex", `\`${path}\` holds more than ${MAX_JSON_ITEMS} JSON items in all (${JSON_ITEMS_COUNTED}).`);
   try {
     return JSON.parse(json);
   } catch {

@@ -1,7 +1,7 @@
 import { isUtf8 } from "node:buffer";
 import type { IncomingMessage } from "node:http";
 import { invalidApiKey, invalidRequest } from "../../core/errors.js";
-import { isObject, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, setOwn } from "../../core/json.js";
+import { isObject, JSON_ITEMS_COUNTED, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, setOwn } from "../../core/json.js";
 import { startsWithCalendarDate } from "../../core/calendar.js";
 import { bodyBrokenOff, headerLines, refuseRepeatedAuthorization } from "../http-errors.js";
 import { BETA_NAME, MAX_BETAS, MAX_USER_ID_CHARS } from "../../core/proxy/request-rules.js";
@@ -50,7 +50,7 @@ export function parseJsonBody(text: string): JsonBody {
     throw invalidRequest("json_too_deep", `The request body nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
   }
   if (beyond === "items") {
-    throw invalidRequest("json_too_complex", `The request body holds more than ${MAX_JSON_ITEMS} JSON items in all (each \`[\`, \`{\`, \`:\` and \`,\` outside strings: an array or object counts one, an array element one, an object member two).`);
+    throw invalidRequest("json_too_complex", `The request body holds more than ${MAX_JSON_ITEMS} JSON items in all (${JSON_ITEMS_COUNTED}).`);
   }
   try {
     return { text, value: JSON.parse(text) };
