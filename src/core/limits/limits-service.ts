@@ -7,7 +7,7 @@ import { type AdmitInput, type AdmitOutcome, type LimitsStore, StoreUnavailableE
 import { apiError, invalidRequest, notFound } from "../errors.js";
 import { ALPHABET, randomBase62 } from "../ids.js";
 import { cutText } from "../text.js";
-import { formatNano, MAX_REQUEST_USD, NANO_PER_USD, parseCapNano, usdToNanoCeil } from "./usd.js";
+import { formatNano, MAX_CHARGE_NANO, parseCapNano, usdToNanoCeil } from "./usd.js";
 import { monthEndMs, monthOf, type WindowName } from "./windows.js";
 
 export interface LimitsDeps {
@@ -74,13 +74,14 @@ function rate(v: number | undefined, field: string): number | undefined {
   return v;
 }
 
+/** A worst case or cost in nano-dollars, at most MAX_CHARGE_NANO (see there). */
 function money(text: string, field: string): number {
   if (text === "" || text === "0") return 0;
   const nano = usdToNanoCeil(text);
-  if (nano === undefined || nano > BigInt(MAX_REQUEST_USD) * NANO_PER_USD) {
-    throw invalidRequest("invalid_value", `\`${field}\` must be a USD amount as a plain decimal from 0 to ${MAX_REQUEST_USD}, got ${JSON.stringify(text)}.`);
+  if (nano === undefined) {
+    throw invalidRequest("invalid_value", `\`${field}\` must be a USD amount as a plain decimal (such as "0.25"), got ${JSON.stringify(cutText(text, 100))}.`);
   }
-  return Number(nano);
+  return Number(nano < MAX_CHARGE_NANO ? nano : MAX_CHARGE_NANO);
 }
 
 /**

@@ -11,8 +11,13 @@ export const NANO_PER_USD = 1_000_000_000n;
 /** The largest monthly spend cap accepted, in USD (5e15 nano-dollars, below 2^53 ~ 9.007e15). */
 export const MAX_CAP_USD = 5_000_000;
 
-/** The largest single request cost accepted by Admit and Settle, in USD. */
-export const MAX_REQUEST_USD = 1_000_000;
+/**
+ * The most one request's worst case or cost counts against the month, in nano-dollars: a
+ * nano-dollar above the largest cap, so an amount beyond it still stops any capped project, and
+ * sums of such amounts stay integers in the Lua's doubles (a larger one, possible with a high
+ * custom price and a huge max_tokens or usage, is charged as this; the logs keep its full cost).
+ */
+export const MAX_CHARGE_NANO = BigInt(MAX_CAP_USD) * NANO_PER_USD + 1n;
 
 const decimal = /^(\d{1,16})(?:\.(\d+))?$/;
 

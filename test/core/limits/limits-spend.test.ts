@@ -187,6 +187,18 @@ describe("LimitsService spend caps", () => {
       assert.equal((await admit(s, "0.5", "0.000000001")).decision, Decision.SPEND_CAPPED);
     });
 
+    it("takes amounts above a million dollars: a cost is charged in full up to just above the largest cap", async () => {
+      const s = await backend.service();
+      const r = await admit(s, "2000000", "1000000.58");
+      assert.equal(r.decision, Decision.ALLOWED);
+      await settle(s, r.reservationId, "1000000.01");
+      assert.equal((await s.limits.getUsage({ projectId: s.projectId })).spentUsd, "1000000.01");
+      // Beyond any cap: refused by the cap, never by the amount's size.
+      assert.equal((await admit(s, "5000000", "99999999")).decision, Decision.SPEND_CAPPED);
+      await settle(s, "", "99999999");
+      assert.equal((await s.limits.getUsage({ projectId: s.projectId })).spentUsd, "6000000.010000001");
+    });
+
     it("refuses malformed money and limits with a 400 naming the field", async () => {
       const s = await backend.service();
       await rejects400(admit(s, "1", "abc"), "max_cost_usd");

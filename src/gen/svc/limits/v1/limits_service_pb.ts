@@ -37,7 +37,8 @@ export type AdmitRequest = Message<"svc.limits.v1.AdmitRequest"> & {
 
   /**
    * The worst-case cost of the request in USD (a plain decimal), reserved against the spend cap
-   * until Settle; empty reserves nothing. It is only checked against the cap when one is set.
+   * until Settle; empty reserves nothing. It is only checked against the cap when one is set. An
+   * amount above 5000000.000000001 (a nano-dollar over the largest cap) counts as that.
    *
    * @generated from field: string max_cost_usd = 3;
    */
@@ -183,7 +184,8 @@ export type SettleRequest = Message<"svc.limits.v1.SettleRequest"> & {
 
   /**
    * The real cost in USD, a plain decimal; "0" or empty just releases the reservation. A cost is
-   * charged even when the reservation had already expired.
+   * charged even when the reservation had already expired. An amount above 5000000.000000001 (a
+   * nano-dollar over the largest cap) is charged as that.
    *
    * @generated from field: string cost_usd = 3;
    */
