@@ -108,6 +108,14 @@ export interface MemoryLimitsPersistence {
   initial?: LimitsSnapshot;
 }
 
+/**
+ * Whether a window with `remaining` left, refilled in `resetMs`, is the one to report over `than`:
+ * less left, or as much left and refilled later (its reset is when that much is back: a minute
+ * and a day window both at 0 report the day's).
+ */
+const tighter = (remaining: number, resetMs: number, than: AdmitOutcome): boolean =>
+  remaining < than.remaining || (remaining === than.remaining && resetMs > than.resetMs);
+
 const isCount = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 
@@ -344,11 +352,9 @@ export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): Limi
         if (worst.window === "month") {
           for (const c of checks) {
             const remaining = Math.max(c.limit - c.total, 0);
-            if (worst.limit === 0 || remaining < worst.remaining) {
-              // A window with nothing counted is fully replenished now.
-              const resetMs = c.total > 0 ? (c.cur + c.shape.buckets + 1) * c.shape.bucketMs - now : 0;
-              worst = { ...worst, limit: c.limit, remaining, resetMs };
-            }
+            // A window with nothing counted is fully replenished now.
+            const resetMs = c.total > 0 ? (c.cur + c.shape.buckets + 1) * c.shape.bucketMs - now : 0;
+            if (worst.limit === 0 || tighter(remaining, resetMs, worst)) worst = { ...worst, limit: c.limit, remaining, resetMs };
           }
         }
         return worst;
@@ -361,9 +367,8 @@ export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): Limi
         if (c.name === "day") changed();
         if (counted) counted[c.name] = c.cur;
         const remaining = c.limit - c.total - 1;
-        if (tight.window === undefined || remaining < tight.remaining) {
-          tight = { ...tight, window: c.name, limit: c.limit, remaining, resetMs: (c.cur + c.shape.buckets + 1) * c.shape.bucketMs - now };
-        }
+        const resetMs = (c.cur + c.shape.buckets + 1) * c.shape.bucketMs - now;
+        if (tight.window === undefined || tighter(remaining, resetMs, tight)) tight = { ...tight, window: c.name, limit: c.limit, remaining, resetMs };
       }
       if (input.worstNano > 0 || input.rescindable) {
         p.reservations.set(input.reservationId, { nano: input.worstNano, expiresAt: now + input.reservationTtlMs, counted, ...(counted?.user_minute !== undefined ? { user: input.userId } : {}) });

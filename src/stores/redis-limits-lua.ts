@@ -165,10 +165,10 @@ if worst_case then
     for _, c in ipairs(checks) do
       local w, key, limit, ms, n, total, cur = unpack(c)
       local remaining = math.max(limit - total, 0)
-      if worst_case[2] == 0 or remaining < worst_case[3] then
-        -- A window with nothing counted is fully replenished now.
-        local reset = 0
-        if total > 0 then reset = (cur + n + 1) * ms - now end
+      -- A window with nothing counted is fully replenished now.
+      local reset = 0
+      if total > 0 then reset = (cur + n + 1) * ms - now end
+      if worst_case[2] == 0 or remaining < worst_case[3] or (remaining == worst_case[3] and reset > worst_case[4]) then
         worst_case[2], worst_case[3], worst_case[4] = limit, remaining, reset
       end
     end
@@ -187,7 +187,9 @@ for _, c in ipairs(checks) do
   redis.call('HDEL', key, 'u')
   redis.call('PEXPIRE', key, (n + 2) * ms)
   local remaining = limit - total - 1
-  if tight[1] == 0 or remaining < tight[3] then tight = { w, limit, remaining, (cur + n + 1) * ms - now } end
+  local reset = (cur + n + 1) * ms - now
+  -- Of windows with as much left, the one that refills last: its reset is when that much is back.
+  if tight[1] == 0 or remaining < tight[3] or (remaining == tight[3] and reset > tight[4]) then tight = { w, limit, remaining, reset } end
 end
 local recorded = ARGV[10]
 if worst > 0 or recorded ~= '0' then

@@ -104,6 +104,20 @@ describe("LimitsService rate windows", () => {
       assert.ok(r.retryAfterSeconds > 86_000);
     });
 
+    it("reports, of windows with as much left, the one that refills last (an admission and a spend-cap refusal alike)", async () => {
+      const s = await backend.service();
+      const both = { requestsPerMinute: 2, requestsPerDay: 2 };
+      const rs = await admitMany(s, 2, both);
+      assert.deepEqual(rs.map((r) => [r.window, r.remaining]), [[LimitWindow.DAY, 1], [LimitWindow.DAY, 0]]);
+      assert.ok(rs[1]!.resetSeconds > 86_000, `reset ${rs[1]!.resetSeconds}s: the minute's, though the day is as full`);
+      const other = await backend.service();
+      await admitMany(other, 1, both);
+      const capped = await other.limits.admit({ projectId: other.projectId, limits: { ...both, monthlySpendCapUsd: "0" }, maxCostUsd: "1" });
+      assert.equal(capped.decision, Decision.SPEND_CAPPED);
+      assert.equal(capped.remaining, 1);
+      assert.ok(capped.resetSeconds > 86_000, `reset ${capped.resetSeconds}s`);
+    });
+
     it("limits each user apart from the project's limit", async () => {
       const s = await backend.service();
       const limits = { requestsPerMinute: 600, userRequestsPerMinute: 2 };
