@@ -2,6 +2,7 @@ import { ApiStyle, BlockType, type Usage } from "../../gen/svc/proxy/v1/proxy_se
 import { type ChatRequestBody, localInputTokens, localTokens, usage } from "./canonical.js";
 import { costPico, formatUsd, type Prices } from "./cost.js";
 import type { ProviderConfig } from "../../config.js";
+import { isObject } from "../json.js";
 import { type ModelRoute, pricesOf, unlimitedOutputTokens, unservedModel } from "./models.js";
 
 /** Prices and providers per public model id, and the worst case a request may cost (what a spend cap reserves). */
@@ -56,7 +57,7 @@ export function createPricing(models: Map<string, ModelRoute>, providers?: Map<s
     worstCaseUsd(req) {
       const p = prices.get(req.model);
       if (!p) return "0";
-      let bytes = Buffer.byteLength(req.system) + Buffer.byteLength(req.extraJson);
+      let bytes = (systemInExtra(req) ? 0 : Buffer.byteLength(req.system)) + Buffer.byteLength(req.extraJson);
       let images = 0;
       for (const m of req.messages) {
         bytes += 16;
@@ -78,6 +79,21 @@ export function createPricing(models: Map<string, ModelRoute>, providers?: Map<s
       return formatUsd(costPico({ ...p, input: dearest }, { inputTokens: prompt, outputTokens: output }));
     },
   };
+}
+
+/**
+ * Whether the system prompt rides in extra_json too, as a messages-style client's `system` blocks
+ * (cache_control...) do: counted there, not twice. JSON.stringify writes no raw quote inside a
+ * string, so the key text is only ever a key; the parse tells a top-level one from a nested one.
+ */
+function systemInExtra(req: ChatRequestBody): boolean {
+  if (req.system === "" || !req.extraJson.includes('"system":[')) return false;
+  try {
+    const extra: unknown = JSON.parse(req.extraJson);
+    return isObject(extra) && Array.isArray(extra.system);
+  } catch {
+    return false; // not JSON: refused where extra_json is read, before any upstream call
+  }
 }
 
 /** An image block in JSON as the gateway writes it back out (JSON.stringify: no spaces). */

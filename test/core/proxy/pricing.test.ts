@@ -90,6 +90,20 @@ describe("pricing: what a spend cap reserves, and what an answer cut short costs
     assert.ok(worst(withResult([text, image])) - worst(withResult([text])) >= 1600 * 6e-6);
   });
 
+  it("counts a system prompt once, sent as a string or as blocks (which also ride in extra_json)", () => {
+    const big = "lorem ipsum dolor ".repeat(2000);
+    const worst = (system: unknown) =>
+      Number(pricing.worstCaseUsd(messagesCodec.parseRequest({ model: "assistant-3-opus-20240229", max_tokens: 100, system, messages: [{ role: "user", content: "hi" }] })));
+    const asText = worst(big);
+    const asBlocks = worst([{ type: "text", text: big, cache_control: { type: "ephemeral" } }]);
+    assert.ok(asBlocks >= asText && asBlocks < asText * 1.01, `blocks ${asBlocks} against text ${asText}`);
+    // A key named system inside another field is no system prompt in extra_json.
+    const nested = Number(pricing.worstCaseUsd(messagesCodec.parseRequest({
+      model: "assistant-3-opus-20240229", max_tokens: 100, system: big, tool_choice: { type: "auto", system: [1] }, messages: [{ role: "user", content: "hi" }],
+    })));
+    assert.ok(nested >= asText, `nested ${nested} against ${asText}`);
+  });
+
   it("takes a configured model's image ceiling, and refuses one that is not a positive integer", () => {
     const dir = mkdtempSync(join(tmpdir(), "svc-pricing-"));
     try {
