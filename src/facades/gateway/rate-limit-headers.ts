@@ -69,7 +69,7 @@ export function admissionError(a: AdmitResponse, worstCaseUsd?: string): Error {
   // A request that could cost more than the whole cap never fits, whatever is spent: waiting for
   // the month's end (its Retry-After, with x-should-retry false) would only be refused again.
   if (a.decision === Decision.SPEND_CAPPED && worstCaseUsd !== undefined && a.spendCapUsd !== "" && Number(worstCaseUsd) > Number(a.spendCapUsd)) {
-    return apiError(429, "rate_limit_error", "spend_cap_exceeded", `This request could cost up to $${worstCaseUsd} (its prompt, and max_tokens or the model's output ceiling, at the model's prices), more than the project's whole monthly spend cap of $${a.spendCapUsd}: it cannot fit in any month. Set a lower max_tokens, or raise the cap.`);
+    return apiError(429, "rate_limit_error", "spend_cap_exceeded", `This request could cost up to $${worstCaseUsd} (its prompt, and max_tokens or the model's output ceiling, at the model's prices), more than the project's whole monthly spend cap of $${a.spendCapUsd}: it cannot fit in any month. Send a shorter prompt or a lower max_tokens, or raise the cap.`);
   }
   switch (a.decision) {
     case Decision.PLAN_LIMITED:

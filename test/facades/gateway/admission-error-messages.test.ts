@@ -27,7 +27,7 @@ describe("spend-cap refusals: a request that can never fit the cap says so", () 
   it("names its worst case and the whole cap, and says to lower max_tokens, not to wait", () => {
     const info = toErrorInfo(admissionError(capped, "0.16384"));
     assert.deepEqual([info.status, info.code], [429, "spend_cap_exceeded"]);
-    assert.match(info.message, /could cost up to \$0\.16384 .*more than the project's whole monthly spend cap of \$0\.1: it cannot fit in any month\. Set a lower max_tokens/);
+    assert.match(info.message, /could cost up to \$0\.16384 .*more than the project's whole monthly spend cap of \$0\.1: it cannot fit in any month\. Send a shorter prompt or a lower max_tokens/);
     assert.doesNotMatch(info.message, /Retry after/);
   });
 
