@@ -169,9 +169,10 @@ class ChatStreamRenderer implements StreamRenderer {
     let out = this.#start(c);
     const { text, refusal, toolCalls } = answerParts(c);
     /** The answer's own fields until a chunk has carried them. */
-    // `annotations: []` as the whole answer has it (renderChatCompletion), unless the upstream's own replace it.
+    // Only the upstream's own: the `annotations: []` a whole answer adds where the upstream sent
+    // none (renderChatCompletion) no live stream carries, and a hit streams as a miss would.
     let fields: { message: JsonObject; choice: JsonObject } | undefined = {
-      message: { annotations: [], ...sameStyleExtra(c.upstreamStyle, c.messageExtraJson) },
+      message: sameStyleExtra(c.upstreamStyle, c.messageExtraJson),
       choice: sameStyleExtra(c.upstreamStyle, c.choiceExtraJson),
     };
     const part = (delta: JsonObject): string => {

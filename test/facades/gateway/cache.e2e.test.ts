@@ -143,6 +143,19 @@ for (const mode of ["memory", "redis"] as const) {
       assert.equal(upstreamCalls(p), 1);
     });
 
+    it("serves a streamed hit the openai SDK's stream helper assembles as it did the live stream", async () => {
+      const p = fresh();
+      const client = new OpenAI({ apiKey: keys.live, baseURL: `${gw.gatewayUrl}/v1`, maxRetries: 0 });
+      const assembled = async () => {
+        const stream = client.chat.completions.stream(chat(p) as OpenAI.ChatCompletionCreateParamsStreaming);
+        return (await stream.finalChatCompletion()).choices[0];
+      };
+      const live = await assembled();
+      const hit = await assembled();
+      assert.equal(upstreamCalls(p), 1, "the second is a hit");
+      assert.deepEqual(hit, live);
+    });
+
     it("skips the lookup with X-Svc-Cache-Control: no-cache but stores the fresh answer", async () => {
       const p = fresh();
       await postJson(url, keys.live, chat(p));
