@@ -207,13 +207,39 @@ export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Su
     // Logs are filed per project: a request refused before its key named one (401) has none, and is
     // not recorded (the access log and the 401 answer are its trace).
     if (deps.record && trace.projectId) {
-      try {
-        deps.record(trace.toLog());
-      } catch (e) {
-        log.warn("request log not recorded", { requestId, err: String(e) });
-      }
+      const record = deps.record;
+      const file = () => {
+        try {
+          record(trace.toLog());
+        } catch (e) {
+          log.warn("request log not recorded", { requestId, err: String(e) });
+        }
+      };
+      if (res.writableFinished || res.destroyed) file();
+      else whenDelivered(req, res, trace, file);
     }
   }
+}
+
+/**
+ * Files the log of an answer handed to Node but not yet out: one queued behind an earlier
+ * pipelined answer on its connection, or one whose bytes wait on a slow reader. It goes out
+ * ('finish'), or the client leaves first: the response's 'close', or for an answer still queued
+ * (it has no socket, and no event of its own ever comes) the connection's; logged then as 499
+ * client_closed_request, as any answer its client never got.
+ */
+function whenDelivered(req: IncomingMessage, res: ServerResponse, trace: RequestTrace, file: () => void): void {
+  const socket = req.socket;
+  const done = () => {
+    res.off("finish", done);
+    res.off("close", done);
+    socket.off("close", done);
+    if (!res.writableFinished) trace.failed({ status: 499, type: "", code: "" });
+    file();
+  };
+  res.on("finish", done);
+  res.on("close", done);
+  socket.on("close", done);
 }
 
 async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, state: GatewayState, trace: RequestTrace): Promise<void> {

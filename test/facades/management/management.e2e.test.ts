@@ -319,6 +319,31 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
       assert.equal(body.choices[0].finish_reason, null);
     });
 
+    it("logs an answer queued behind a pipelined one as 499 when its client left before it went out", async () => {
+      const own = await gw.project(Plan.PRO);
+      const { hostname, port } = new URL(gw.gatewayUrl);
+      const post = (content: string) => {
+        const body = JSON.stringify({ model: "chat-4o-mini", messages: [{ role: "user", content }] });
+        return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${own.live}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+      };
+      // Three on one connection: the second slow, the third answered at once but queued behind it;
+      // the client takes the first answer and leaves.
+      const got = await new Promise<string>((resolve) => {
+        const socket = connect({ port: Number(port), host: hostname }, () => socket.write(post("pipelined one") + post("pipelined two [[fake:delay=1500]]") + post("pipelined three")));
+        let text = "";
+        socket.setEncoding("utf8").on("data", (d: string) => {
+          text += d;
+          if (text.includes("chat.completion")) setTimeout(() => socket.destroy(), 300);
+        });
+        socket.on("error", () => {});
+        socket.on("close", () => resolve(text));
+      });
+      assert.equal(got.match(/^HTTP\/1\.1 /gm)?.length, 1, got);
+      // Newest arrival first: three, two, one.
+      const rows = (await until(() => get("/v1/logs", own.live), (r) => r.status === 200 && r.json().data.length >= 3)).json().data as Array<{ status: number }>;
+      assert.deepEqual(rows.map((l) => l.status), [499, 499, 200]);
+    });
+
     it("logs a body that broke off as what its client was told, under the id it was told, or as 499 when it reset", async () => {
       const own = await gw.project(Plan.PRO);
       const { hostname, port } = new URL(gw.gatewayUrl);
