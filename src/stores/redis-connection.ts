@@ -137,6 +137,27 @@ export async function checkRedisSettings(url: string, setting: string, waitMs = 
   }
 }
 
+/** Longest wait at shutdown for Redis to answer a QUIT; one that answers at all does in a millisecond. */
+export const QUIT_WAIT_MS = 250;
+
+/**
+ * Closes a Redis client at shutdown, for every connection of the gateway: QUIT, so Redis answers
+ * what was sent before it, but never waiting more than `waitMs` for that answer. A stalled Redis (a
+ * `SIGSTOP`, a slow command, a network that drops packets) keeps the connection open and answers
+ * nothing, so an unbounded QUIT held the shutdown until Redis woke, past the README's bound
+ * ("Shutdown"). QUIT needs a live connection: while Redis is away only disconnecting ends
+ * ioredis's reconnect loop, and it ends a QUIT left unanswered too.
+ */
+export async function quitRedis(redis: Redis, waitMs = QUIT_WAIT_MS): Promise<void> {
+  if (redis.status === "ready") {
+    let timer: NodeJS.Timeout | undefined;
+    const gaveUp = new Promise<void>((resolve) => (timer = setTimeout(resolve, waitMs)));
+    await Promise.race([redis.quit().then(() => {}, () => {}), gaveUp]);
+    clearTimeout(timer);
+  }
+  if (redis.status !== "end") redis.disconnect();
+}
+
 export function createRedisConnection(url: string, opts: RedisConnectionOptions): RedisConnection {
   const redis = openRedis(url, {
     enableOfflineQueue: false,
@@ -185,9 +206,7 @@ export function createRedisConnection(url: string, opts: RedisConnectionOptions)
       closed = true;
       writes.close();
       redis.removeAllListeners("close");
-      // QUIT needs a live connection; while Redis is away only disconnecting ends the reconnect loop.
-      if (redis.status !== "ready") return redis.disconnect();
-      await redis.quit().catch(() => redis.disconnect());
+      await quitRedis(redis);
     },
   };
 }

@@ -1,4 +1,4 @@
-import { openRedis, RECONNECT_OPTIONS } from "./redis-connection.js";
+import { openRedis, quitRedis, RECONNECT_OPTIONS } from "./redis-connection.js";
 import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "./prompt-store.js";
 
 /**
@@ -76,10 +76,7 @@ export function createRedisPromptStore(url: string): PromptStore {
       });
       return { prompts, more: names.length > limit };
     },
-    async close() {
-      if (redis.status !== "ready") return redis.disconnect();
-      await redis.quit().catch(() => redis.disconnect());
-    },
+    close: () => quitRedis(redis),
   };
   return {
     put: (p) => call(() => store.put(p)),

@@ -1,7 +1,7 @@
 import { Redis } from "ioredis";
 import { Lru } from "../core/lru.js";
 import { log } from "../logger.js";
-import { createProbe, isWriteRefusal, openRedis, RECONNECT_OPTIONS, stayOnConfiguredDb, watchWrites } from "./redis-connection.js";
+import { createProbe, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, stayOnConfiguredDb, watchWrites } from "./redis-connection.js";
 import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
 
 /**
@@ -327,9 +327,9 @@ export function createRedisRegistryStore(url: string): RegistryStore {
       closed = true;
       writes.close();
       revocations.disconnect();
-      // QUIT would wait in the offline queue for a Redis that is gone, or behind a stalled one.
-      if (redis.status !== "ready" || stalled) return redis.disconnect();
-      await redis.quit().catch(() => redis.disconnect());
+      // A Redis known to be stalled would not answer a QUIT either: no wait for it then.
+      if (stalled) return redis.disconnect();
+      await quitRedis(redis);
     },
   };
 }
