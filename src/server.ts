@@ -530,7 +530,8 @@ const lockedDirs = new Set<string>();
  * place, which fails if one is there), so a process starting at the same moment never reads it half
  * written. A file left by a process that is gone (a crash, a kill) is taken over: its pid is not
  * running, or runs another process, this one included (pids are reused; in a container the
- * restarted gateway is often pid 1 again, as its crashed predecessor was). Where start times cannot
+ * restarted gateway is often pid 1 again, as its crashed predecessor was), or has exited and awaits
+ * its parent's reaping (a zombie). Where start times cannot
  * be read (no /proc), a running pid other than this one holds the lock. The lock tells processes
  * of one machine and pid namespace apart: two containers sharing a data dir volume are not caught.
  * A dir held by a live process is a ConfigError naming SVC_DATA_DIR (`svc serve` exits 2).
@@ -540,7 +541,7 @@ async function lockDataDir(dir: string): Promise<() => Promise<void>> {
   const key = resolve(dir);
   if (lockedDirs.has(key)) throw new ConfigError(`SVC_DATA_DIR ${dir} is in use by this process; set SVC_DATA_DIR to another directory`);
   const thisBoot = await bootId();
-  const mine = `${process.pid} ${await startTimeOf(process.pid)} ${thisBoot}`.trim();
+  const mine = `${process.pid} ${(await procStat(process.pid))?.started ?? ""} ${thisBoot}`.trim();
   const aside = `${path}.${process.pid}.${randomBytes(4).toString("hex")}`;
   try {
     await writeFile(aside, mine, { mode: 0o644 }).catch((e: unknown) => {
@@ -561,11 +562,14 @@ async function lockDataDir(dir: string): Promise<() => Promise<void>> {
       if (text === undefined) continue; // gone meanwhile: try again
       const [pidText, started, boot] = text.trim().split(/\s+/);
       const pid = Number(pidText);
-      const now = pid > 0 ? await startTimeOf(pid) : "";
+      const now = pid > 0 ? await procStat(pid) : undefined;
       const sameBoot = !boot || boot === thisBoot;
       // The writer is still there when its pid (not this process's) runs, with the start time it
-      // wrote in the same boot where those can be read.
-      const writer = pid > 0 && pid !== process.pid && alive(pid) && (started && now ? sameBoot && now === started : true);
+      // wrote in the same boot where those can be read. A process that has died but is not yet
+      // reaped by its parent (a zombie, `kill -9` a moment ago) still answers kill(pid, 0) with its
+      // start time: its state says it is gone.
+      const exited = now !== undefined && (now.state === "Z" || now.state === "X");
+      const writer = pid > 0 && pid !== process.pid && alive(pid) && !exited && (started && now?.started ? sameBoot && now.started === started : true);
       if (writer) throw new ConfigError(`SVC_DATA_DIR ${dir} is in use by process ${pid}; stop it or set SVC_DATA_DIR to another directory`);
       // Moved out of the way under a name of its own, then checked: what was moved must be the
       // stale file read above, not the fresh lock of a process that took it over meanwhile (that
@@ -592,14 +596,19 @@ async function bootId(): Promise<string> {
   return (await readFile("/proc/sys/kernel/random/boot_id", "utf8").catch(() => "")).trim();
 }
 
-/** When a process started, in clock ticks since boot (Linux: field 22 of /proc/<pid>/stat); "" where unknown. */
-async function startTimeOf(pid: number): Promise<string> {
+/**
+ * A process's state (`R`, `S`, ... `Z` for one that exited and awaits its parent, `X` dead) and
+ * when it started, in clock ticks since boot (Linux: fields 3 and 22 of /proc/<pid>/stat);
+ * undefined where unknown (no /proc, no such process).
+ */
+async function procStat(pid: number): Promise<{ state: string; started: string } | undefined> {
   try {
     const stat = await readFile(`/proc/${pid}/stat`, "utf8");
     // Fields after the command name (which may hold spaces) start at field 3.
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19] ?? "";
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return { state: fields[0] ?? "", started: fields[19] ?? "" };
   } catch {
-    return "";
+    return undefined;
   }
 }
 

@@ -7,6 +7,7 @@ import { createServer, type AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
 import { ConfigError, loadConfig } from "../src/config.js";
 import { startServer } from "../src/server.js";
+import { eventually } from "./support/http.js";
 import { captureLog } from "./support/log-capture.js";
 
 const bin = fileURLToPath(new URL("../bin/svc.js", import.meta.url));
@@ -135,6 +136,20 @@ describe("the data dir lock", function () {
       await assert.rejects(start(), new RegExp(`in use by process ${other.pid}`));
     } finally {
       other.kill();
+    }
+  });
+
+  it("takes over a lock whose holder has died (a kill -9) but is not reaped yet: a zombie, whose pid and start time still read as running", async () => {
+    // The background `sleep` exits at once; its parent, exec'd into `sleep 30`, never waits for it.
+    const parent = spawn("sh", ["-c", "sleep 0 & echo $!; exec sleep 30"], { stdio: ["ignore", "pipe", "ignore"] });
+    try {
+      const pid = Number(await new Promise<string>((resolve) => parent.stdout.once("data", (d: Buffer) => resolve(d.toString().trim()))));
+      const state = () => readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")[0];
+      await eventually(() => state() === "Z", 5_000, `process ${pid} a zombie`);
+      writeFileSync(join(dir, "svc.pid"), `${pid} ${startTime(pid)}`);
+      await (await start()).close();
+    } finally {
+      parent.kill();
     }
   });
 
