@@ -145,6 +145,18 @@ describe("the embedded limits store's snapshot (limits.json)", () => {
     });
   }
 
+  it("removes the temporary files that processes killed in the middle of a save left, and nothing else", async () => {
+    const left = [`${LIMITS_SNAPSHOT_FILE}.4194301.tmp`, `${LIMITS_SNAPSHOT_FILE}.12.tmp`];
+    const kept = [`${LIMITS_SNAPSHOT_FILE}.unreadable`, "registry.json.12.tmp", `${LIMITS_SNAPSHOT_FILE}.x.tmp`];
+    for (const f of [...left, ...kept]) writeFileSync(join(dir, f), "{\"projects\":");
+    const a = await start();
+    await spend(a.limits, "1", "0.1", "0.1");
+    await a.store.close();
+    for (const f of left) assert.ok(!existsSync(join(dir, f)), `${f} is removed`);
+    for (const f of kept) assert.ok(existsSync(join(dir, f)), `${f} is kept`);
+    assert.equal(snapshot().projects[project]!.spent!["2026-11"], 100_000_000);
+  });
+
   it("writes nothing without a data dir (tests, benches)", async () => {
     const store = createMemoryLimitsStore();
     const limits = createDirectClient(LimitsService, createLimitsService({ store, now: () => clock.ms }));
