@@ -35,6 +35,7 @@ import { LimitsService } from "./gen/svc/limits/v1/limits_service_pb.js";
 import { ApiStyle, ProxyService } from "./gen/svc/proxy/v1/proxy_service_pb.js";
 import { TelemetryService } from "./gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "./logger.js";
+import { embeddedDataIn, embeddedDataWarning } from "./stores/embedded-data.js";
 import { createFileRegistryStore } from "./stores/file-registry-store.js";
 import { createRedisRegistryStore } from "./stores/redis-registry-store.js";
 import { checkRedisSettings } from "./stores/redis-connection.js";
@@ -97,6 +98,10 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     cleanups.push(await lockDataDir(config.dataDir));
     const { token: adminToken, path: adminTokenPath } = await loadAdminToken(config);
     for (const warning of clusterWarnings(config)) log.warn(warning);
+    if (config.redisUrl) {
+      const unread = await embeddedDataIn(config.dataDir);
+      if (unread.length > 0) log.warn(embeddedDataWarning(config.dataDir, unread));
+    }
     let demo: FakeProvider | undefined;
     if (!opts.demo) {
       // Only the providers models are routed to: one the config file left without models is never called.

@@ -9,6 +9,9 @@ import { ConfigError, loadConfig } from "../src/config.js";
 import { startServer } from "../src/server.js";
 import { eventually } from "./support/http.js";
 import { captureLog } from "./support/log-capture.js";
+import { startRedis, type TestRedis } from "./support/redis.js";
+import { createAdminClient } from "../src/cli/admin-client.js";
+import { Plan } from "../src/gen/svc/auth/v1/auth_service_pb.js";
 
 const bin = fileURLToPath(new URL("../bin/svc.js", import.meta.url));
 
@@ -270,5 +273,47 @@ describe("settings only the machine can judge stop `svc serve` as configuration 
       assert.match(res.stderr, why, host);
       assert.equal(existsSync(dataDir), false, `${host}: nothing was started (the data dir was not even made)`);
     }
+  });
+});
+
+/** Cluster mode keeps projects, keys, prompts and spend in Redis: embedded-mode files in its data dir are never read. */
+describe("cluster mode on a data dir that holds embedded-mode data", function () {
+  this.timeout(60_000);
+  let dir: string;
+  let redis: TestRedis;
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(() => redis.stop());
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), "svc-embedded-"));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+  const start = (env: Record<string, string> = {}) =>
+    startServer(loadConfig({ SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_DATA_DIR: dir, SVC_ADMIN_TOKEN: "embedded-test-admin-token", SVC_LOG_LEVEL: "warn", ...env }), { demo: true });
+  /** The warnings of one start in cluster mode that speak of the data dir's unread files. */
+  const unreadWarnings = async () => {
+    const lines = await captureLog(async () => {
+      await (await start({ SVC_REDIS_URL: redis.url })).close();
+    });
+    return lines.filter((l) => l.includes("does not read"));
+  };
+
+  it("warns once at start, naming the files it does not read; says nothing where there are none", async () => {
+    assert.deepEqual(await unreadWarnings(), [], "a fresh data dir: nothing to warn of");
+    // An embedded run stores a project (registry.json); a prompts log is there too.
+    const embedded = await start();
+    try {
+      await createAdminClient({ server: embedded.grpcUrl, token: embedded.adminToken }).createProject({ name: "embedded", plan: Plan.PRO });
+    } finally {
+      await embedded.close();
+    }
+    writeFileSync(join(dir, "prompts.jsonl"), `${JSON.stringify({ projectId: "proj_x", name: "p", version: 1, description: "", createdAt: 1, content: "hi" })}\n`);
+    const warnings = await unreadWarnings();
+    assert.equal(warnings.length, 1, warnings.join(""));
+    const { level, msg } = JSON.parse(warnings[0]!) as { level: string; msg: string };
+    assert.equal(level, "warn");
+    assert.match(msg, new RegExp(`SVC_DATA_DIR ${dir.replace(/[/.]/g, "\\$&")} holds embedded-mode data that cluster mode does not read: registry\\.json, prompts\\.jsonl\\.`));
+    assert.doesNotMatch(msg, /limits\.json/, "only the files that are there");
   });
 });

@@ -10,6 +10,9 @@ interface FileShape {
   keys: KeyRecord[];
 }
 
+/** The embedded registry's file in the data dir. */
+export const REGISTRY_FILE = "registry.json";
+
 /**
  * The embedded registry: everything in memory, persisted to `<dataDir>/registry.json` on each
  * change by writing a temporary file, syncing it and renaming it over the old one, so a crash
@@ -18,7 +21,7 @@ interface FileShape {
  */
 export async function createFileRegistryStore(dataDir: string): Promise<RegistryStore> {
   await makeDir(dataDir);
-  const path = join(dataDir, "registry.json");
+  const path = join(dataDir, REGISTRY_FILE);
   const projects = new Map<string, ProjectRecord>();
   const keys = new Map<string, KeyRecord>();
   const byHash = new Map<string, KeyRecord>();
