@@ -22,6 +22,11 @@ export interface ChdbProcess {
 }
 
 const START_TIMEOUT_MS = 60_000;
+/** chdb-server.ts's exit status when the port it was asked for is taken. */
+const EXIT_PORT_IN_USE = 3;
+
+/** The engine could not listen on the port it was asked for: another process has it. */
+export class ChdbPortInUseError extends TelemetryUnavailableError {}
 
 /** How the engine's process runs. */
 export interface ChdbOptions {
@@ -80,6 +85,7 @@ export async function startChdbProcess(dataDir: string, port = 0, opts: ChdbOpti
     });
     child.once("exit", (code) => {
       clearTimeout(timer);
+      if (code === EXIT_PORT_IN_USE) return reject(new ChdbPortInUseError(`chDB cannot listen on 127.0.0.1:${port}: the port is in use`));
       const why = /Cannot find (package|module) 'chdb/.test(stderr) ? "chDB is not installed (the optional dependency `chdb`); install it or set SVC_CLICKHOUSE_URL" : `chDB exited (${code}) on ${dir}: ${stderr.trim().split("\n").slice(-3).join(" ")}`;
       reject(new TelemetryUnavailableError(why));
     });
@@ -109,30 +115,88 @@ export async function startChdbProcess(dataDir: string, port = 0, opts: ChdbOpti
   };
 }
 
+/** The first wait before restarting a dead engine, doubled after each failed restart up to the last. */
+const RESTART_DELAY_MS = 1_000;
+const RESTART_DELAY_MAX_MS = 30_000;
+/** While restarts keep failing, one warning a minute. */
+const RESTART_FAILURE_LOG_MS = 60_000;
+
+/** What the supervisor reports: an engine that died, restarts that fail, one that is back. */
+export type ChdbReport = (level: "warn" | "info", message: string) => void;
+
+/** The supervised engine, as its clients see it. */
+export interface SupervisedChdb {
+  /** The engine's address, starting it if it is not running. */
+  url(): Promise<string>;
+  /** Its address now, without starting anything: it changes only when a restart had to take another port. */
+  readonly currentUrl: string | undefined;
+  readonly password: string;
+  stop(): Promise<void>;
+}
+
 /**
  * Keeps the embedded engine's process running: started on first use, restarted on the same port
  * and with the same password (so open clients find it again) a second after it dies; stopped with
- * the gateway. The password is new with each supervisor, i.e. each start of the gateway, and is
- * kept in memory only.
+ * the gateway. A restart that fails (the new process dies as it starts, the directory is held) is
+ * tried again, waiting 1 s, 2 s, ... up to 30 s between tries, until one succeeds or the gateway
+ * stops; one whose port another process has taken since takes a free port instead (`currentUrl`
+ * changes: clients must reconnect). The password is new with each supervisor, i.e. each start of
+ * the gateway, and is kept in memory only.
  */
-export function superviseChdb(dir: string, onExit: (err: string) => void, opts: ChdbOptions = {}): { url(): Promise<string>; readonly password: string; stop(): Promise<void> } {
+export function superviseChdb(dir: string, report: ChdbReport, opts: ChdbOptions = {}): SupervisedChdb {
   let proc: ChdbProcess | undefined;
   let starting: Promise<ChdbProcess> | undefined;
   let port = 0;
   let stopped = false;
+  /** Set from the engine's death until a restart succeeds. */
+  let restarting = false;
+  let retry: NodeJS.Timeout | undefined;
+  let delay = RESTART_DELAY_MS;
+  let failureLoggedAt: number | undefined;
   const password = opts.password ?? newChdbPassword();
+
+  const scheduleRestart = (ms: number) => {
+    clearTimeout(retry);
+    retry = setTimeout(() => {
+      retry = undefined;
+      void start().catch(() => {});
+    }, ms);
+    retry.unref();
+  };
+
+  const started = (p: ChdbProcess): ChdbProcess => {
+    proc = p;
+    port = p.port;
+    if (restarting && failureLoggedAt !== undefined) report("info", `the embedded telemetry engine is running again (port ${p.port})`);
+    restarting = false;
+    delay = RESTART_DELAY_MS;
+    failureLoggedAt = undefined;
+    void p.exited.then(() => {
+      if (stopped) return;
+      restarting = true;
+      report("warn", "the embedded telemetry engine's process exited; restarting it");
+      scheduleRestart(RESTART_DELAY_MS);
+    });
+    return p;
+  };
+
+  const failed = (e: unknown): never => {
+    // The port is another process's now: the next try takes a free one.
+    if (e instanceof ChdbPortInUseError) port = 0;
+    if (restarting && !stopped) {
+      if (failureLoggedAt === undefined || Date.now() - failureLoggedAt >= RESTART_FAILURE_LOG_MS) {
+        failureLoggedAt = Date.now();
+        report("warn", `the embedded telemetry engine could not be restarted (${(e as Error).message}); trying again, up to every ${RESTART_DELAY_MAX_MS / 1000} s`);
+      }
+      scheduleRestart(delay);
+      delay = Math.min(delay * 2, RESTART_DELAY_MAX_MS);
+    }
+    throw e;
+  };
+
   const start = (): Promise<ChdbProcess> =>
     (starting ??= startChdbProcess(dir, port, { ...opts, password })
-      .then((p) => {
-        proc = p;
-        port = p.port;
-        void p.exited.then(() => {
-          if (stopped) return;
-          onExit("the embedded telemetry engine's process exited; restarting it");
-          setTimeout(() => void start().catch(() => {}), 1_000).unref();
-        });
-        return p;
-      })
+      .then(started, failed)
       .finally(() => {
         starting = undefined;
       }));
@@ -140,9 +204,13 @@ export function superviseChdb(dir: string, onExit: (err: string) => void, opts: 
     async url() {
       return (proc?.alive ? proc : await start()).url;
     },
+    get currentUrl() {
+      return proc?.url;
+    },
     password,
     async stop() {
       stopped = true;
+      clearTimeout(retry);
       await starting?.catch(() => {});
       await proc?.stop();
     },

@@ -22,6 +22,7 @@
  *   fork("chdb-server.js", [PORT, DATA_DIR, NICE])  (PORT 0: a free one; prints "ready PORT";
  *                                                    NICE: a lower CPU priority, 1-19)
  *   child -> parent { want: "secret" }; parent -> child { secret }; child -> parent { ready: PORT }
+ *   exit 3: PORT is in use
  *
  * It leaves when its parent's IPC channel closes. Files it creates are the owner's alone (umask 077).
  */
@@ -32,6 +33,8 @@ import { setPriority } from "node:os";
 import { createChdbConnection } from "chdb/connection";
 
 const [port, dir, nice = "0"] = process.argv.slice(2) as [string, string, string?];
+/** The exit status when the port asked for is taken (chdb-process.ts then asks for a free one). */
+const EXIT_PORT_IN_USE = 3;
 // The request logs, bodies included, are the gateway user's alone: every file and directory the
 // engine creates is 0600/0700, whatever umask the gateway was started with.
 process.umask(0o077);
@@ -285,7 +288,14 @@ const server = createServer(async (req, res) => {
 // Longer than the client's idle socket TTL (2.5 s): the gateway's writer reuses one connection for
 // its inserts, and the client, not the server, retires it.
 server.keepAliveTimeout = 10_000;
+// A restart asks for the port the engine had; another process may have taken it since.
+const listenFailed = (e: NodeJS.ErrnoException) => {
+  process.stderr.write(`chdb-server: cannot listen on 127.0.0.1:${port}: ${e.code === "EADDRINUSE" ? "the port is in use" : e.message}\n`);
+  process.exit(e.code === "EADDRINUSE" ? EXIT_PORT_IN_USE : 1);
+};
+server.once("error", listenFailed);
 server.listen(Number(port), "127.0.0.1", () => {
+  server.off("error", listenFailed);
   const bound = (server.address() as import("node:net").AddressInfo).port;
   process.stdout.write(`ready ${bound}\n`);
   process.send?.({ ready: bound });

@@ -7,6 +7,8 @@ export interface ClickHouseHandle {
   client: ClickHouseClient;
   /** "clickhouse" (a server, over HTTP) or "chdb" (in process). */
   engine: "clickhouse" | "chdb";
+  /** True once this client no longer reaches the engine (it moved to another address): a new one is opened. */
+  stale?(): boolean;
   close(): Promise<void>;
 }
 

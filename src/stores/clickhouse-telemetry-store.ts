@@ -89,7 +89,9 @@ const engineError = (e: unknown): e is Error & { code: string; type?: string } =
  *
  * The engine is opened, and migrations applied, on first use; a failure is an outage
  * (TelemetryUnavailableError) and the next call after `reconnectDelayMs` tries again, so a server
- * that is down at start, or a chDB directory this process cannot take yet, heals by itself.
+ * that is down at start, or a chDB directory this process cannot take yet, heals by itself. A
+ * handle that reports itself stale (the embedded engine restarted on another port) is replaced by
+ * a new one on the next call.
  */
 export function createClickHouseTelemetryStore(opts: ClickHouseTelemetryStoreOptions): TelemetryStore {
   let handle: ClickHouseHandle | undefined;
@@ -113,6 +115,11 @@ export function createClickHouseTelemetryStore(opts: ClickHouseTelemetryStoreOpt
 
   const client = async (): Promise<ClickHouseClient> => {
     if (closed) throw new TelemetryUnavailableError("the telemetry store is closed");
+    if (handle?.stale?.()) {
+      // Calls still on the old client fail as the outage they are; the next ones reach the new address.
+      void handle.close().catch(() => {});
+      handle = undefined;
+    }
     if (handle) return handle.client;
     if (!opening) {
       if (lastFailure && Date.now() - lastFailure.at < (opts.reconnectDelayMs ?? 1_000)) throw lastFailure.err;

@@ -29,6 +29,8 @@ export interface SvcServe {
   grpcUrl: string;
   gatewayUrl: string;
   managementUrl: string;
+  /** The server's process id. */
+  pid: number;
   /** Runs the `svc` command against this server (SVC_SERVER_URL names it; a --server given overrides it). */
   svc(...args: string[]): Promise<Run>;
   /** Runs the `svc` command with the server's own settings only (no SVC_SERVER_URL): the CLI finds the server from them. */
@@ -76,6 +78,7 @@ export async function startSvcServe(extraEnv: Record<string, string> = {}, dataD
     grpcUrl,
     gatewayUrl,
     managementUrl,
+    pid: server.pid!,
     svc: (...args) => run(args, { ...env, SVC_SERVER_URL: grpcUrl }, dataDir),
     svcWithServeEnv: (...args) => run(args, env, dataDir),
     async restart() {

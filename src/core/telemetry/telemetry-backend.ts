@@ -3,8 +3,8 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { ConfigError, type TelemetryConfig } from "../../config.js";
 import type { TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "../../logger.js";
-import { superviseChdb } from "../../stores/chdb-process.js";
-import { connectClickHouseServer } from "../../stores/clickhouse-client.js";
+import { type SupervisedChdb, superviseChdb } from "../../stores/chdb-process.js";
+import { type ClickHouseHandle, connectClickHouseServer } from "../../stores/clickhouse-client.js";
 import { createClickHouseTelemetryStore } from "../../stores/clickhouse-telemetry-store.js";
 import { createFilePromptStore } from "../../stores/file-prompt-store.js";
 import { dirProblem } from "../../stores/make-dir.js";
@@ -47,9 +47,15 @@ export async function createTelemetryBackend(
     throw new ConfigError(`SVC_TELEMETRY_SPOOL_DIR ${config.spoolDir} cannot be used as the log spool: ${dirProblem(e)}`, { cause: e });
   });
   // Embedded: chDB in a supervised child process (stores/chdb-server.ts says why), reached like a server.
-  const chdb = url ? undefined : superviseChdb(join(opts.dataDir, "telemetry"), (msg) => log.warn(msg), { nice: config.engineNice });
+  const chdb = url ? undefined : superviseChdb(join(opts.dataDir, "telemetry"), (level, msg) => log[level](msg), { nice: config.engineNice });
+  const connectChdb = async (sup: SupervisedChdb): Promise<ClickHouseHandle> => {
+    const at = await sup.url();
+    // A restart that had to take another port leaves this client talking to the old one.
+    const stale = () => sup.currentUrl !== undefined && sup.currentUrl !== at;
+    return { ...connectClickHouseServer(at, { password: sup.password }), engine: "chdb", stale };
+  };
   const store = chdb
-    ? createClickHouseTelemetryStore({ engine: "chdb", connect: async () => ({ ...connectClickHouseServer(await chdb.url(), { password: chdb.password }), engine: "chdb" }) })
+    ? createClickHouseTelemetryStore({ engine: "chdb", connect: () => connectChdb(chdb) })
     : createClickHouseTelemetryStore({ engine: "clickhouse", connect: async () => connectClickHouseServer(url!) });
   const writer = createLogWriter({ store, spool, batchSize: config.batchSize, flushIntervalMs: config.flushIntervalMs });
   const prompts = opts.redisUrl ? createRedisPromptStore(opts.redisUrl) : await createFilePromptStore(opts.dataDir);

@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
+import { createServer, type Server } from "node:net";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { startTestClickHouse, type TestClickHouse } from "../../support/clickhouse.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
@@ -96,4 +98,65 @@ describe("SIGTERM flushes the logs of the last requests before `svc serve` exits
       }
     });
   }
+});
+
+/** The embedded engine's processes under a gateway: its children running chdb-server, with their arguments. */
+function engineProcesses(gatewayPid: number): { pid: number; args: string[] }[] {
+  return readdirSync("/proc").flatMap((name) => {
+    if (!/^\d+$/.test(name)) return [];
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) !== gatewayPid) return [];
+      const argv = readFileSync(`/proc/${name}/cmdline`, "utf8").split("\0");
+      const script = argv.findIndex((a) => /chdb-server\.[jt]s$/.test(a));
+      return script < 0 ? [] : [{ pid: Number(name), args: argv.slice(script + 1) }];
+    } catch {
+      return []; // gone meanwhile
+    }
+  });
+}
+
+describe("the embedded engine is restarted even when its restart fails", function () {
+  this.timeout(120_000);
+
+  it("serves logs again, without a gateway restart, after the restarted engine is killed as it starts and its port is taken", async function () {
+    if (!readdirSync("/proc").includes("self")) this.skip(); // the engine's process is found through Linux's /proc
+    const serve = await startSvcServe({ SVC_ADMIN_TOKEN: "engine-admin-token", SVC_TELEMETRY_FLUSH_INTERVAL_MS: "50", SVC_LOG_LEVEL: "error" });
+    let squatter: Server | undefined;
+    try {
+      const admin = ["--json", "--admin-token", "engine-admin-token"];
+      const project = JSON.parse((await serve.svc("projects", "create", "--name", "e", "--plan", "enterprise", ...admin)).stdout).id;
+      const key = JSON.parse((await serve.svc("keys", "create", "--project", project, "--mode", "live", ...admin)).stdout).key;
+      const made: string[] = [];
+      const send = async (i: number) => {
+        const r = await postJson(`${serve.gatewayUrl}/v1/chat/completions`, key, { model: "chat-4o", messages: [{ role: "user", content: `engine ${i}` }] });
+        assert.equal(r.status, 200, r.text);
+        made.push(String(r.headers["x-svc-request-id"]));
+      };
+      await send(0);
+      assert.equal((await eventuallyEqual(() => allLogIds(serve.managementUrl, key), made, 30_000)).length, 1, "logged while the engine runs");
+      const [first] = engineProcesses(serve.pid);
+      assert.ok(first, "the engine runs in a child process");
+      process.kill(first.pid, "SIGKILL");
+      // Its replacement is killed the moment it appears, before it is ready: a restart that fails.
+      let second: { pid: number; args: string[] } | undefined;
+      for (const end = Date.now() + 10_000; !second && Date.now() < end; await new Promise((r) => setTimeout(r, 5))) {
+        second = engineProcesses(serve.pid).find((p) => p.pid !== first.pid);
+      }
+      assert.ok(second, "the gateway starts a new engine");
+      process.kill(second.pid, "SIGKILL");
+      // And its port (the one every restart reuses) is taken by another process.
+      const port = Number(second.args[0]);
+      assert.ok(port > 0, `restarted on the engine's port (${second.args.join(" ")})`);
+      squatter = createServer();
+      await new Promise<void>((resolve, reject) => squatter!.once("error", reject).listen(port, "127.0.0.1", resolve));
+      for (let i = 1; i < 5; i++) await send(i);
+      const logged = await eventuallyEqual(() => allLogIds(serve.managementUrl, key), made, 45_000);
+      assert.deepEqual([...logged].sort(), [...made].sort(), "every request logged once the engine is back");
+      assert.equal(engineProcesses(serve.pid).length, 1, "one engine runs");
+    } finally {
+      squatter?.close();
+      await serve.stop();
+    }
+  });
 });
