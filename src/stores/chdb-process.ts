@@ -1,7 +1,8 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { chmod } from "node:fs/promises";
-import { resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { TelemetryUnavailableError } from "./telemetry-store.js";
 import { makeDir } from "./make-dir.js";
@@ -38,6 +39,54 @@ export interface ChdbOptions {
 
 /** A password for the engine's HTTP port: 32 random bytes, base64url. */
 export const newChdbPassword = (): string => randomBytes(32).toString("base64url");
+
+/** Why the engine's process ended before it was ready, from its exit and what it wrote to stderr. */
+function startFailure(dir: string, port: number, code: number | null, signal: NodeJS.Signals | null, stderr: string): TelemetryUnavailableError {
+  if (code === EXIT_PORT_IN_USE) return new ChdbPortInUseError(`chDB cannot listen on 127.0.0.1:${port}: the port is in use`);
+  if (/Cannot find (package|module) 'chdb/.test(stderr)) return new TelemetryUnavailableError("chDB is not installed (the optional dependency `chdb`); install it or set SVC_CLICKHOUSE_URL");
+  // ClickHouse locks `<dir>/status` for as long as it has the directory open, and prints this when
+  // another process has it (chDB 3.4: "Code: 76. DB::Exception: Cannot lock file <dir>/status.
+  // Another server instance in same directory is already running. (CANNOT_OPEN_FILE)").
+  if (/Cannot lock file .*status|Another server instance in same directory/.test(stderr)) {
+    const holder = describeHolder(dir);
+    return new TelemetryUnavailableError(`the telemetry directory ${dir} is held by another process: ${holder.what}. chDB opens a directory in one process at a time: ${holder.remedy}, and the engine starts`);
+  }
+  // chDB's own error line, else chdb-server's, else the error a crash names, else the last lines.
+  const lines = stderr.split("\n").map((l) => l.trim()).filter(Boolean);
+  const detail = lines.find((l) => /DB::Exception/.test(l)) ?? lines.find((l) => /^chdb-server: /.test(l)) ?? lines.find((l) => /^\w*(Error|Exception)\b/.test(l)) ?? lines.slice(-3).join(" ");
+  const how = signal ? `was killed (${signal})` : `exited (${code})`;
+  return new TelemetryUnavailableError(`chDB ${how} on ${dir} before it was ready${detail ? `: ${detail.replace(/^chdb-server: /, "")}` : ""}`);
+}
+
+/**
+ * The process holding the engine's directory, as far as it can be told: the pid ClickHouse wrote
+ * into `<dir>/status` as it locked it ("PID: 1234"), with what /proc says of it on Linux (its
+ * program, and whether it is stopped: an engine left SIGSTOPped by a gateway that was killed acts on
+ * nothing, not even its parent's death, until continued; continued, it leaves).
+ */
+function describeHolder(dir: string): { what: string; remedy: string } {
+  let pid: number | undefined;
+  try {
+    pid = Number(/^PID:\s*(\d+)/m.exec(readFileSync(join(dir, "status"), "utf8"))?.[1]) || undefined;
+  } catch {
+    // no status file to read
+  }
+  if (pid === undefined) return { what: "its pid is not known", remedy: "end the process that has it open (`fuser -v` on the directory names it)" };
+  const what = [`pid ${pid}`];
+  let remedy = `end process ${pid}`;
+  try {
+    const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+    what.push(cmdline.some((a) => /chdb-server\.[jt]s$/.test(a)) ? "an embedded telemetry engine (chdb-server)" : basename(cmdline[0] || "?"));
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    if (/^[Tt]$/.test(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0] ?? "")) {
+      what.push("stopped (SIGSTOP)");
+      remedy = `end process ${pid}, or continue it (\`kill -CONT ${pid}\`: an engine whose gateway is gone then leaves by itself)`;
+    }
+  } catch {
+    // no /proc, or the process is gone meanwhile
+  }
+  return { what: what.join(", "), remedy };
+}
 
 /**
  * Starts chDB on `dir` in a child process serving ClickHouse's HTTP interface on a free loopback
@@ -83,11 +132,10 @@ export async function startChdbProcess(dataDir: string, port = 0, opts: ChdbOpti
         resolve(m.ready);
       }
     });
-    child.once("exit", (code) => {
+    // "close", not "exit": what it wrote to stderr has all been read by then.
+    child.once("close", (code, signal) => {
       clearTimeout(timer);
-      if (code === EXIT_PORT_IN_USE) return reject(new ChdbPortInUseError(`chDB cannot listen on 127.0.0.1:${port}: the port is in use`));
-      const why = /Cannot find (package|module) 'chdb/.test(stderr) ? "chDB is not installed (the optional dependency `chdb`); install it or set SVC_CLICKHOUSE_URL" : `chDB exited (${code}) on ${dir}: ${stderr.trim().split("\n").slice(-3).join(" ")}`;
-      reject(new TelemetryUnavailableError(why));
+      reject(startFailure(dir, port, code, signal, stderr));
     });
   });
   // The child keeps no event loop of ours alive, and leaves on its own if this process dies.

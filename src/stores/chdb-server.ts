@@ -40,7 +40,7 @@ const EXIT_PORT_IN_USE = 3;
 process.umask(0o077);
 const secret = await receiveSecret();
 lowerPriority(Number(nice));
-const conn = createChdbConnection({ path: dir });
+const conn = openConnection();
 // Again for the threads chDB started as it opened: its memory worker raises itself to -20.
 lowerPriority(Number(nice));
 
@@ -67,6 +67,20 @@ async function receiveSecret(): Promise<string> {
     process.exit(2);
   }
   return got;
+}
+
+/**
+ * chDB's connection on the directory, or exit with one line saying why: chDB has printed its own
+ * error line (ClickHouse's "Code: NN. DB::Exception: ...") by then, and the JavaScript error's stack
+ * would bury it.
+ */
+function openConnection(): ReturnType<typeof createChdbConnection> {
+  try {
+    return createChdbConnection({ path: dir });
+  } catch (e) {
+    process.stderr.write(`chdb-server: cannot open chDB on ${dir}: ${(e as Error).message}\n`);
+    process.exit(1);
+  }
 }
 
 const sha256 = (s: string) => createHash("sha256").update(s).digest();

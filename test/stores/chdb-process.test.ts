@@ -3,6 +3,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type ChdbProcess, startChdbProcess } from "../../src/stores/chdb-process.js";
+import { TelemetryUnavailableError } from "../../src/stores/telemetry-store.js";
 
 /** The nice value of each thread of a process (Linux: field 19 of /proc/<pid>/task/<tid>/stat). */
 const threadNices = (pid: number): number[] =>
@@ -14,6 +15,23 @@ const threadNices = (pid: number): number[] =>
       return []; // the thread ended meanwhile
     }
   });
+
+/** The pid of this process's engine child on `dir`, as soon as it runs chdb-server. */
+async function engineChild(dir: string): Promise<number> {
+  for (const end = Date.now() + 10_000; Date.now() < end; await new Promise((r) => setTimeout(r, 5))) {
+    for (const name of readdirSync("/proc").filter((n) => /^\d+$/.test(n))) {
+      try {
+        const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+        if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) !== process.pid) continue;
+        const argv = readFileSync(`/proc/${name}/cmdline`, "utf8").split("\0");
+        if (argv.some((a) => /chdb-server\.[jt]s$/.test(a)) && argv.includes(dir)) return Number(name);
+      } catch {
+        // gone meanwhile
+      }
+    }
+  }
+  throw new Error(`no engine process on ${dir}`);
+}
 
 describe("the embedded engine's process", function () {
   this.timeout(60_000);
@@ -65,6 +83,31 @@ describe("the embedded engine's process", function () {
     await engine.stop();
     assert.ok(Date.now() - started < 3_000, `stopped in ${Date.now() - started} ms`);
     assert.equal(engine.alive, false);
+  });
+
+  it("names the process that holds the directory (an engine left stopped), not the tail of a Node stack", async () => {
+    engine = await startChdbProcess(dir, 0);
+    await work(engine);
+    process.kill(engine.pid, "SIGSTOP"); // as a gateway killed with kill -9 can leave it
+    await assert.rejects(startChdbProcess(dir, 0), (e: Error) => {
+      assert.ok(e instanceof TelemetryUnavailableError, String(e));
+      const held = `the telemetry directory ${dir} is held by another process: pid ${engine!.pid}, an embedded telemetry engine (chdb-server), stopped (SIGSTOP).`;
+      assert.ok(e.message.startsWith(held), e.message);
+      assert.match(e.message, new RegExp(`kill -CONT ${engine!.pid}`));
+      assert.doesNotMatch(e.message, /Node\.js v|[{}]/);
+      return true;
+    });
+  });
+
+  it("says which signal killed an engine as it started", async function () {
+    if (!existsSync("/proc/self/task")) this.skip(); // the child is found through Linux's /proc
+    const starting = startChdbProcess(dir, 0);
+    const pid = await engineChild(dir);
+    process.kill(pid, "SIGKILL");
+    await assert.rejects(starting, (e: Error) => {
+      assert.equal(e.message, `chDB was killed (SIGKILL) on ${dir} before it was ready`);
+      return true;
+    });
   });
 
   it("leaves the priority alone at nice 0", async function () {
