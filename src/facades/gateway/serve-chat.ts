@@ -215,8 +215,13 @@ export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Su
           log.warn("request log not recorded", { requestId, err: String(e) });
         }
       };
-      if (res.writableFinished || res.destroyed) file();
-      else whenDelivered(req, res, trace, file);
+      // Node reports an answer whose client reset the connection part-way through it (a slow
+      // reader of a long one that stopped reading) as finished all the same, its socket errored.
+      if (res.writableFinished && !req.socket.errored) file();
+      else if (res.destroyed || res.writableFinished) {
+        undelivered(trace);
+        file();
+      } else whenDelivered(req, res, trace, file);
     }
   }
 }
@@ -234,12 +239,22 @@ function whenDelivered(req: IncomingMessage, res: ServerResponse, trace: Request
     res.off("finish", done);
     res.off("close", done);
     socket.off("close", done);
-    if (!res.writableFinished) trace.failed({ status: 499, type: "", code: "" });
+    // An answer goes out while its connection is up; 'finish' also comes, its connection gone,
+    // for one whose client reset the connection part-way through it.
+    if (!res.writableFinished || socket.destroyed) undelivered(trace);
     file();
   };
   res.on("finish", done);
   res.on("close", done);
   socket.on("close", done);
+}
+
+/**
+ * Marks an answer its client never got whole as 499 client_closed_request; one the log already
+ * records as failed keeps what it records (a stream the shutdown cut, a client already seen to leave).
+ */
+function undelivered(trace: RequestTrace): void {
+  if (trace.errorCode === "") trace.failed({ status: 499, type: "", code: "" });
 }
 
 async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, state: GatewayState, trace: RequestTrace): Promise<void> {

@@ -344,6 +344,28 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
       assert.deepEqual(rows.map((l) => l.status), [499, 499, 200]);
     });
 
+    it("logs a long answer as 499 when its client stopped reading part-way and left", async () => {
+      const own = await gw.project(Plan.PRO);
+      const { hostname, port } = new URL(gw.gatewayUrl);
+      // An echo of about 4 MB: more than the connection's buffers hold while the client reads none.
+      const body = JSON.stringify({ model: "chat-4o-mini", messages: [{ role: "user", content: "word ".repeat(800_000) }] });
+      const read = await new Promise<number>((resolve) => {
+        const socket = connect({ port: Number(port), host: hostname }, () =>
+          socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${own.live}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`),
+        );
+        let n = 0;
+        socket.on("data", (d: Buffer) => {
+          n += d.length;
+          if (n >= 64 * 1024) socket.destroy();
+        });
+        socket.on("error", () => {});
+        socket.on("close", () => resolve(n));
+      });
+      assert.ok(read >= 64 * 1024 && read < 4_000_000, `read ${read} bytes`);
+      const rows = (await until(() => get("/v1/logs", own.live), (r) => r.status === 200 && r.json().data.length >= 1)).json().data as Array<{ status: number; error: { code: string } | null }>;
+      assert.deepEqual(rows.map((l) => [l.status, l.error?.code]), [[499, "client_closed_request"]]);
+    });
+
     it("logs a body that broke off as what its client was told, under the id it was told, or as 499 when it reset", async () => {
       const own = await gw.project(Plan.PRO);
       const { hostname, port } = new URL(gw.gatewayUrl);
