@@ -62,9 +62,12 @@ export function createPricing(models: Map<string, ModelRoute>, providers?: Map<s
       for (const m of req.messages) {
         bytes += 16;
         for (const b of m.blocks) {
-          bytes += Buffer.byteLength(b.text) + Buffer.byteLength(b.toolInputJson) + Buffer.byteLength(b.rawJson);
+          // A tool result's content array is kept whole: a chat-style one as its raw_json, a
+          // messages-style one in its extra_json (images among them). Its text is then a copy of
+          // the array's, counted there, not twice.
+          const kept = b.type === BlockType.TOOL_RESULT && (b.rawJson !== "" || (b.extraJson !== "" && hasTopLevel(b.extraJson, "content")));
+          bytes += (kept ? 0 : Buffer.byteLength(b.text)) + Buffer.byteLength(b.toolInputJson) + Buffer.byteLength(b.rawJson);
           if (b.type === BlockType.IMAGE) images++;
-          // A messages-style tool result's content blocks ride in its extra_json: images among them.
           else if (b.type === BlockType.TOOL_RESULT && b.extraJson !== "") {
             bytes += Buffer.byteLength(b.extraJson);
             images += countOf(b.extraJson, IMAGE_BLOCK);
@@ -87,10 +90,15 @@ export function createPricing(models: Map<string, ModelRoute>, providers?: Map<s
  * string, so the key text is only ever a key; the parse tells a top-level one from a nested one.
  */
 function systemInExtra(req: ChatRequestBody): boolean {
-  if (req.system === "" || !req.extraJson.includes('"system":[')) return false;
+  return req.system !== "" && hasTopLevel(req.extraJson, "system", true);
+}
+
+/** Whether an extra_json object has `key` at its top level (an array there, with `array`). */
+function hasTopLevel(extraJson: string, key: string, array = false): boolean {
+  if (!extraJson.includes(`"${key}":${array ? "[" : ""}`)) return false;
   try {
-    const extra: unknown = JSON.parse(req.extraJson);
-    return isObject(extra) && Array.isArray(extra.system);
+    const extra: unknown = JSON.parse(extraJson);
+    return isObject(extra) && (array ? Array.isArray(extra[key]) : extra[key] !== undefined);
   } catch {
     return false; // not JSON: refused where extra_json is read, before any upstream call
   }
