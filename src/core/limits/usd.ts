@@ -15,7 +15,8 @@ export const MAX_CAP_USD = 5_000_000;
  * The most one request's worst case or cost counts against the month, in nano-dollars: a
  * nano-dollar above the largest cap, so an amount beyond it still stops any capped project, and
  * sums of such amounts stay integers in the Lua's doubles (a larger one, possible with a high
- * custom price and a huge max_tokens or usage, is charged as this; the logs keep its full cost).
+ * custom price and a huge max_tokens or usage, is charged as this; X-Svc-Cost says its full
+ * cost, and its log too up to the 999,999.999999999999 USD a log holds).
  */
 export const MAX_CHARGE_NANO = BigInt(MAX_CAP_USD) * NANO_PER_USD + 1n;
 
