@@ -104,35 +104,30 @@ describe("pricing: what a spend cap reserves, and what an answer cut short costs
     assert.ok(nested >= asText, `nested ${nested} against ${asText}`);
   });
 
-  it("counts a tool result's text once, sent as a string or as blocks (which also ride in extra_json)", () => {
+  it("counts a tool result's text once, sent as a string or as blocks (which also ride in extra_json or raw_json)", () => {
     const big = "lorem ipsum dolor ".repeat(2000);
-    const worst = (content: unknown) =>
-      Number(pricing.worstCaseUsd(messagesCodec.parseRequest({
+    // The same tool result as a messages-style user block and as a chat-style tool message.
+    const styles = [
+      {
+        codec: messagesCodec,
         model: "assistant-3-opus-20240229",
-        max_tokens: 100,
-        messages: [
-          { role: "user", content: "look it up" },
-          { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "search", input: {} }] },
-          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content }] },
-        ],
-      })));
-    const asText = worst(big);
-    const asBlocks = worst([{ type: "text", text: big }]);
-    assert.ok(asBlocks >= asText && asBlocks < asText * 1.01, `blocks ${asBlocks} against text ${asText}`);
-    // A chat-style tool message, its content a string or an array of text parts.
-    const chatWorst = (content: unknown) =>
-      Number(pricing.worstCaseUsd(chatCompletionsCodec.parseRequest({
+        call: { role: "assistant", content: [{ type: "tool_use", id: "t1", name: "search", input: {} }] },
+        result: (content: unknown) => ({ role: "user", content: [{ type: "tool_result", tool_use_id: "t1", content }] }),
+      },
+      {
+        codec: chatCompletionsCodec,
         model: "chat-4",
-        max_tokens: 100,
-        messages: [
-          { role: "user", content: "look it up" },
-          { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "search", arguments: "{}" } }] },
-          { role: "tool", tool_call_id: "call_1", content },
-        ],
-      })));
-    const chatText = chatWorst(big);
-    const chatParts = chatWorst([{ type: "text", text: big }]);
-    assert.ok(chatParts >= chatText && chatParts < chatText * 1.01, `parts ${chatParts} against text ${chatText}`);
+        call: { role: "assistant", content: null, tool_calls: [{ id: "t1", type: "function", function: { name: "search", arguments: "{}" } }] },
+        result: (content: unknown) => ({ role: "tool", tool_call_id: "t1", content }),
+      },
+    ];
+    for (const { codec, model, call, result } of styles) {
+      const worst = (content: unknown) =>
+        Number(pricing.worstCaseUsd(codec.parseRequest({ model, max_tokens: 100, messages: [{ role: "user", content: "look it up" }, call, result(content)] })));
+      const asText = worst(big);
+      const asBlocks = worst([{ type: "text", text: big }]);
+      assert.ok(asBlocks >= asText && asBlocks < asText * 1.01, `${model}: blocks ${asBlocks} against text ${asText}`);
+    }
   });
 
   it("takes a configured model's image ceiling, and refuses one that is not a positive integer", () => {
