@@ -335,6 +335,30 @@ async function serveHttp(
   let drained: (() => void) | undefined;
   /** The request each connection is answering now (the last one, when pipelined). */
   const answering = new WeakMap<Socket, ServerResponse>();
+  /** The answers of each connection queued behind an earlier pipelined one, not yet given the socket. */
+  const queued = new WeakMap<Socket, Set<ServerResponse>>();
+  /**
+   * Node never ends an answer queued behind a pipelined one whose connection closes first: it is
+   * not destroyed and never emits 'close', so its handler would go on (its upstream call not
+   * aborted, a stream written into memory) and its log and shutdown wait for a 'close' that never
+   * comes. It is destroyed here with its connection, and closed, as an answer with the socket is.
+   */
+  const queue = (socket: Socket, res: ServerResponse) => {
+    let waiting = queued.get(socket);
+    if (!waiting) {
+      const set = (waiting = new Set());
+      queued.set(socket, set);
+      socket.once("close", () => {
+        for (const r of set) {
+          r.destroy();
+          r.emit("close");
+        }
+        set.clear();
+      });
+    }
+    waiting.add(res);
+    res.once("socket", () => waiting.delete(res));
+  };
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
     if (closing) return refuseWhileClosing(res, opts.errorHeaders?.(req.socket));
     const refusal = framingRefusal(req);
@@ -345,6 +369,7 @@ async function serveHttp(
     const socket = req.socket;
     answering.set(socket, res);
     open.add(res);
+    if (res.socket === null) queue(socket, res);
     let left = 2;
     const done = () => {
       if (--left > 0) return;

@@ -229,16 +229,15 @@ export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Su
 /**
  * Files the log of an answer handed to Node but not yet out: one queued behind an earlier
  * pipelined answer on its connection, or one whose bytes wait on a slow reader. It goes out
- * ('finish'), or the client leaves first: the response's 'close', or for an answer still queued
- * (it has no socket, and no event of its own ever comes) the connection's; logged then as 499
- * client_closed_request, as any answer its client never got.
+ * ('finish'), or the client leaves first: the response's 'close' (one still queued is closed with
+ * its connection: server.ts); logged then as 499 client_closed_request, as any answer its client
+ * never got.
  */
 function whenDelivered(req: IncomingMessage, res: ServerResponse, trace: RequestTrace, file: () => void): void {
   const socket = req.socket;
   const done = () => {
     res.off("finish", done);
     res.off("close", done);
-    socket.off("close", done);
     // An answer goes out while its connection is up; 'finish' also comes, its connection gone,
     // for one whose client reset the connection part-way through it.
     if (!res.writableFinished || socket.destroyed) undelivered(trace);
@@ -246,7 +245,6 @@ function whenDelivered(req: IncomingMessage, res: ServerResponse, trace: Request
   };
   res.on("finish", done);
   res.on("close", done);
-  socket.on("close", done);
 }
 
 /**

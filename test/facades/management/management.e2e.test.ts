@@ -344,6 +344,57 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
       assert.deepEqual(rows.map((l) => l.status), [499, 499, 200]);
     });
 
+    it("logs answers queued behind a pipelined one as 499 when their client left before any was ready", async () => {
+      const own = await gw.project(Plan.PRO);
+      const { hostname, port } = new URL(gw.gatewayUrl);
+      const post = (content: string) => {
+        const body = JSON.stringify({ model: "chat-4o-mini", messages: [{ role: "user", content }] });
+        return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${own.live}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+      };
+      // The client leaves before the first answer is ready; the second finishes after it left.
+      await new Promise<void>((resolve) => {
+        const socket = connect({ port: Number(port), host: hostname }, () => {
+          socket.write(post("queued one [[fake:delay=1000]]") + post("queued two [[fake:delay=1500]]"));
+          setTimeout(() => socket.destroy(), 300);
+        });
+        socket.on("error", () => {});
+        socket.on("close", () => resolve());
+      });
+      const rows = (await until(() => get("/v1/logs", own.live), (r) => r.status === 200 && r.json().data.length >= 2)).json().data as Array<{ status: number }>;
+      assert.deepEqual(rows.map((l) => l.status), [499, 499]);
+    });
+
+    it("answers many requests pipelined on one connection without a listener warning", async () => {
+      const own = await gw.project(Plan.PRO);
+      const { hostname, port } = new URL(gw.gatewayUrl);
+      const body = (content: string) => JSON.stringify({ model: "chat-4o-mini", messages: [{ role: "user", content }] });
+      const post = (content: string) =>
+        `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${own.live}\r\nContent-Length: ${Buffer.byteLength(body(content))}\r\n\r\n${body(content)}`;
+      const warnings: string[] = [];
+      const onWarning = (w: Error) => warnings.push(w.name);
+      process.on("warning", onWarning);
+      try {
+        const text = await new Promise<string>((resolve) => {
+          const socket = connect({ port: Number(port), host: hostname }, () =>
+            socket.write(post("first [[fake:delay=500]]") + Array.from({ length: 14 }, (_, i) => post(`then ${i}`)).join("")),
+          );
+          let got = "";
+          socket.setEncoding("utf8").on("data", (d: string) => {
+            got += d;
+            if ((got.match(/"object":"chat\.completion"/g)?.length ?? 0) === 15) socket.end();
+          });
+          socket.on("close", () => resolve(got));
+        });
+        assert.equal(text.match(/HTTP\/1\.1 200 OK\r\n/g)?.length, 15, text.slice(0, 3000));
+        const rows = (await until(() => get("/v1/logs?limit=100", own.live), (r) => r.status === 200 && r.json().data.length >= 15)).json().data as Array<{ status: number }>;
+        assert.deepEqual(new Set(rows.map((l) => l.status)), new Set([200]));
+        await new Promise((r) => setImmediate(r));
+        assert.deepEqual(warnings.filter((w) => w === "MaxListenersExceededWarning"), []);
+      } finally {
+        process.off("warning", onWarning);
+      }
+    });
+
     it("logs a long answer as 499 when its client stopped reading part-way and left", async () => {
       const own = await gw.project(Plan.PRO);
       const { hostname, port } = new URL(gw.gatewayUrl);
