@@ -33,12 +33,16 @@ export interface PromptStore {
 
 /**
  * The prompt store cannot be reached (cluster mode: Redis down): the call was not applied, or, for
- * a put that was on its way when the connection broke, may have been. TelemetryService answers
- * 503 `prompts_unavailable`, at once rather than after the client's retries.
+ * a put that was on its way when the connection broke, may have been. With `writesRefused`, Redis
+ * answered but refused a put (full: `maxmemory` under noeviction; a read-only replica): nothing of
+ * it was stored, and reads still work. TelemetryService answers 503 `prompts_unavailable`, at once
+ * rather than after the client's retries.
  */
 export class PromptsUnavailableError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
+  readonly writesRefused: boolean;
+  constructor(message: string, options?: { cause?: unknown; writesRefused?: boolean }) {
     super(message, options);
     this.name = "PromptsUnavailableError";
+    this.writesRefused = options?.writesRefused ?? false;
   }
 }

@@ -1,4 +1,4 @@
-import { openRedis, quitRedis, RECONNECT_OPTIONS } from "./redis-connection.js";
+import { isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS } from "./redis-connection.js";
 import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "./prompt-store.js";
 
 /**
@@ -11,9 +11,29 @@ import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "./
  * RPUSH answers the list's new length, which is the version number, atomically: two replicas
  * putting the same name at once get versions n and n+1, never the same. A put touches its own two
  * keys (O(1) and O(log names)), never the other prompts; a listing page reads only its names.
+ *
+ * Reads send plain read commands, never a MULTI: a Redis at its `maxmemory` (noeviction) refuses
+ * every command queued in a transaction, reads too, but answers reads sent on their own. The latest
+ * version and its number are read as LLEN, LINDEX -1, LLEN in one pipeline (O(1) each, whatever the
+ * history): the lists only grow, so two equal lengths mean no put came in between and the last
+ * element is that version. A put in between (rare) has the version at the first length read by its
+ * index; a version once stored never changes nor goes.
  */
 const kNames = (projectId: string) => `svc:prompts:{${projectId}}:names`;
 const kVersions = (projectId: string, name: string) => `svc:prompts:{${projectId}}:versions:${name}`;
+
+/** A pipeline's replies, its first failure thrown. */
+function replies(res: Array<[Error | null, unknown]> | null): unknown[] {
+  return (res ?? []).map(([err, value]) => {
+    if (err) throw err;
+    return value;
+  });
+}
+
+interface Latest {
+  n: number;
+  v: string | null;
+}
 
 interface Stored {
   content: string;
@@ -31,15 +51,36 @@ export function createRedisPromptStore(url: string): PromptStore {
   redis.on("ready", () => (beenUp = true));
   redis.on("error", () => {}); // the registry's connection logs outages; calls here fail and say why
   const record = (projectId: string, name: string, version: number, v: string): PromptRecord => ({ projectId, name, version, ...(JSON.parse(v) as Stored) });
-  /** `fn`, with a failure that is not Redis's own reply (connection lost, offline) as PromptsUnavailableError. */
+  /**
+   * `fn`, with a failure that is not Redis's own reply (connection lost, offline) as
+   * PromptsUnavailableError, and so a write Redis refused (full, a read-only replica: nothing of it
+   * was applied).
+   */
   const call = async <T>(fn: () => Promise<T>): Promise<T> => {
     if (beenUp && redis.status !== "ready") throw new PromptsUnavailableError(`redis is unreachable (${redis.status})`);
     try {
       return await fn();
     } catch (e) {
+      if (isWriteRefusal(e)) {
+        // A transaction's refusal is EXECABORT; why is in the refused command's own error.
+        const why = ((e as { previousErrors?: Error[] }).previousErrors ?? [e as Error]).map((p) => p.message).find((m) => !m.startsWith("EXECABORT"));
+        throw new PromptsUnavailableError(`redis refused the write: ${why ?? (e as Error).message}`, { cause: e, writesRefused: true });
+      }
       if ((e as Error)?.name === "ReplyError") throw e;
       throw new PromptsUnavailableError(`redis is unreachable: ${(e as Error)?.message ?? e}`, { cause: e });
     }
+  };
+
+  /** Each list's length and last element, as a pair (see the top): `v` null for an empty list. */
+  const latest = async (keys: string[]): Promise<Latest[]> => {
+    const res = replies(await keys.reduce((p, k) => p.llen(k).lindex(k, -1).llen(k), redis.pipeline()).exec());
+    const out = keys.map((_, i): Latest => ({ n: Number(res[3 * i]), v: Number(res[3 * i]) === 0 ? null : (res[3 * i + 1] as string | null) }));
+    const grown = keys.flatMap((_, i) => (out[i]!.n > 0 && Number(res[3 * i + 2]) !== out[i]!.n ? [i] : []));
+    if (grown.length) {
+      const again = replies(await grown.reduce((p, i) => p.lindex(keys[i]!, out[i]!.n - 1), redis.pipeline()).exec());
+      grown.forEach((i, j) => (out[i]!.v = again[j] as string | null));
+    }
+    return out;
   };
 
   const store: PromptStore = {
@@ -56,9 +97,8 @@ export function createRedisPromptStore(url: string): PromptStore {
         const v = await redis.lindex(k, version - 1);
         return v === null ? undefined : record(projectId, name, version, v);
       }
-      // The latest and its number together: a put between two separate reads would mismatch them.
-      const [[, n], [, v]] = (await redis.multi().llen(k).lindex(k, -1).exec()) as Array<[Error | null, unknown]> as [[null, number], [null, string | null]];
-      return v === null ? undefined : record(projectId, name, Number(n), v);
+      const [{ n, v }] = (await latest([k])) as [Latest];
+      return v === null ? undefined : record(projectId, name, n, v);
     },
     async list(projectId, { after, limit }) {
       // Only the page's names, by name (all scores are 0, so the set sorts by name, bytewise, which
@@ -67,12 +107,12 @@ export function createRedisPromptStore(url: string): PromptStore {
       const names = await redis.zrangebylex(kNames(projectId), after ? `(${after}` : "-", "+", "LIMIT", 0, limit + 1);
       const page = names.slice(0, limit);
       if (page.length === 0) return { prompts: [], more: false };
-      const tx = redis.multi();
-      for (const n of page) tx.lindex(kVersions(projectId, n), -1).llen(kVersions(projectId, n));
-      const res = (await tx.exec())!;
-      const prompts = page.map((n, i) => {
-        const { content: _, ...summary } = record(projectId, n, Number(res[2 * i + 1]![1]), res[2 * i]![1] as string);
-        return summary;
+      const last = await latest(page.map((n) => kVersions(projectId, n)));
+      const prompts = page.flatMap((n, i) => {
+        const { n: version, v } = last[i]!;
+        if (v === null) return []; // a name is added with its first version, in one MULTI: not seen
+        const { content: _, ...summary } = record(projectId, n, version, v);
+        return [summary];
       });
       return { prompts, more: names.length > limit };
     },

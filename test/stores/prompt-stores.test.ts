@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import { createFilePromptStore, IMPORTED_PROMPT_FILE, LEGACY_PROMPT_FILE, PROMPT_LOG } from "../../src/stores/file-prompt-store.js";
-import type { PromptRecord, PromptStore } from "../../src/stores/prompt-store.js";
+import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "../../src/stores/prompt-store.js";
 import { createRedisPromptStore } from "../../src/stores/redis-prompt-store.js";
 import { startRedis, type TestRedis } from "../support/redis.js";
 
@@ -77,6 +77,28 @@ for (const kind of ["file", "redis"] as const) {
       assert.equal((await store.get("p4", "race"))?.version, 10);
       assert.equal((await store.list("p4", { after: "", limit: 10 })).prompts.length, 1);
       for (let v = 1; v <= 10; v++) assert.match((await store.get("p4", "race", v))!.content, /^v\d$/);
+    });
+
+    it("reads the latest version with its own number while puts go on (no transaction needed)", async () => {
+      // Version v holds "v" (made at v seconds): a read that paired one version's number with another's content shows.
+      // Redis: another replica writes (one connection's commands never interleave with each other).
+      const other = kind === "redis" ? await open() : store;
+      const writer = (async () => {
+        for (let v = 1; v <= 60; v++) assert.equal((await other.put({ projectId: "p7", name: "moving", content: String(v), description: "", createdAt: v * 1000 })).version, v);
+      })();
+      let done = false;
+      void writer.finally(() => (done = true));
+      let reads = 0;
+      while (!done || reads === 0) {
+        const [p, page] = await Promise.all([store.get("p7", "moving"), store.list("p7", { after: "", limit: 10 })]);
+        if (p) assert.equal(p.content, String(p.version));
+        if (page.prompts[0]) assert.equal(page.prompts[0].createdAt, page.prompts[0].version * 1000, "a listing pairs them too");
+        reads++;
+        await new Promise((r) => setImmediate(r)); // the file store answers from memory: let the writer on
+      }
+      await writer;
+      if (other !== store) await other.close();
+      assert.equal((await store.get("p7", "moving"))?.version, 60);
     });
 
     it("reads back any content, as stored, after a restart", async () => {
@@ -241,6 +263,49 @@ describe("prompt store (redis): a put touches its own keys only", () => {
       assert.deepEqual(keys.sort(), ["svc:prompts:{proj_a}:names", "svc:prompts:{proj_a}:versions:n3"]);
     } finally {
       watcher.disconnect();
+      await store.close();
+    }
+  });
+});
+
+describe("prompt store (redis): a full Redis (maxmemory, noeviction)", () => {
+  let redis: TestRedis;
+  before(async () => {
+    redis = await startRedis(undefined, ["--maxmemory-policy", "noeviction"]);
+  });
+  after(() => redis.stop());
+
+  it("still reads every prompt (a full Redis refuses reads queued in a MULTI, not reads), and refuses a put as PromptsUnavailableError with nothing stored", async () => {
+    const store = createRedisPromptStore(redis.url);
+    const raw = new Redis(redis.url);
+    try {
+      await put(store, "full", "a", "a1");
+      await put(store, "full", "a", "a2");
+      await put(store, "full", "b", "b1");
+      await raw.config("SET", "maxmemory", "1"); // full: every write refused, reads answered
+      await assert.rejects(raw.set("fill", "x"), /^ReplyError: OOM/, "Redis is full");
+      assert.deepEqual([(await store.get("full", "a"))?.content, (await store.get("full", "a"))?.version], ["a2", 2]);
+      assert.equal((await store.get("full", "a", 1))?.content, "a1");
+      assert.equal(await store.get("full", "nope"), undefined);
+      const page = await store.list("full", { after: "", limit: 1 });
+      assert.deepEqual([page.prompts.map((p) => [p.name, p.version]), page.more], [[["a", 2]], true]);
+      assert.deepEqual((await store.list("full", { after: "a", limit: 10 })).prompts.map((p) => [p.name, p.version]), [["b", 1]]);
+      for (const name of ["a", "c"]) {
+        await assert.rejects(put(store, "full", name, "refused"), (e: unknown) => {
+          assert.ok(e instanceof PromptsUnavailableError, String(e));
+          assert.equal(e.writesRefused, true);
+          assert.match(e.message, /redis refused the write: OOM/);
+          return true;
+        });
+      }
+      await raw.config("SET", "maxmemory", "0");
+      assert.equal(await raw.llen("svc:prompts:{full}:versions:a"), 2, "nothing half-written");
+      assert.equal(await raw.exists("svc:prompts:{full}:versions:c"), 0);
+      assert.deepEqual(await raw.zrange("svc:prompts:{full}:names", "0", "-1"), ["a", "b"]);
+      assert.equal((await put(store, "full", "a", "a3")).version, 3, "puts work again once Redis has room");
+    } finally {
+      await raw.config("SET", "maxmemory", "0");
+      raw.disconnect();
       await store.close();
     }
   });

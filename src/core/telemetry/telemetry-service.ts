@@ -140,13 +140,19 @@ export function createTelemetryService({ store, writer, prompts, checkProject, b
   };
 }
 
-/** A prompt store call, its store out of reach answered 503 `prompts_unavailable` (Retry-After as the other outages' 503s). */
+const promptsUnreachable = "The prompt registry is unavailable right now (its store cannot be reached); try again shortly. A put that failed so may have been stored: list the versions to see.";
+const promptsRefuseWrites = "The prompt registry cannot store prompts right now (its store refuses writes: full or read-only); nothing was stored. Reading prompts still works. Retry later.";
+
+/**
+ * A prompt store call, its store out of reach, or refusing a put, answered 503 `prompts_unavailable`
+ * (Retry-After as the other outages' 503s).
+ */
 async function promptCall<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (e) {
     if (!(e instanceof PromptsUnavailableError)) throw e;
-    throw withRetryGuidance(apiError(503, "api_error", "prompts_unavailable", "The prompt registry is unavailable right now (its store cannot be reached); try again shortly. A put that failed so may have been stored: list the versions to see."), { "retry-after": "1" });
+    throw withRetryGuidance(apiError(503, "api_error", "prompts_unavailable", e.writesRefused ? promptsRefuseWrites : promptsUnreachable), { "retry-after": "1" });
   }
 }
 

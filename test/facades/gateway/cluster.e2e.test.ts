@@ -1,8 +1,10 @@
 import assert from "node:assert/strict";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { Redis } from "ioredis";
+import { toErrorInfo } from "../../../src/core/errors.js";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { replicasOnOneRedis } from "../../support/gateway.js";
-import { eventually, postJson } from "../../support/http.js";
+import { eventually, postJson, rawRequest } from "../../support/http.js";
 import { captureLog } from "../../support/log-capture.js";
 
 const body = { model: "chat-4o-mini", messages: [{ role: "user", content: "hi" }] };
@@ -79,5 +81,42 @@ describe("cluster mode: two gateway replicas sharing one Redis registry", () => 
       await raw.config("SET", "maxmemory", "0");
       raw.disconnect();
     }
+  });
+
+  it("serves prompts while Redis is full (listing and the latest version were 500s), and refuses a put 503 prompts_unavailable, storing nothing", async function () {
+    this.timeout(30_000);
+    const { a, b, redis } = replicas;
+    const keys = await a.project();
+    await a.telemetry.putPrompt({ projectId: keys.projectId, name: "greeting", content: "Hello", description: "v1" });
+    await b.telemetry.putPrompt({ projectId: keys.projectId, name: "greeting", content: "Hello {{name}}", description: "v2" });
+    const get = (path: string) => rawRequest(`${b.managementUrl}${path}`, { method: "GET", headers: { authorization: `Bearer ${keys.live}` } });
+    const raw = new Redis(redis.url);
+    try {
+      await raw.config("SET", "maxmemory", "1"); // full: every write refused, reads answered
+      const list = await get("/v1/prompts");
+      assert.equal(list.status, 200, list.text);
+      assert.deepEqual(list.json().data.map((p: { name: string; version: number }) => [p.name, p.version]), [["greeting", 2]]);
+      const latest = await get("/v1/prompts/greeting");
+      assert.equal(latest.status, 200, latest.text);
+      assert.deepEqual([latest.json().version, latest.json().content], [2, "Hello {{name}}"]);
+      assert.equal((await get("/v1/prompts/greeting?version=1")).json().content, "Hello");
+      assert.equal((await a.telemetry.listPrompts({ projectId: keys.projectId })).prompts.length, 1);
+      for (const name of ["greeting", "new"]) {
+        await assert.rejects(a.telemetry.putPrompt({ projectId: keys.projectId, name, content: "refused" }), (e: unknown) => {
+          assert.ok(e instanceof ConnectError, String(e));
+          assert.equal(e.code, Code.Unavailable, e.rawMessage);
+          const info = toErrorInfo(e);
+          assert.deepEqual([info.status, info.type, info.code], [503, "api_error", "prompts_unavailable"]);
+          assert.match(info.message, /refuses writes.*nothing was stored/);
+          return true;
+        });
+      }
+    } finally {
+      await raw.config("SET", "maxmemory", "0");
+      raw.disconnect();
+    }
+    const list = (await get("/v1/prompts")).json();
+    assert.deepEqual(list.data.map((p: { name: string; version: number }) => [p.name, p.version]), [["greeting", 2]], "nothing stored while full");
+    assert.equal((await a.telemetry.putPrompt({ projectId: keys.projectId, name: "greeting", content: "Hi" })).prompt?.version, 3);
   });
 });
