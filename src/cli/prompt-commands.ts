@@ -6,6 +6,9 @@ import { createTelemetryAdminClient, resolveAdminTarget, UsageError } from "./ad
 import { type Flags, need, out } from "./admin-commands.js";
 import { table } from "./table.js";
 
+/** The largest prompt version: an int32, as GetPromptRequest.version and the management API's ?version= take it. */
+const MAX_PROMPT_VERSION = 2_147_483_647;
+
 /** Strict UTF-8: refuses malformed bytes; a leading BOM is kept, as the file has it. */
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
@@ -72,8 +75,10 @@ export async function promptsCommand(sub: string | undefined, args: string[], fl
       const name = need(args[0], "NAME");
       let version = 0;
       if (flags.version !== undefined) {
-        version = Number(flags.version);
-        if (!/^\d+$/.test(flags.version) || version < 1) throw new UsageError(`--version must be a whole number of at least 1, got '${flags.version}'`);
+        // A version is an int32 on the wire (and never goes past it): a larger number could not be
+        // sent at all, so it is refused here, as any other bad value.
+        version = /^\d+$/.test(flags.version) ? Number(flags.version) : NaN;
+        if (!(version >= 1 && version <= MAX_PROMPT_VERSION)) throw new UsageError(`--version must be a whole number from 1 to ${MAX_PROMPT_VERSION}, got '${flags.version}'`);
       }
       // An unknown name or version is the server's NotFound (exit code 1).
       const prompt = (await client.getPrompt({ projectId: project(), name, version })).prompt!;

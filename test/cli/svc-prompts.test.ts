@@ -41,6 +41,16 @@ describe("svc prompts and body logging against a running `svc serve --demo`", fu
     assert.match(noFile.stderr, /--file is required/);
     const badVersion = await server.svc("prompts", "show", "system", "--project", projectId, "--version", "zero");
     assert.equal(badVersion.code, 2);
+    // Past an int32 it could not even be sent (it failed, exit code 1, with "serialize binary: ... invalid int32").
+    for (const v of ["2147483648", "99999999999", "0"]) {
+      const tooBig = await server.svc("prompts", "show", "system", "--project", projectId, "--version", v);
+      assert.equal(tooBig.code, 2, `${v}: ${tooBig.stderr}`);
+      assert.match(tooBig.stderr, new RegExp(`^error: --version must be a whole number from 1 to 2147483647, got '${v}'\n`), v);
+      assert.match(tooBig.stderr, /Usage: svc prompts show NAME/);
+    }
+    const largest = await server.svc("prompts", "show", "system", "--project", projectId, "--version", "2147483647");
+    assert.equal(largest.code, 1, "the largest version is sent, and is unknown");
+    assert.match(largest.stderr, /No version 2147483647 of prompt system/);
     const unknown = await server.svc("prompts", "show", "nope", "--project", projectId);
     assert.notEqual(unknown.code, 0);
     // A file that is not UTF-8 (Latin-1 here) would be stored with U+FFFD in place of its bytes.
