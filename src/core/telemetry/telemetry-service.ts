@@ -32,7 +32,16 @@ export interface TelemetryDeps {
 const PROMPT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 /** The largest prompt version stored, in UTF-8 bytes (the CLI checks a file against it before sending). */
 export const MAX_PROMPT_BYTES = 1024 * 1024;
+/** The longest prompt description, in characters (code points: an emoji is one, not its two UTF-16 units). */
+export const MAX_PROMPT_DESCRIPTION_CHARS = 1024;
 const STATUS_CLASS = /^([1-5])xx$/;
+
+/** How many characters (code points) `s` holds; a string's `length` counts UTF-16 units. */
+function characters(s: string): number {
+  let n = 0;
+  for (const _ of s) n++;
+  return n;
+}
 
 /**
  * Creates the TelemetryService implementation. RecordRequest checks the log and queues it on the
@@ -106,7 +115,7 @@ export function createTelemetryService({ store, writer, prompts, checkProject, b
       const name = checkPromptName(req.name);
       if (!req.content) throw invalidRequest("missing_required_field", "`content` is required.");
       if (Buffer.byteLength(req.content) > MAX_PROMPT_BYTES) throw invalidRequest("invalid_value", "`content` must be at most 1 MiB.");
-      if (req.description.length > 1024) throw invalidRequest("invalid_value", "`description` must be at most 1024 characters.");
+      if (characters(req.description) > MAX_PROMPT_DESCRIPTION_CHARS) throw invalidRequest("invalid_value", `\`description\` must be at most ${MAX_PROMPT_DESCRIPTION_CHARS} characters.`);
       if (CONTROL.test(req.description)) throw invalidRequest("invalid_value", "`description` must not hold control characters (newlines, tabs, escapes).");
       await checkProject(projectId);
       const p = await promptCall(() => prompts.put({ projectId, name, content: req.content, description: req.description, createdAt: now() }));

@@ -268,6 +268,13 @@ describe("TelemetryService", function () {
     }
     await refuses(t.putPrompt({ projectId: own, name: "described", content: "x", description: "d".repeat(1025) }), 400, "invalid_value");
     await t.putPrompt({ projectId: own, name: "described", content: "x", description: "plain, with é and emoji 🙂" });
+    // 1024 characters, counted as a person does: an emoji is one, not its two UTF-16 units (2048
+    // units here were refused as too long).
+    const emoji = await t.putPrompt({ projectId: own, name: "described", content: "x", description: "🙂".repeat(1024) });
+    assert.equal(emoji.prompt!.description, "🙂".repeat(1024));
+    await t.putPrompt({ projectId: own, name: "described", content: "x", description: `${"é".repeat(512)}${"𝄞".repeat(512)}` });
+    await refuses(t.putPrompt({ projectId: own, name: "described", content: "x", description: "🙂".repeat(1025) }), 400, "invalid_value");
+    await refuses(t.putPrompt({ projectId: own, name: "described", content: "x", description: `${"d".repeat(1024)}🙂` }), 400, "invalid_value");
   });
 
   it("refuses a project that does not exist on every prompt call, as CreateKey does", async () => {
