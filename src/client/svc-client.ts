@@ -21,17 +21,41 @@ export interface SvcClientOptions {
   gatewayUrl?: string;
 }
 
-/** An error answer of the management API, in the spec's shape (section 2.6). */
+/**
+ * An error answer of the management API, in the spec's shape (section 2.6), with what its headers
+ * said: `requestId` (X-Svc-Request-Id, the id to quote when reporting it) and `retryAfterSeconds`
+ * (Retry-After, on the 503s of an outage: how long to wait before trying again), each undefined
+ * when the answer did not carry it, as for an error the client raises without a request.
+ */
 export class SvcApiError extends Error {
+  /** The answer's X-Svc-Request-Id, or undefined. */
+  readonly requestId: string | undefined;
+  /** The answer's Retry-After in seconds (an HTTP date as the seconds until then), or undefined. */
+  readonly retryAfterSeconds: number | undefined;
   constructor(
     readonly status: number,
     readonly type: string,
     readonly code: string,
     message: string,
+    headers: { requestId?: string; retryAfterSeconds?: number } = {},
   ) {
     super(message);
     this.name = "SvcApiError";
+    this.requestId = headers.requestId;
+    this.retryAfterSeconds = headers.retryAfterSeconds;
   }
+}
+
+/**
+ * Retry-After as seconds: delta-seconds as given, an HTTP date as the whole seconds until then (0
+ * once past); undefined when absent or neither.
+ */
+function retryAfterSeconds(value: string | null, now = Date.now()): number | undefined {
+  const v = value?.trim();
+  if (!v) return undefined;
+  if (/^\d+$/.test(v)) return Number(v);
+  const at = Date.parse(v);
+  return Number.isNaN(at) || /^[\d.+-]+$/.test(v) ? undefined : Math.max(0, Math.ceil((at - now) / 1000));
 }
 
 /**
@@ -165,15 +189,16 @@ export class SvcClient {
       );
     }
     const text = await res.text();
+    const headers = { requestId: res.headers.get("x-svc-request-id") ?? undefined, retryAfterSeconds: retryAfterSeconds(res.headers.get("retry-after")) };
     let body: unknown;
     try {
       body = JSON.parse(text);
     } catch {
-      throw new SvcApiError(res.status, "api_error", "invalid_response", `The management API answered ${res.status} with a body that is not JSON.`);
+      throw new SvcApiError(res.status, "api_error", "invalid_response", `The management API answered ${res.status} with a body that is not JSON.`, headers);
     }
     if (!res.ok) {
       const e = (body as { error?: { type?: string; code?: string; message?: string } }).error ?? {};
-      throw new SvcApiError(res.status, e.type ?? "api_error", e.code ?? "unknown", e.message ?? `HTTP ${res.status}`);
+      throw new SvcApiError(res.status, e.type ?? "api_error", e.code ?? "unknown", e.message ?? `HTTP ${res.status}`, headers);
     }
     return body as T;
   }

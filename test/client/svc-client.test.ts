@@ -1,10 +1,12 @@
 import assert from "node:assert/strict";
+import { createServer } from "node:http";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { createCoreClients, SvcApiError, SvcClient } from "../../src/index.js";
 import { Plan } from "../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
-import { freePort } from "../support/redis.js";
+import { REQUEST_ID } from "../../src/core/ids.js";
+import { freePort, startRedis, type TestRedis } from "../support/redis.js";
 
 describe("client library: SvcClient and createCoreClients against a running gateway", function () {
   this.timeout(60_000);
@@ -83,10 +85,23 @@ describe("client library: SvcClient and createCoreClients against a running gate
     assert.equal(a.totals.requests, 2);
   });
 
-  it("throws SvcApiError with the spec's status, type and code", async () => {
-    await assert.rejects(svc.logs.get("req_nope"), (e: unknown) => e instanceof SvcApiError && e.status === 404 && e.type === "not_found_error");
+  it("throws SvcApiError with the spec's status, type and code, and the answer's request id", async () => {
+    const ids: string[] = [];
+    const withId = (status: number, field: "type" | "code", value: string) => (e: unknown) => {
+      assert.ok(e instanceof SvcApiError, String(e));
+      assert.deepEqual([e.status, e[field]], [status, value]);
+      assert.match(e.requestId ?? "undefined", REQUEST_ID, "the X-Svc-Request-Id of the error answer");
+      assert.equal(e.retryAfterSeconds, undefined, "no Retry-After on this answer");
+      ids.push(e.requestId!);
+      return true;
+    };
+    await assert.rejects(svc.logs.get("req_nope"), withId(404, "type", "not_found_error"));
+    await assert.rejects(svc.prompts.get("nope"), withId(404, "code", "prompt_not_found"));
     const bad = new SvcClient({ apiKey: "svc_sk_live_wrong", managementUrl: gw.managementUrl });
-    await assert.rejects(bad.logs.list(), (e: unknown) => e instanceof SvcApiError && e.status === 401 && e.code === "invalid_api_key");
+    await assert.rejects(bad.logs.list(), withId(401, "code", "invalid_api_key"));
+    assert.equal(new Set(ids).size, 3, "each answer's own id");
+    // Refused without a request: no id, no Retry-After.
+    await assert.rejects(svc.prompts.get(""), (e: unknown) => e instanceof SvcApiError && e.status === 400 && e.requestId === undefined && e.retryAfterSeconds === undefined);
   });
 
   it("sends an empty or zero value as given, so the API's refusal reaches the caller instead of a listing of every row", async () => {
@@ -138,5 +153,70 @@ describe("client library: SvcClient and createCoreClients against a running gate
     assert.equal(p.version, 1);
     const { project } = await core.auth.getProject({ projectId: keys.projectId });
     assert.equal(project!.id, keys.projectId);
+  });
+});
+
+describe("client library: SvcApiError while the prompts' Redis is down (cluster mode)", function () {
+  this.timeout(60_000);
+  let redis: TestRedis;
+  let gw: TestGateway;
+  before(async () => {
+    redis = await startRedis();
+    gw = await startTestGateway({ SVC_REDIS_URL: redis.url });
+  });
+  after(async () => {
+    await gw?.close();
+    await redis?.stop();
+  });
+
+  it("gives the 503's Retry-After as retryAfterSeconds, with its request id", async () => {
+    const keys = await gw.project(Plan.PRO);
+    const svc = new SvcClient({ apiKey: keys.live, managementUrl: gw.managementUrl });
+    await assert.rejects(svc.prompts.get("nope"), (e: unknown) => e instanceof SvcApiError && e.status === 404); // the key is now known to this replica
+    await redis.stop();
+    for (const call of [() => svc.prompts.list(), () => svc.prompts.get("nope")]) {
+      await assert.rejects(call(), (e: unknown) => {
+        assert.ok(e instanceof SvcApiError, String(e));
+        assert.deepEqual([e.status, e.type, e.code], [503, "api_error", "prompts_unavailable"], e.message);
+        assert.equal(e.retryAfterSeconds, 1, "Retry-After: 1");
+        assert.match(e.requestId ?? "undefined", REQUEST_ID);
+        return true;
+      });
+    }
+  });
+});
+
+describe("client library: SvcApiError's Retry-After as an HTTP date, and an answer without headers", () => {
+  it("reads an HTTP-date Retry-After as the seconds until then, and leaves what an answer did not say undefined", async () => {
+    // A server in front of the API (a proxy) may say Retry-After as a date, or send neither header.
+    const answers = [
+      { "retry-after": new Date(Date.now() + 30_000).toUTCString(), "x-svc-request-id": "req_fromaproxy000000000000" },
+      { "retry-after": new Date(Date.now() - 60_000).toUTCString() },
+      { "retry-after": "soon" },
+      {},
+    ];
+    let n = 0;
+    const srv = createServer((_req, res) => {
+      res.writeHead(503, { "content-type": "application/json", ...answers[n++] });
+      res.end(JSON.stringify({ error: { message: "busy", type: "api_error", code: "overloaded" } }));
+    });
+    await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+    try {
+      const svc = new SvcClient({ apiKey: "svc_sk_live_x", managementUrl: `http://127.0.0.1:${(srv.address() as { port: number }).port}` }, {});
+      const seen: Array<[number | undefined, string | undefined]> = [];
+      for (let i = 0; i < answers.length; i++) {
+        await assert.rejects(svc.prompts.list(), (e: unknown) => {
+          assert.ok(e instanceof SvcApiError && e.status === 503, String(e));
+          seen.push([e.retryAfterSeconds, e.requestId]);
+          return true;
+        });
+      }
+      const [date, ...rest] = seen;
+      assert.ok(date![0]! >= 28 && date![0]! <= 30, `about 30 s, got ${date![0]}`);
+      assert.equal(date![1], "req_fromaproxy000000000000");
+      assert.deepEqual(rest, [[0, undefined], [undefined, undefined], [undefined, undefined]]);
+    } finally {
+      await new Promise((r) => srv.close(r));
+    }
   });
 });
