@@ -50,3 +50,10 @@ export function shownUrl(v: string): string {
   const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(v)?.[0] ?? "";
   return `${scheme}***${v.slice(at)}`;
 }
+
+/** How many characters (code points) `s` holds; a string's `length` counts UTF-16 units (an emoji two). */
+export function characters(s: string): number {
+  let n = 0;
+  for (const _ of s) n++;
+  return n;
+}

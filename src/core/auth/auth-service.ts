@@ -11,7 +11,7 @@ import {
 import { KeyMode } from "../../gen/svc/common/v1/key_mode_pb.js";
 import { type KeyRecord, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "../../stores/registry-store.js";
 import { apiError, invalidApiKey, invalidRequest, notFound, withRetryGuidance } from "../errors.js";
-import { CONTROL } from "../text.js";
+import { CONTROL, characters } from "../text.js";
 import { randomBase62 } from "../ids.js";
 import { displayPrefix, hashSecret, hashSecretForLookup, modeOfSecret, newSecret } from "./keys.js";
 import { planLimits, planName, planOf } from "./plans.js";
@@ -100,7 +100,7 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
     async createProject(req) {
       const name = req.name.trim();
       if (!name) throw invalidRequest(req.name ? "invalid_value" : "missing_required_field", req.name ? "`name` must not be blank." : "`name` is required.");
-      if (name.length > 200) throw invalidRequest("invalid_value", "`name` must be 1 to 200 characters.");
+      if (characters(name) > 200) throw invalidRequest("invalid_value", "`name` must be 1 to 200 characters.");
       if (CONTROL.test(name)) throw invalidRequest("invalid_value", "`name` must not hold control characters (newlines, tabs).");
       const plan = planName(req.plan);
       if (!plan) throw invalidRequest("invalid_value", "`plan` must be one of free, pro, enterprise.");
@@ -149,7 +149,7 @@ export function createAuthService({ store, now = Date.now }: AuthDeps): ServiceI
     async createKey(req) {
       const p = await project(req.projectId);
       if (req.mode !== KeyMode.LIVE && req.mode !== KeyMode.TEST) throw invalidRequest("invalid_value", "`mode` must be live or test.");
-      if (req.description.length > 500) throw invalidRequest("invalid_value", "`description` must be at most 500 characters.");
+      if (characters(req.description) > 500) throw invalidRequest("invalid_value", "`description` must be at most 500 characters.");
       // Printed in `svc keys list`'s table: a newline would split its row, an escape reach the terminal.
       if (CONTROL.test(req.description)) throw invalidRequest("invalid_value", "`description` must not hold control characters (newlines, tabs, escapes).");
       const secret = newSecret(req.mode);

@@ -6,7 +6,7 @@ import { log } from "../../logger.js";
 import { type PromptRecord, type PromptStore, PromptsUnavailableError, type PromptSummary } from "../../stores/prompt-store.js";
 import { type LogFilter, type TelemetryStore, TelemetryUnavailableError } from "../../stores/telemetry-store.js";
 import { apiError, invalidRequest, notFound, withRetryGuidance } from "../errors.js";
-import { CONTROL } from "../text.js";
+import { CONTROL, characters } from "../text.js";
 import { analyticsQueryOf, analyticsResponseOf } from "./analytics-request.js";
 import { checkId, logOfRecord, modeName, rowOfLog } from "./log-row.js";
 import { boundMicros } from "./micros.js";
@@ -35,13 +35,6 @@ export const MAX_PROMPT_BYTES = 1024 * 1024;
 /** The longest prompt description, in characters (code points: an emoji is one, not its two UTF-16 units). */
 export const MAX_PROMPT_DESCRIPTION_CHARS = 1024;
 const STATUS_CLASS = /^([1-5])xx$/;
-
-/** How many characters (code points) `s` holds; a string's `length` counts UTF-16 units. */
-function characters(s: string): number {
-  let n = 0;
-  for (const _ of s) n++;
-  return n;
-}
 
 /**
  * Creates the TelemetryService implementation. RecordRequest checks the log and queues it on the

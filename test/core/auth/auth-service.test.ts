@@ -116,6 +116,11 @@ describe("AuthService", () => {
       await rejects(auth.createKey({ projectId: project!.id, mode: KeyMode.TEST, description }), 400, "invalid_value");
     }
     assert.equal((await auth.createKey({ projectId: project!.id, mode: KeyMode.TEST, description: "laptop — é ✓" })).key!.description, "laptop — é ✓");
+    // The limits count characters: an emoji is one, not its two UTF-16 units.
+    assert.equal((await auth.createProject({ name: "🙂".repeat(200), plan: Plan.FREE })).project!.name, "🙂".repeat(200));
+    await rejects(auth.createProject({ name: "🙂".repeat(201), plan: Plan.FREE }), 400, "invalid_value", "`name` must be 1 to 200 characters.");
+    assert.equal((await auth.createKey({ projectId: project!.id, mode: KeyMode.TEST, description: "🙂".repeat(500) })).key!.description, "🙂".repeat(500));
+    await rejects(auth.createKey({ projectId: project!.id, mode: KeyMode.TEST, description: "🙂".repeat(501) }), 400, "invalid_value", "`description` must be at most 500 characters.");
     await rejects(auth.createKey({ projectId: "proj_nope", mode: KeyMode.LIVE }), 404, "project_not_found");
     await rejects(auth.deleteKey({ keyId: "key_nope" }), 404, "key_not_found");
   });
