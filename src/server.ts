@@ -165,7 +165,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     // log of every internal error. The facades' in-process calls below skip both.
     const core = createCoreServer((router: ConnectRouter) => {
       router.service(AuthService, authImpl);
-      router.service(ProxyService, servedProxyService(proxyImpl, projectExists));
+      router.service(ProxyService, servedProxyService(proxyImpl, async (projectId) => (await auth.listKeys({ projectId })).keys));
       router.service(CacheService, servedCacheService(cacheBackend.impl, projectExists));
       router.service(LimitsService, servedLimitsService(limitsBackend.impl, projectExists));
       router.service(TelemetryService, servedTelemetryService(telemetryBackend.impl, projectExists));

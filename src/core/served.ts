@@ -1,13 +1,15 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
 import type { CacheService } from "../gen/svc/cache/v1/cache_service_pb.js";
+import { KeyMode } from "../gen/svc/common/v1/key_mode_pb.js";
 import type { LimitsService } from "../gen/svc/limits/v1/limits_service_pb.js";
 import { CompletionSchema } from "../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ProxyService } from "../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { TelemetryService } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "../logger.js";
-import { apiError, bounded, carriesErrorInfo, invalidRequest, MAX_ERROR_MESSAGE_CHARS, toErrorInfo } from "./errors.js";
+import { apiError, bounded, carriesErrorInfo, invalidRequest, MAX_ERROR_MESSAGE_CHARS, notFound, toErrorInfo } from "./errors.js";
 import { checkWireChatRequest } from "./proxy/wire-request.js";
+import { cutText } from "./text.js";
 import { checkWireLog } from "./telemetry/log-row.js";
 
 /**
@@ -20,15 +22,23 @@ import { checkWireLog } from "./telemetry/log-row.js";
 /** Resolves when the project exists; otherwise rejects with 404 project_not_found (or the registry's 503). */
 export type ProjectCheck = (projectId: string) => Promise<unknown>;
 
+/** The keys of a project (404 project_not_found when there is none: AuthService.ListKeys). */
+export type ProjectKeys = (projectId: string) => Promise<ReadonlyArray<{ id: string; mode: KeyMode }>>;
+
 /**
  * ProxyService for the core port: StreamChat's request is checked (wire-request.ts) and its project
- * looked up before the implementation runs, so a refused request never reaches the upstream.
+ * looked up before the implementation runs, so a refused request never reaches the upstream. The
+ * key it names must be a key of that project (a deleted key's id is refused, as
+ * the key itself is at the gateway: 404 key_not_found), of the mode it says (a live key is not
+ * called as a test one).
  */
-export function servedProxyService(impl: ServiceImpl<typeof ProxyService>, project: ProjectCheck): ServiceImpl<typeof ProxyService> {
+export function servedProxyService(impl: ServiceImpl<typeof ProxyService>, keysOf: ProjectKeys): ServiceImpl<typeof ProxyService> {
   return {
     async *streamChat(req, ctx) {
-      checkWireChatRequest(req);
-      await project(req.projectId);
+      checkWireChatRequest(req); // project, key id and key mode are set
+      const key = (await keysOf(req.projectId)).find((k) => k.id === req.keyId);
+      if (!key) throw notFound("key_not_found", `No key with id '${cutText(req.keyId, 100)}' in project '${cutText(req.projectId, 100)}'.`);
+      if (key.mode !== req.keyMode) throw invalidRequest("invalid_value", `\`key_mode\` must be the key's: '${cutText(req.keyId, 100)}' is a ${key.mode === KeyMode.LIVE ? "live" : "test"} key.`);
       yield* impl.streamChat(req, ctx);
     },
   };

@@ -68,6 +68,8 @@ describe("core port: requests checked before they reach the upstream", function 
   let limits: any;
   let projectId: string;
   let keyId: string;
+  let otherProjectKeyId: string;
+  let deletedKeyId: string;
 
   before(async () => {
     gw = await startTestGateway({ SVC_TELEMETRY_FLUSH_INTERVAL_MS: "20" });
@@ -82,6 +84,10 @@ describe("core port: requests checked before they reach the upstream", function 
     const p = await gw.project();
     projectId = p.projectId;
     keyId = p.liveKeyId;
+    otherProjectKeyId = (await gw.project()).liveKeyId;
+    const deleted = await gw.admin.createKey({ projectId, mode: KeyMode.LIVE });
+    await gw.admin.deleteKey({ keyId: deleted.key!.id });
+    deletedKeyId = deleted.key!.id;
   });
   after(async () => {
     proxy?.close();
@@ -154,6 +160,11 @@ describe("core port: requests checked before they reach the upstream", function 
     ["an empty project id", (m) => chat(m, { project_id: "" }), "INVALID_ARGUMENT", "missing_required_field", "`project_id`"],
     ["an unknown project", (m) => chat(m, { project_id: "proj_nope" }), "NOT_FOUND", "project_not_found", "proj_nope"],
     ["KEY_MODE_UNSPECIFIED", (m) => chat(m, { key_mode: "KEY_MODE_UNSPECIFIED" }), "INVALID_ARGUMENT", "invalid_value", "`key_mode`"],
+    ["an empty key id", (m) => chat(m, { key_id: "" }), "INVALID_ARGUMENT", "missing_required_field", "`key_id`"],
+    ["an unknown key", (m) => chat(m, { key_id: "key_nope" }), "NOT_FOUND", "key_not_found", "key_nope"],
+    ["a deleted key", (m) => chat(m, { key_id: deletedKeyId }), "NOT_FOUND", "key_not_found", "No key with id"],
+    ["another project's key", (m) => chat(m, { key_id: otherProjectKeyId }), "NOT_FOUND", "key_not_found", "No key with id"],
+    ["a live key called as a test one", (m) => chat(m, { key_mode: "KEY_MODE_TEST" }), "INVALID_ARGUMENT", "invalid_value", "`key_mode`"],
     ["API_STYLE_UNSPECIFIED", (m) => chat(m, { style: "API_STYLE_UNSPECIFIED" }), "INVALID_ARGUMENT", "invalid_value", "`style`"],
     ["an empty model", (m) => chat(m, { model: "" }), "INVALID_ARGUMENT", "missing_required_field", "`model`"],
     ["a request id that is not the gateway's", (m) => chat(m, { request_id: "x" }), "INVALID_ARGUMENT", "invalid_value", "`request_id`"],

@@ -52,6 +52,7 @@ export function checkWireChatRequest(req: StreamChatRequest): void {
     fail("invalid_value", "`request_id` must be a gateway request id (`req_` and 24 letters or digits), or empty to have one made.");
   }
   if (!req.projectId) fail("missing_required_field", "`project_id` is required.");
+  if (!req.keyId) fail("missing_required_field", "`key_id` is required.");
   if (req.keyMode !== KeyMode.LIVE && req.keyMode !== KeyMode.TEST) fail("invalid_value", "`key_mode` must be KEY_MODE_LIVE or KEY_MODE_TEST.");
   const style = req.style;
   if (style !== ApiStyle.CHAT_COMPLETIONS && style !== ApiStyle.MESSAGES) {

@@ -141,13 +141,14 @@ describe("deeply nested JSON: a 400 past 128 levels, never a 500", function () {
     let proxy: any;
     let md: grpc.Metadata;
     let projectId: string;
+    let keyId: string;
     before(async () => {
       const def = protoLoader.loadSync(["svc/proxy/v1/proxy_service.proto"], { includeDirs: [protoDir], keepCase: true, enums: String, longs: String, defaults: true, oneofs: true });
       const pkg: any = grpc.loadPackageDefinition(def);
       proxy = new pkg.svc.proxy.v1.ProxyService(new URL(gw.grpcUrl).host, grpc.credentials.createInsecure());
       md = new grpc.Metadata();
       md.set("authorization", `Bearer ${gw.adminToken}`);
-      projectId = (await gw.project()).projectId;
+      ({ projectId, liveKeyId: keyId } = await gw.project());
     });
     after(() => proxy?.close());
 
@@ -162,6 +163,7 @@ describe("deeply nested JSON: a 400 past 128 levels, never a 500", function () {
     const CHAT = "API_STYLE_CHAT_COMPLETIONS";
     const request = (marker: string, over: object = {}) => ({
       project_id: projectId,
+      key_id: keyId,
       key_mode: "KEY_MODE_LIVE",
       style: CHAT,
       model: "chat-4o-mini",

@@ -262,7 +262,8 @@ export type StreamChatRequest = Message<"svc.proxy.v1.StreamChatRequest"> & {
   projectId: string;
 
   /**
-   * The id of the key that authenticated the request.
+   * The id of the key that authenticated the request (required; over the core port it must be a
+   * key of the project, not deleted, of `key_mode`).
    *
    * @generated from field: string key_id = 3;
    */
