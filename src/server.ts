@@ -440,7 +440,9 @@ async function serveHttp(
       closing = true;
       const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
-      for (const res of open) if (!res.headersSent) res.shouldKeepAlive = false;
+      // The last answer taken on each connection closes it; those queued before it (pipelined)
+      // go out first, as the requests taken they are.
+      for (const res of open) if (!res.headersSent && answering.get(res.req.socket) === res) res.shouldKeepAlive = false;
       if (!(await drainedWithin(SHUTDOWN_GRACE_MS))) {
         if (opts.onCut) {
           opts.onCut();
@@ -451,7 +453,9 @@ async function serveHttp(
           // handler's read of the body ends with it (node:http would only drop the rest unread), so
           // its log says so.
           for (const res of open) {
-            if (res.headersSent || res.destroyed || res.req.complete) continue;
+            // One queued behind a pipelined answer (no socket yet) cannot be answered before it:
+            // it goes with its connection below.
+            if (res.headersSent || res.destroyed || res.req.complete || res.socket === null) continue;
             fileAnswer(res.socket!, refuseWhileClosing(res, opts.errorHeaders?.(res.socket!)));
             res.once("finish", () => res.req.destroy(new Error("the gateway is shutting down")));
           }

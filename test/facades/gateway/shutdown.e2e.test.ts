@@ -67,7 +67,15 @@ function startUpstream(): Promise<{ url: string; received: () => number; close: 
     if (mode === "flood") {
       // More than any socket buffer holds, as fast as the gateway takes it; never finished.
       for (let i = 0; i < 4000 && !res.destroyed; i++) {
-        if (!chunk({ content: "x".repeat(4096) })) await new Promise((r) => res.once("drain", r).once("close", r));
+        if (!chunk({ content: "x".repeat(4096) })) {
+          await new Promise<void>((r) => {
+            const go = () => {
+              res.off("drain", go).off("close", go);
+              r();
+            };
+            res.on("drain", go).on("close", go);
+          });
+        }
       }
       return;
     }
@@ -312,6 +320,62 @@ describe("shutdown with requests in flight", function () {
     }, 10_000, "the cut request's log");
     assert.deepEqual([log.id, log.status, log.error], [id, 503, { type: "api_error", code: "shutting_down" }]);
     assert.ok(log.ttfb_ms > 0, "its answer was sent");
+  });
+
+  it("answers the requests pipelined on a connection before the shutdown, then closes it, and logs each 200", async () => {
+    const first = await start();
+    const { key } = await project(first);
+    const post = (text: string) => {
+      const body = JSON.stringify(chat(text));
+      return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    };
+    const socket = net.connect(Number(new URL(first.gatewayUrl).port), "127.0.0.1");
+    socket.on("error", () => {});
+    let got = "";
+    socket.on("data", (d: Buffer) => (got += d.toString()));
+    const closed = new Promise<void>((r) => socket.once("close", () => r()));
+    socket.write(post("slow: first") + post("second") + post("third"));
+    await eventually(() => upstream.received() === 3, 5000, "every request at the upstream");
+    await stop(first);
+    await closed;
+    // (The two answered at once were written, keep-alive, before the shutdown began: the
+    // connection is closed once they are out.)
+    assert.deepEqual(got.match(/HTTP\/1\.1 \d{3} /g), ["HTTP/1.1 200 ", "HTTP/1.1 200 ", "HTTP/1.1 200 "], got);
+    const second = await start();
+    let logs: Array<{ status: number }> = [];
+    await eventually(async () => {
+      const r = await rawRequest(`${second.managementUrl}/v1/logs?limit=10`, { method: "GET", headers: { authorization: `Bearer ${key}` } });
+      logs = r.status === 200 ? r.json().data : [];
+      return logs.length >= 3;
+    }, 10_000, "the pipelined requests' logs");
+    assert.deepEqual(logs.map((l) => l.status), [200, 200, 200]);
+  });
+
+  it("shuts down cleanly with a request queued behind a pipelined stream its client stopped reading, logging the stream it cut", async () => {
+    const first = await start();
+    const { key } = await project(first);
+    const whole = JSON.stringify(chat("flood", true));
+    const partial = JSON.stringify(chat("never whole"));
+    const socket = net.connect(Number(new URL(first.gatewayUrl).port), "127.0.0.1");
+    socket.on("error", () => {});
+    // The stream's client reads nothing: its answer is still being written after the cut; the
+    // request queued behind it has only part of its body.
+    socket.pause();
+    socket.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\nContent-Length: ${whole.length}\r\n\r\n${whole}` +
+        `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\nContent-Length: ${partial.length}\r\n\r\n${partial.slice(0, 5)}`,
+    );
+    await eventually(() => upstream.received() === 1, 5000, "the stream at the upstream");
+    await stop(first);
+    socket.destroy();
+    const second = await start();
+    let logs: Array<{ status: number; error: unknown }> = [];
+    await eventually(async () => {
+      const r = await rawRequest(`${second.managementUrl}/v1/logs?limit=10`, { method: "GET", headers: { authorization: `Bearer ${key}` } });
+      logs = r.status === 200 ? r.json().data : [];
+      return logs.length >= 1;
+    }, 10_000, "the cut stream's log");
+    assert.deepEqual(logs.map((l) => [l.status, l.error]).at(-1), [200, { type: "api_error", code: "shutting_down" }]);
   });
 
   it("stops taking work on every port at once: new connections refused, idle ones closed, a request on a kept-alive connection refused with 503", async () => {
