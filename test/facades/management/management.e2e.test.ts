@@ -18,6 +18,12 @@ async function until<T>(fn: () => Promise<T>, ok: (v: T) => boolean, ms = 5000):
   }
 }
 
+/** A chat completions request as raw HTTP/1.1, for writing several on one connection (pipelined). */
+function rawChat(key: string, content: string): string {
+  const body = JSON.stringify({ model: "chat-4o-mini", messages: [{ role: "user", content }] });
+  return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+}
+
 describe("management API: request logs, analytics and prompts (real gateway, embedded ClickHouse)", function () {
   this.timeout(60_000);
   let gw: TestGateway;
@@ -322,10 +328,7 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
     it("logs an answer queued behind a pipelined one as 499 when its client left before it went out", async () => {
       const own = await gw.project(Plan.PRO);
       const { hostname, port } = new URL(gw.gatewayUrl);
-      const post = (content: string) => {
-        const body = JSON.stringify({ model: "chat-4o-mini", messages: [{ role: "user", content }] });
-        return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${own.live}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
-      };
+      const post = (content: string) => rawChat(own.live, content);
       // Three on one connection: the second slow, the third answered at once but queued behind it;
       // the client takes the first answer and leaves.
       const got = await new Promise<string>((resolve) => {
@@ -347,10 +350,7 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
     it("logs answers queued behind a pipelined one as 499 when their client left before any was ready", async () => {
       const own = await gw.project(Plan.PRO);
       const { hostname, port } = new URL(gw.gatewayUrl);
-      const post = (content: string) => {
-        const body = JSON.stringify({ model: "chat-4o-mini", messages: [{ role: "user", content }] });
-        return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${own.live}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
-      };
+      const post = (content: string) => rawChat(own.live, content);
       // The client leaves before the first answer is ready; the second finishes after it left.
       await new Promise<void>((resolve) => {
         const socket = connect({ port: Number(port), host: hostname }, () => {
@@ -367,9 +367,7 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
     it("answers many requests pipelined on one connection without a listener warning", async () => {
       const own = await gw.project(Plan.PRO);
       const { hostname, port } = new URL(gw.gatewayUrl);
-      const body = (content: string) => JSON.stringify({ model: "chat-4o-mini", messages: [{ role: "user", content }] });
-      const post = (content: string) =>
-        `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${own.live}\r\nContent-Length: ${Buffer.byteLength(body(content))}\r\n\r\n${body(content)}`;
+      const post = (content: string) => rawChat(own.live, content);
       const warnings: string[] = [];
       const onWarning = (w: Error) => warnings.push(w.name);
       process.on("warning", onWarning);
@@ -399,11 +397,8 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
       const own = await gw.project(Plan.PRO);
       const { hostname, port } = new URL(gw.gatewayUrl);
       // An echo of about 4 MB: more than the connection's buffers hold while the client reads none.
-      const body = JSON.stringify({ model: "chat-4o-mini", messages: [{ role: "user", content: "word ".repeat(800_000) }] });
       const read = await new Promise<number>((resolve) => {
-        const socket = connect({ port: Number(port), host: hostname }, () =>
-          socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${own.live}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`),
-        );
+        const socket = connect({ port: Number(port), host: hostname }, () => socket.write(rawChat(own.live, "word ".repeat(800_000))));
         let n = 0;
         socket.on("data", (d: Buffer) => {
           n += d.length;
