@@ -308,9 +308,10 @@ for (const setup of setups) describe(`rate limits and spend caps (${setup.name},
     const keys = await gw.project(Plan.PRO);
     // chat-4o-mini: its worst case (16,384 output tokens at $0.60 per million, and the prompt) fits once, not twice.
     await gw.admin.updateProject({ projectId: keys.projectId, limitOverrides: { monthlySpendCapUsd: "0.012" } });
-    const body = chat({ messages: [{ role: "user", content: `taken over [[fake:delay=300]] ${++n}` }] });
-    const left = sendAndLeave(url, keys.live, body, 100);
-    await new Promise((r) => setTimeout(r, 30));
+    const body = chat({ messages: [{ role: "user", content: `taken over [[fake:delay=600]] ${++n}` }] });
+    // The waiters come once the first is in flight (its admission done), before its client leaves.
+    const left = sendAndLeave(url, keys.live, body, 300);
+    await new Promise((r) => setTimeout(r, 150));
     const waiters = await Promise.all(Array.from({ length: 12 }, () => postJson(url, keys.live, body)));
     await left;
     const seen = waiters.map((w) => (w.status === 200 ? String(w.headers["x-svc-cache"]) : `${w.status} ${w.json().error.code}`));

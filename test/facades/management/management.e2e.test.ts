@@ -9,7 +9,7 @@ import { postJson, rawRequest, type RawResponse, sseEvents } from "../../support
 import { captureLog } from "../../support/log-capture.js";
 
 /** Polls `fn` until `ok` holds (logs are written off the request path), or fails after `ms`. */
-async function until<T>(fn: () => Promise<T>, ok: (v: T) => boolean, ms = 5000): Promise<T> {
+async function until<T>(fn: () => Promise<T>, ok: (v: T) => boolean, ms = 10_000): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
     const v = await fn();
