@@ -36,6 +36,7 @@ import { ApiStyle, ProxyService } from "./gen/svc/proxy/v1/proxy_service_pb.js";
 import { TelemetryService } from "./gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "./logger.js";
 import { embeddedDataIn, embeddedDataWarning } from "./stores/embedded-data.js";
+import { removeLeftTemps } from "./stores/json-file.js";
 import { createFileRegistryStore } from "./stores/file-registry-store.js";
 import { createRedisRegistryStore } from "./stores/redis-registry-store.js";
 import { checkRedisSettings } from "./stores/redis-connection.js";
@@ -487,6 +488,8 @@ function refuseWhileClosing(res: ServerResponse, headers: Record<string, string>
  */
 async function loadAdminToken(config: Config): Promise<{ token: string; path: string | undefined }> {
   const path = join(config.dataDir, "admin-token");
+  // A token a process killed between writing it aside and moving it into place left there.
+  await removeLeftTemps(path).catch(() => {});
   if (config.adminToken) {
     // A token file left from before (a rotation to SVC_ADMIN_TOKEN) is the admin token again the
     // day the setting is lost: said at each start, so that it is deleted.

@@ -60,6 +60,20 @@ describe("the admin token", function () {
     }
   });
 
+  it("removes a token a process killed before moving it into place left aside, and nothing else", async () => {
+    const left = ["admin-token.4194301.tmp", "admin-token.12.tmp"];
+    const kept = ["admin-token.x.tmp", "admin-token.bak.12.tmp", "notes.12.tmp"];
+    for (const f of [...left, ...kept]) writeFileSync(join(dir, f), "svc_admin_left-behind-token\n", { mode: 0o600 });
+    const running = await start();
+    try {
+      for (const f of left) assert.ok(!existsSync(join(dir, f)), `${f} is removed`);
+      for (const f of kept) assert.ok(existsSync(join(dir, f)), `${f} is kept`);
+      assert.equal(readFileSync(join(dir, "admin-token"), "utf8").trim(), running.adminToken);
+    } finally {
+      await running.close();
+    }
+  });
+
   it("warns at each start while SVC_ADMIN_TOKEN is set and an admin-token file is left, which would be the token again without the setting", async () => {
     const warnings = async () => {
       const lines = await captureLog(async () => {

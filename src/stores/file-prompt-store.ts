@@ -1,7 +1,7 @@
 import { type FileHandle, open, rename, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { log } from "../logger.js";
-import { readJsonFile } from "./json-file.js";
+import { readJsonFile, removeLeftTemps } from "./json-file.js";
 import type { PromptRecord, PromptStore, PromptSummary } from "./prompt-store.js";
 import { makeDir } from "./make-dir.js";
 
@@ -56,6 +56,8 @@ interface Pending {
 export async function createFilePromptStore(dataDir: string): Promise<PromptStore> {
   await makeDir(dataDir);
   const path = join(dataDir, PROMPT_LOG);
+  // An import of prompts.json that a process killed before moving it into place left there.
+  await removeLeftTemps(path);
   if (!(await exists(path))) await importLegacy(dataDir, path);
   else if (await exists(join(dataDir, LEGACY_PROMPT_FILE))) {
     log.warn(`prompt store: ${LEGACY_PROMPT_FILE} is ignored: prompts are kept in ${PROMPT_LOG} (it was imported before)`, { dataDir });

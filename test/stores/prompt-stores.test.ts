@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { appendFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "ioredis";
@@ -119,6 +119,19 @@ describe("prompt store (file): an append-only log", () => {
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
   const logPath = () => join(dir, PROMPT_LOG);
   const lineOf = (r: PromptRecord) => `${JSON.stringify({ projectId: r.projectId, name: r.name, version: r.version, description: r.description, createdAt: r.createdAt, content: r.content })}\n`;
+
+  it("removes the import a process killed before moving it into place left, and nothing else", async () => {
+    const left = [`${PROMPT_LOG}.4194301.tmp`, `${PROMPT_LOG}.12.tmp`];
+    const kept = [`${PROMPT_LOG}.x.tmp`, "registry.json.12.tmp"];
+    for (const f of [...left, ...kept]) writeFileSync(join(dir, f), lineOf({ projectId: "proj_1", name: "p", version: 1, description: "", createdAt: 1, content: "c" }));
+    const store = await createFilePromptStore(dir);
+    try {
+      for (const f of left) assert.ok(!existsSync(join(dir, f)), `${f} is removed`);
+      for (const f of kept) assert.ok(existsSync(join(dir, f)), `${f} is kept`);
+    } finally {
+      await store.close();
+    }
+  });
 
   it("appends a put's one line and leaves every earlier byte where it was: a put's cost does not grow with the stored prompts", async () => {
     const store = await createFilePromptStore(dir);
