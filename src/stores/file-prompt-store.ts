@@ -57,7 +57,7 @@ export async function createFilePromptStore(dataDir: string): Promise<PromptStor
   await makeDir(dataDir);
   const path = join(dataDir, PROMPT_LOG);
   // An import of prompts.json that a process killed before moving it into place left there.
-  await removeLeftTemps(path);
+  await removeLeftTemps(path).catch(() => {});
   if (!(await exists(path))) await importLegacy(dataDir, path);
   else if (await exists(join(dataDir, LEGACY_PROMPT_FILE))) {
     log.warn(`prompt store: ${LEGACY_PROMPT_FILE} is ignored: prompts are kept in ${PROMPT_LOG} (it was imported before)`, { dataDir });
