@@ -252,6 +252,14 @@ export function isWriteRefusal(e: unknown): boolean {
   return WRITE_REFUSED.test(err.message);
 }
 
+/** The replies of a pipeline or transaction (`exec()`), its first failed command's error thrown. */
+export function execReplies(res: Array<[Error | null, unknown]> | null): unknown[] {
+  return (res ?? []).map(([err, value]) => {
+    if (err) throw err;
+    return value;
+  });
+}
+
 /**
  * The key of the write probe, which nobody writes: `SET key "" XX` is a write to Redis (refused
  * while it is full or read-only) that stores nothing when it is accepted.

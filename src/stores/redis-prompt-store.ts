@@ -1,4 +1,4 @@
-import { isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS } from "./redis-connection.js";
+import { execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS } from "./redis-connection.js";
 import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "./prompt-store.js";
 
 /**
@@ -21,14 +21,6 @@ import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "./
  */
 const kNames = (projectId: string) => `svc:prompts:{${projectId}}:names`;
 const kVersions = (projectId: string, name: string) => `svc:prompts:{${projectId}}:versions:${name}`;
-
-/** A pipeline's replies, its first failure thrown. */
-function replies(res: Array<[Error | null, unknown]> | null): unknown[] {
-  return (res ?? []).map(([err, value]) => {
-    if (err) throw err;
-    return value;
-  });
-}
 
 interface Latest {
   n: number;
@@ -73,11 +65,11 @@ export function createRedisPromptStore(url: string): PromptStore {
 
   /** Each list's length and last element, as a pair (see the top): `v` null for an empty list. */
   const latest = async (keys: string[]): Promise<Latest[]> => {
-    const res = replies(await keys.reduce((p, k) => p.llen(k).lindex(k, -1).llen(k), redis.pipeline()).exec());
+    const res = execReplies(await keys.reduce((p, k) => p.llen(k).lindex(k, -1).llen(k), redis.pipeline()).exec());
     const out = keys.map((_, i): Latest => ({ n: Number(res[3 * i]), v: Number(res[3 * i]) === 0 ? null : (res[3 * i + 1] as string | null) }));
     const grown = keys.flatMap((_, i) => (out[i]!.n > 0 && Number(res[3 * i + 2]) !== out[i]!.n ? [i] : []));
     if (grown.length) {
-      const again = replies(await grown.reduce((p, i) => p.lindex(keys[i]!, out[i]!.n - 1), redis.pipeline()).exec());
+      const again = execReplies(await grown.reduce((p, i) => p.lindex(keys[i]!, out[i]!.n - 1), redis.pipeline()).exec());
       grown.forEach((i, j) => (out[i]!.v = again[j] as string | null));
     }
     return out;
@@ -86,9 +78,7 @@ export function createRedisPromptStore(url: string): PromptStore {
   const store: PromptStore = {
     async put(p) {
       const stored: Stored = { content: p.content, description: p.description, createdAt: p.createdAt };
-      const res = await redis.multi().rpush(kVersions(p.projectId, p.name), JSON.stringify(stored)).zadd(kNames(p.projectId), 0, p.name).exec();
-      const [err, length] = res![0]!;
-      if (err) throw err;
+      const [length] = execReplies(await redis.multi().rpush(kVersions(p.projectId, p.name), JSON.stringify(stored)).zadd(kNames(p.projectId), 0, p.name).exec());
       return { ...p, version: Number(length) };
     },
     async get(projectId, name, version) {

@@ -1,7 +1,7 @@
 import { Redis } from "ioredis";
 import { Lru } from "../core/lru.js";
 import { log } from "../logger.js";
-import { createProbe, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, stayOnConfiguredDb, watchWrites } from "./redis-connection.js";
+import { createProbe, execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, stayOnConfiguredDb, watchWrites } from "./redis-connection.js";
 import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
 
 /**
@@ -262,9 +262,8 @@ export function createRedisRegistryStore(url: string): RegistryStore {
       // deleted meanwhile, makes it try again.
       for (let attempt = 0; attempt < 20; attempt++) {
         const [before, keyCount] = await timed(() => call(async () => {
-          const replies = await redis.multi().get(kProject(id)).zcard(kKeys(id)).exec();
-          for (const [err] of replies ?? []) if (err) throw err;
-          return [replies![0]![1] as string | null, Number(replies![1]![1])] as const;
+          const [project, keyCount] = execReplies(await redis.multi().get(kProject(id)).zcard(kKeys(id)).exec());
+          return [project as string | null, Number(keyCount)] as const;
         }));
         if (before === null) return undefined;
         const next = change(JSON.parse(before) as ProjectRecord, keyCount);
