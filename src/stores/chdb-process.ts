@@ -176,25 +176,28 @@ export type ChdbReport = (level: "warn" | "info", message: string) => void;
 export interface SupervisedChdb {
   /** The engine's address, starting it if it is not running. */
   url(): Promise<string>;
-  /** Its address now, without starting anything: it changes only when a restart had to take another port. */
+  /**
+   * Its address now, without starting anything; undefined while it is not running. Each start
+   * takes a new port, so a client of an earlier address must reconnect (`url()`).
+   */
   readonly currentUrl: string | undefined;
   readonly password: string;
   stop(): Promise<void>;
 }
 
 /**
- * Keeps the embedded engine's process running: started on first use, restarted on the same port
- * and with the same password (so open clients find it again) a second after it dies; stopped with
- * the gateway. A restart that fails (the new process dies as it starts, the directory is held) is
- * tried again, waiting 1 s, 2 s, ... up to 30 s between tries, until one succeeds or the gateway
- * stops; one whose port another process has taken since takes a free port instead (`currentUrl`
- * changes: clients must reconnect). The password is new with each supervisor, i.e. each start of
- * the gateway, and is kept in memory only.
+ * Keeps the embedded engine's process running: started on first use, restarted a second after it
+ * dies (or at once, when a client asks for its address meanwhile: `url()`), with the same password;
+ * stopped with the gateway. A restart that fails (the new process dies as it starts, the directory
+ * is held) is tried again, waiting 1 s, 2 s, ... up to 30 s between tries, until one succeeds or
+ * the gateway stops. Every start takes a free port: a dead engine's port may be any local
+ * process's by the time its clients call again, and what they send carries the password, so
+ * clients stop using an address once its engine is gone (`currentUrl` is undefined, then another).
+ * The password is new with each supervisor, i.e. each start of the gateway, and is kept in memory only.
  */
 export function superviseChdb(dir: string, report: ChdbReport, opts: ChdbOptions = {}): SupervisedChdb {
   let proc: ChdbProcess | undefined;
   let starting: Promise<ChdbProcess> | undefined;
-  let port = 0;
   let stopped = false;
   /** Set from the engine's death until a restart succeeds. */
   let restarting = false;
@@ -207,14 +210,14 @@ export function superviseChdb(dir: string, report: ChdbReport, opts: ChdbOptions
     clearTimeout(retry);
     retry = setTimeout(() => {
       retry = undefined;
-      void start().catch(() => {});
+      // A client's url() may have started it meanwhile.
+      if (!proc?.alive) void start().catch(() => {});
     }, ms);
     retry.unref();
   };
 
   const started = (p: ChdbProcess): ChdbProcess => {
     proc = p;
-    port = p.port;
     if (restarting && failureLoggedAt !== undefined) report("info", `the embedded telemetry engine is running again (port ${p.port})`);
     restarting = false;
     delay = RESTART_DELAY_MS;
@@ -229,8 +232,6 @@ export function superviseChdb(dir: string, report: ChdbReport, opts: ChdbOptions
   };
 
   const failed = (e: unknown): never => {
-    // The port is another process's now: the next try takes a free one.
-    if (e instanceof ChdbPortInUseError) port = 0;
     if (restarting && !stopped) {
       if (failureLoggedAt === undefined || Date.now() - failureLoggedAt >= RESTART_FAILURE_LOG_MS) {
         failureLoggedAt = Date.now();
@@ -243,17 +244,18 @@ export function superviseChdb(dir: string, report: ChdbReport, opts: ChdbOptions
   };
 
   const start = (): Promise<ChdbProcess> =>
-    (starting ??= startChdbProcess(dir, port, { ...opts, password })
+    (starting ??= startChdbProcess(dir, 0, { ...opts, password })
       .then(started, failed)
       .finally(() => {
         starting = undefined;
       }));
   return {
     async url() {
+      if (stopped) throw new TelemetryUnavailableError("the embedded telemetry engine is stopped");
       return (proc?.alive ? proc : await start()).url;
     },
     get currentUrl() {
-      return proc?.url;
+      return proc?.alive ? proc.url : undefined;
     },
     password,
     async stop() {

@@ -50,8 +50,9 @@ export async function createTelemetryBackend(
   const chdb = url ? undefined : superviseChdb(join(opts.dataDir, "telemetry"), (level, msg) => log[level](msg), { nice: config.engineNice });
   const connectChdb = async (sup: SupervisedChdb): Promise<ClickHouseHandle> => {
     const at = await sup.url();
-    // A restart that had to take another port leaves this client talking to the old one.
-    const stale = () => sup.currentUrl !== undefined && sup.currentUrl !== at;
+    // Its engine gone (another will have another port): nothing more is sent to this address,
+    // which any local process may have taken by then (what the client sends carries the password).
+    const stale = () => sup.currentUrl !== at;
     return { ...connectClickHouseServer(at, { password: sup.password }), engine: "chdb", stale };
   };
   const store = chdb

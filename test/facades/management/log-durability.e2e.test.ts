@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync } from "node:fs";
-import { createServer, type Server } from "node:net";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { createServer as createHttpServer, type Server as HttpServer } from "node:http";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { startTestClickHouse, type TestClickHouse } from "../../support/clickhouse.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
@@ -116,13 +116,30 @@ function engineProcesses(gatewayPid: number): { pid: number; args: string[] }[] 
   });
 }
 
+/** The TCP ports a process listens on: its socket fds matched against /proc/net/tcp's LISTEN rows. */
+function listeningPorts(pid: number): number[] {
+  const inodes = new Set<string>();
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+      if (m) inodes.add(m[1]!);
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return readFileSync("/proc/net/tcp", "utf8").split("\n").slice(1).flatMap((line) => {
+    const f = line.trim().split(/\s+/);
+    return f.length > 9 && f[3] === "0A" && inodes.has(f[9]!) ? [parseInt(f[1]!.split(":")[1]!, 16)] : [];
+  });
+}
+
 describe("the embedded engine is restarted even when its restart fails", function () {
   this.timeout(120_000);
 
-  it("serves logs again, without a gateway restart, after the restarted engine is killed as it starts and its port is taken", async function () {
+  it("serves logs again, without a gateway restart, after the restarted engine is killed as it starts; nothing goes to the dead engine's port, which another process took", async function () {
     if (!readdirSync("/proc").includes("self")) this.skip(); // the engine's process is found through Linux's /proc
     const serve = await startSvcServe({ SVC_ADMIN_TOKEN: "engine-admin-token", SVC_TELEMETRY_FLUSH_INTERVAL_MS: "50", SVC_LOG_LEVEL: "error" });
-    let squatter: Server | undefined;
+    let squatter: HttpServer | undefined;
     try {
       const admin = ["--json", "--admin-token", "engine-admin-token"];
       const project = JSON.parse((await serve.svc("projects", "create", "--name", "e", "--plan", "enterprise", ...admin)).stdout).id;
@@ -137,7 +154,24 @@ describe("the embedded engine is restarted even when its restart fails", functio
       assert.equal((await eventuallyEqual(() => allLogIds(serve.managementUrl, key), made, 30_000)).length, 1, "logged while the engine runs");
       const [first] = engineProcesses(serve.pid);
       assert.ok(first, "the engine runs in a child process");
+      const [port] = listeningPorts(first.pid);
+      assert.ok(port, "the engine listens on a port");
       process.kill(first.pid, "SIGKILL");
+      // Another local process takes the dead engine's port as soon as it is free, and keeps what is
+      // sent to it: the gateway's client of the engine sends the engine's password with each call.
+      const seen: string[] = [];
+      squatter = createHttpServer((req, res) => {
+        seen.push(`${req.method} ${req.url} authorization=${req.headers.authorization !== undefined}`);
+        res.writeHead(500).end();
+      });
+      for (const end = Date.now() + 10_000; ; await new Promise((r) => setTimeout(r, 5))) {
+        try {
+          await new Promise<void>((resolve, reject) => squatter!.once("error", reject).listen(port, "127.0.0.1", resolve));
+          break;
+        } catch (e) {
+          if (Date.now() > end) throw e;
+        }
+      }
       // Its replacement is killed the moment it appears, before it is ready: a restart that fails.
       let second: { pid: number; args: string[] } | undefined;
       for (const end = Date.now() + 10_000; !second && Date.now() < end; await new Promise((r) => setTimeout(r, 5))) {
@@ -145,15 +179,12 @@ describe("the embedded engine is restarted even when its restart fails", functio
       }
       assert.ok(second, "the gateway starts a new engine");
       process.kill(second.pid, "SIGKILL");
-      // And its port (the one every restart reuses) is taken by another process.
-      const port = Number(second.args[0]);
-      assert.ok(port > 0, `restarted on the engine's port (${second.args.join(" ")})`);
-      squatter = createServer();
-      await new Promise<void>((resolve, reject) => squatter!.once("error", reject).listen(port, "127.0.0.1", resolve));
+      assert.equal(second.args[0], "0", `restarted on a free port, not the dead engine's (${second.args.join(" ")})`);
       for (let i = 1; i < 5; i++) await send(i);
       const logged = await eventuallyEqual(() => allLogIds(serve.managementUrl, key), made, 45_000);
       assert.deepEqual([...logged].sort(), [...made].sort(), "every request logged once the engine is back");
       assert.equal(engineProcesses(serve.pid).length, 1, "one engine runs");
+      assert.deepEqual(seen, [], "nothing sent to the dead engine's port");
     } finally {
       squatter?.close();
       await serve.stop();
