@@ -26,7 +26,7 @@ interface OaMessage {
 }
 interface Sent {
   path: string;
-  body: { messages: OaMessage[]; stream?: boolean; thread?: unknown; model: string };
+  body: { messages: OaMessage[]; stream?: boolean; thread?: unknown; model: string; response_format?: unknown };
 }
 
 interface Answer {
@@ -56,7 +56,8 @@ function scripted(messages: OaMessage[]): Answer {
 const usage = { prompt_tokens: 20, completion_tokens: 5, total_tokens: 25 };
 
 function answerOpenAi(body: Sent["body"], res: http.ServerResponse): void {
-  const a = scripted(body.messages);
+  // Asked for JSON (response_format): JSON, as OpenAI answers it; else the script's text.
+  const a = body.response_format ? { content: '{"a":1}', finish: "stop" } : scripted(body.messages);
   const toolCalls = a.calls?.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }));
   const head = { id: "chatcmpl-X", created: 1750431388, model: "gpt-4o-2024-08-06" };
   if (!body.stream) {
@@ -395,6 +396,29 @@ describe("messages requests on an OpenAI-style upstream (official anthropic SDK,
       const tag = nonce();
       await anthropic.messages.create(history({ type: "tool_result", tool_use_id: "toolu_T", content: [{ type: "text", text: "12:00" }, { type: "text", text: "UTC" }] }, tag));
       assert.deepEqual(sentFor(tag)[0]!.messages[2], { role: "tool", tool_call_id: "toolu_T", content: "12:00\n\nUTC" });
+    });
+  });
+
+  describe("structured outputs (output_config.format)", () => {
+    const schema = { type: "object", properties: { a: { type: "number" } }, required: ["a"], additionalProperties: false };
+    const ask = (tag: string) => ({
+      model: "assistant-x-gpt", max_tokens: 50, messages: [{ role: "user" as const, content: `give me a ${tag}` }],
+      output_config: { format: { type: "json_schema" as const, schema } },
+    });
+
+    it("reach the upstream as a strict json_schema response_format, so the SDK's parse() gets JSON", async () => {
+      const tag = nonce();
+      const parsed = await anthropic.messages.parse(ask(tag));
+      assert.deepEqual(parsed.parsed_output, { a: 1 });
+      assert.deepEqual(sentFor(tag)[0]!.response_format, { type: "json_schema", json_schema: { name: "output", schema, strict: true } });
+    });
+
+    it("refuse a format with no counterpart, before the upstream is asked", async () => {
+      const tag = nonce();
+      const [status, type, code, message] = await refused({ ...ask(tag), output_config: { format: { type: "xml" } } } as never);
+      assert.deepEqual([status, type, code], [400, "invalid_request_error", "invalid_value"]);
+      assert.match(String(message), /^`output_config\.format` must be \{"type": "json_schema"/);
+      assert.deepEqual(sentFor(tag), []);
     });
   });
 

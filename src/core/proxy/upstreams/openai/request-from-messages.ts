@@ -180,6 +180,8 @@ function imagePart(rawJson: string, path: string, model: string): JsonObject {
  */
 export function paramsFromMessagesStyle(extra: JsonObject, hasTools: boolean, model: string): JsonObject {
   const out: JsonObject = {};
+  const format = responseFormatOf(extra, model);
+  if (format) out.response_format = format;
   if (Array.isArray(extra.stop_sequences) && extra.stop_sequences.length) out.stop = extra.stop_sequences;
   if (typeof extra.top_p === "number") out.top_p = extra.top_p;
   if (isObject(extra.metadata) && typeof extra.metadata.user_id === "string") out.user = extra.metadata.user_id;
@@ -194,6 +196,24 @@ export function paramsFromMessagesStyle(extra: JsonObject, hasTools: boolean, mo
     if (choice.disable_parallel_tool_use === true) out.parallel_tool_calls = false;
   }
   return out;
+}
+
+/**
+ * Structured outputs (`output_config.format`, or the beta's `output_format`: a JSON schema the
+ * answer must follow) as OpenAI's `response_format` `json_schema`, strict as Anthropic's is. Left
+ * out, the answer would be free text where the client (the Anthropic SDK's parse()) expects JSON.
+ * The rest of `output_config` (`effort`) has no counterpart for these models and is not sent.
+ */
+function responseFormatOf(extra: JsonObject, model: string): JsonObject | undefined {
+  const config = extra.output_config;
+  const inConfig = isObject(config) && config.format !== undefined && config.format !== null;
+  const format = inConfig ? config.format : extra.output_format;
+  if (format === undefined || format === null) return undefined;
+  const path = inConfig ? "output_config.format" : "output_format";
+  if (!isObject(format) || format.type !== "json_schema" || !isObject(format.schema)) {
+    throw invalidRequest("invalid_value", `\`${path}\` must be {"type": "json_schema", "schema": {...}}: ${routed(model)}, which has no other output format.`);
+  }
+  return { type: "json_schema", json_schema: { name: "output", schema: format.schema, strict: true } };
 }
 
 function toolChoice(choice: JsonObject): unknown {

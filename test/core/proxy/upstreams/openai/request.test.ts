@@ -298,6 +298,47 @@ describe("openai request: from a messages client, what has no plain counterpart"
   });
 });
 
+describe("openai request: structured outputs from a messages client", () => {
+  const schema = { type: "object", properties: { a: { type: "number" } }, required: ["a"], additionalProperties: false };
+  const ask = (extra: object) =>
+    canonical(messagesCodec.parseRequest(deepFreeze({ model: "assistant-x", max_tokens: 10, messages: [{ role: "user", content: "give me a" }], ...extra })));
+  const strict = { type: "json_schema", json_schema: { name: "output", schema, strict: true } };
+
+  it("sends output_config.format (the API's) as a strict json_schema response_format, and nothing else of output_config", () => {
+    const body = bodyOf(ask({ output_config: { format: { type: "json_schema", schema }, effort: "low" } }));
+    assert.deepEqual(body.response_format, strict);
+    assert.equal("output_config" in body, false);
+  });
+
+  it("sends the beta's output_format the same way", () => {
+    assert.deepEqual(bodyOf(ask({ output_format: { type: "json_schema", schema } })).response_format, strict);
+  });
+
+  it("sends no response_format without one (output_config with only effort, or a null format)", () => {
+    assert.equal("response_format" in bodyOf(ask({})), false);
+    assert.equal("response_format" in bodyOf(ask({ output_config: { effort: "low" } })), false);
+    assert.equal("response_format" in bodyOf(ask({ output_config: { format: null }, output_format: null })), false);
+  });
+
+  it("refuses a format it cannot send (400 invalid_value naming the field), rather than leaving the answer free text", () => {
+    for (const [extra, path] of [
+      [{ output_config: { format: { type: "text" } } }, "output_config.format"],
+      [{ output_config: { format: { type: "json_schema" } } }, "output_config.format"],
+      [{ output_format: "json" }, "output_format"],
+    ] as const) {
+      let info: ReturnType<typeof toErrorInfo> | undefined;
+      try {
+        adapter.buildRequest(ask(extra), target);
+      } catch (e) {
+        info = toErrorInfo(e);
+      }
+      assert.equal(info?.status, 400, JSON.stringify(extra));
+      assert.equal(info?.code, "invalid_value");
+      assert.match(info!.message, new RegExp(`^\`${path.replace(".", "\\.")}\``));
+    }
+  });
+});
+
 describe("openai request: a system prompt set by the core", () => {
   it("goes first, as a system message, for a chat-style request", () => {
     const req = canonical({ style: ApiStyle.CHAT_COMPLETIONS, system: "Policy.", messages: [{ role: "user", contentIsString: true, blocks: [{ type: BlockType.TEXT, text: "hi" }] }] });
