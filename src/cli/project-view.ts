@@ -8,7 +8,7 @@ import { planName, planOf } from "../core/auth/plans.js";
 import { MAX_CAP_USD, parseCapNano } from "../core/limits/usd.js";
 import type { PlanName } from "../stores/registry-store.js";
 import { UsageError } from "./admin-client.js";
-import { table } from "./table.js";
+import { printable, table } from "./table.js";
 
 /** The flags of `svc projects create` and `svc projects update`. */
 export interface LimitFlags {
@@ -124,7 +124,7 @@ export function projectDetailJson(p: Project, extra: { keys?: number; usage?: Ge
 
 /** The human-readable form of projectDetailJson. */
 export function projectDetailText(j: ReturnType<typeof projectDetailJson>): string {
-  const lines = [`${j.id}  ${j.name}`, `plan:    ${j.plan}`, `created: ${j.created_at}`];
+  const lines = [`${j.id}  ${printable(j.name)}`, `plan:    ${j.plan}`, `created: ${j.created_at}`];
   if (j.keys !== undefined) lines.push(`keys:    ${j.keys}`);
   lines.push(`bodies:  ${j.log_bodies ? "logged" : "not logged"}`);
   const row = (label: string, key: keyof typeof j.effective_limits, none: string) => [

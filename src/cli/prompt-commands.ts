@@ -4,7 +4,7 @@ import { MAX_PROMPT_BYTES } from "../core/telemetry/telemetry-service.js";
 import type { Prompt } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { createTelemetryAdminClient, resolveAdminTarget, UsageError } from "./admin-client.js";
 import { type Flags, need, out } from "./admin-commands.js";
-import { table } from "./table.js";
+import { printable, table } from "./table.js";
 
 /** The largest prompt version: an int32, as GetPromptRequest.version and the management API's ?version= take it. */
 const MAX_PROMPT_VERSION = 2_147_483_647;
@@ -82,7 +82,7 @@ export async function promptsCommand(sub: string | undefined, args: string[], fl
       }
       // An unknown name or version is the server's NotFound (exit code 1).
       const prompt = (await client.getPrompt({ projectId: project(), name, version })).prompt!;
-      return out(flags, promptJson(prompt, true), `${prompt.name} version ${prompt.version}${prompt.description ? ` (${prompt.description})` : ""}\n\n${prompt.content}`);
+      return out(flags, promptJson(prompt, true), `${printable(prompt.name)} version ${prompt.version}${prompt.description ? ` (${printable(prompt.description)})` : ""}\n\n${prompt.content}`);
     }
     default:
       throw new UsageError(sub ? `unknown command 'prompts ${sub}'` : `'prompts' needs a subcommand`);

@@ -51,8 +51,23 @@ export function displayWidth(s: string): number {
 /** `s` with spaces after it up to `width` display columns. */
 const pad = (s: string, width: number): string => s + " ".repeat(Math.max(0, width - displayWidth(s)));
 
-/** Left-aligned columns, two spaces apart, for human-readable CLI output (aligned by display width). */
-export const table = (rows: string[][]): string => {
+const CONTROL = /[\x00-\x1f\x7f-\x9f]/g;
+const ESCAPES: Record<string, string> = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
+
+/**
+ * `s` with its control characters written as escapes (`\n`, `\t`, `\x1b`, `\x85`): a name or a
+ * description stored by an earlier release, which took them, would otherwise break a table's row
+ * or reach the terminal as a command (ESC).
+ */
+export const printable = (s: string): string =>
+  s.replace(CONTROL, (c) => ESCAPES[c] ?? `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
+
+/**
+ * Left-aligned columns, two spaces apart, for human-readable CLI output (aligned by display width);
+ * control characters in a cell are shown escaped (`printable`).
+ */
+export const table = (input: string[][]): string => {
+  const rows = input.map((r) => r.map(printable));
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => displayWidth(r[i]!))));
   return rows.map((r) => r.map((c, i) => pad(c, widths[i]!)).join("  ").trimEnd()).join("\n");
 };

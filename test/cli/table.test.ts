@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { displayWidth, table } from "../../src/cli/table.js";
+import { displayWidth, printable, table } from "../../src/cli/table.js";
 
 describe("CLI tables (svc projects list, keys list, prompts list): columns aligned by display width", () => {
   it("counts the columns a terminal gives: 2 for CJK, fullwidth and emoji, 0 for combining marks", () => {
@@ -23,6 +23,13 @@ describe("CLI tables (svc projects list, keys list, prompts list): columns align
     ] as const) {
       assert.equal(displayWidth(text), width, JSON.stringify(text));
     }
+  });
+
+  it("shows control characters escaped (a name stored by an earlier release that took them): one line a row, no escape sequence reaches the terminal", () => {
+    assert.equal(printable("tab\there\nnl\r\x1b[31mred\x7f\x85 é 日"), "tab\\there\\nnl\\r\\x1b[31mred\\x7f\\x85 é 日");
+    const out = table([["ID", "NAME"], ["proj_1", "a\nb\x1b[2J"], ["proj_2", "ok"]]);
+    assert.deepEqual(out.split("\n"), ["ID      NAME", "proj_1  a\\nb\\x1b[2J", "proj_2  ok"]);
+    assert.doesNotMatch(out, /[\x00-\x09\x0b-\x1f\x7f-\x9f]/);
   });
 
   it("pads each cell to its column's display width, so the columns after a wide name line up", () => {
