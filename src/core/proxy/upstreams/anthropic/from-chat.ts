@@ -26,12 +26,7 @@ interface Turn {
 /** `defaultMaxTokens`: the limit sent for a request that sets none (the API requires one; see unlimitedOutputTokens). */
 export function chatToMessagesBody(req: StreamChatRequest, defaultMaxTokens: number): JsonObject {
   const extra = parseExtra(req.extraJson);
-  // JSON mode has no counterpart there: left out, the answer would be free text where the client
-  // (the openai SDK's parse()) expects JSON.
-  const format = extra.response_format;
-  if (isObject(format) && format.type !== "text") {
-    throw invalidRequest("unsupported_parameter", `\`response_format\` ${quotedWord(format.type)} is not supported: ${routed(req.model)}, which has no JSON mode; ask for JSON in the prompt, or use a tool whose input is the JSON.`);
-  }
+  refuseAnswerForms(extra, req.model);
   const system: string[] = req.system ? [req.system] : [];
   const turns: Turn[] = [];
   for (const [i, m] of req.messages.entries()) {
@@ -70,8 +65,41 @@ export function chatToMessagesBody(req: StreamChatRequest, defaultMaxTokens: num
   });
   const tools = req.tools.map(toolFromChat);
   if (tools.length) body.tools = tools;
-  Object.assign(body, samplingFromChat(extra, req.model), toolChoiceFromChat(extra, tools.length > 0, req.model));
+  Object.assign(body, samplingFromChat(extra, req.model), toolChoiceFromChat(extra, tools.length > 0, req.model), outputFromChat(extra));
   return body;
+}
+
+/**
+ * What the client asked of the answer's form that this API cannot give, refused rather than left
+ * out (the client would read a field that is not there, or free text where it expects JSON): JSON
+ * mode (`response_format` `json_object`; a JSON schema has a counterpart: outputFromChat), audio
+ * output, log probabilities, and OpenAI's own web search, whose results come back as annotations.
+ */
+function refuseAnswerForms(extra: JsonObject, model: string): void {
+  const format = extra.response_format;
+  if (isObject(format) && format.type !== "text" && format.type !== "json_schema") {
+    throw invalidRequest("unsupported_parameter", `\`response_format\` ${quotedWord(format.type)} is not supported: ${routed(model)}, which has no JSON mode without a schema; send a \`json_schema\`, ask for JSON in the prompt, or use a tool whose input is the JSON.`);
+  }
+  const refuse = (field: string, what: string) => {
+    throw invalidRequest("unsupported_parameter", `\`${field}\` is not supported: ${routed(model)}, which ${what}.`);
+  };
+  if ((Array.isArray(extra.modalities) && extra.modalities.includes("audio")) || (extra.audio !== undefined && extra.audio !== null)) refuse(extra.audio != null ? "audio" : "modalities", "answers in text only");
+  if (extra.logprobs === true) refuse("logprobs", "gives no log probabilities");
+  if (extra.web_search_options !== undefined && extra.web_search_options !== null) refuse("web_search_options", "runs no web search for a chat-completions request; left out, the model would answer without searching");
+}
+
+/**
+ * `response_format` `json_schema` → `output_config.format` (structured outputs: the answer follows
+ * the schema). Its `name` and `strict` have no counterpart: the answer is always held to the schema.
+ */
+function outputFromChat(extra: JsonObject): JsonObject {
+  const format = extra.response_format;
+  if (!isObject(format) || format.type !== "json_schema") return {};
+  const spec = format.json_schema;
+  if (!isObject(spec) || !isObject(spec.schema)) {
+    throw invalidRequest("invalid_value", "`response_format.json_schema.schema` must be a JSON schema object.");
+  }
+  return { output_config: { format: { type: "json_schema", schema: spec.schema } } };
 }
 
 /**
@@ -198,16 +226,19 @@ function turnToWire(t: Turn): JsonObject {
   return { role: t.role, content: plain ? only.text : t.content };
 }
 
+/** A chat-style function tool; its `strict: true` (inputs that must follow the schema) is the tool's `strict`. */
 function toolFromChat(t: ToolDefinition): JsonObject {
+  const fn = parseExtra(t.extraJson).function;
   return {
     name: t.name,
     ...(t.description ? { description: t.description } : {}),
     input_schema: t.inputSchemaJson ? toolInput(t.inputSchemaJson) : { type: "object" },
+    ...(isObject(fn) && fn.strict === true ? { strict: true } : {}),
   };
 }
 
 /**
- * stop → stop_sequences, top_p → top_p, user → metadata.user_id. The API refuses a stop sequence
+ * stop → stop_sequences, top_p → top_p, user (else safety_identifier) → metadata.user_id. The API refuses a stop sequence
  * that is empty or only whitespace (400 "each stop sequence must contain non-whitespace"), so those
  * are left out, as a string `stop` or as items of an array. A value OpenAI itself would refuse (a
  * `stop` that is not a string or an array of strings, a `top_p` outside 0..1, a `user` that is not
@@ -228,7 +259,10 @@ function samplingFromChat(extra: JsonObject, model: string): JsonObject {
   if (topP !== undefined) out.top_p = topP;
   const user = extra.user ?? "";
   if (typeof user !== "string") throw invalidRequest("invalid_type", "`user` must be a string.");
-  if (user) out.metadata = { user_id: user };
+  // `safety_identifier` is what OpenAI has in `user`'s place.
+  const safety = extra.safety_identifier ?? "";
+  if (typeof safety !== "string") throw invalidRequest("invalid_type", "`safety_identifier` must be a string.");
+  if (user || safety) out.metadata = { user_id: user || safety };
   return out;
 }
 

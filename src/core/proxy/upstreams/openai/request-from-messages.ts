@@ -180,6 +180,10 @@ function imagePart(rawJson: string, path: string, model: string): JsonObject {
  */
 export function paramsFromMessagesStyle(extra: JsonObject, hasTools: boolean, model: string): JsonObject {
   const out: JsonObject = {};
+  // MCP servers (the MCP connector beta) are tools run on Anthropic's side, as server tools are.
+  if (Array.isArray(extra.mcp_servers) && extra.mcp_servers.length) {
+    throw invalidRequest("unsupported_parameter", `\`mcp_servers\` is not supported: ${routed(model)}, which runs no tools of its own; left out, the model would answer without them.`);
+  }
   const format = responseFormatOf(extra, model);
   if (format) out.response_format = format;
   if (Array.isArray(extra.stop_sequences) && extra.stop_sequences.length) out.stop = extra.stop_sequences;

@@ -45,8 +45,13 @@ export function buildOpenAiBody(req: StreamChatRequest, upstreamModel: string): 
   };
   if (req.temperature !== undefined) body.temperature = req.temperature;
   // A client that used `max_completion_tokens` (kept verbatim in extra_json, and copied into the
-  // canonical limit) must not also get `max_tokens`: reasoning models reject it.
-  if (req.maxTokens !== undefined && params.max_completion_tokens !== req.maxTokens) body.max_tokens = req.maxTokens;
+  // canonical limit) must not also get `max_tokens`: reasoning models reject it. A messages
+  // client's limit (which that API requires) goes as `max_completion_tokens`, the field every
+  // OpenAI chat model takes (`max_tokens` is deprecated there, and refused by o-series and gpt-5).
+  if (req.maxTokens !== undefined) {
+    if (crossStyle) body.max_completion_tokens = req.maxTokens;
+    else if (params.max_completion_tokens !== req.maxTokens) body.max_tokens = req.maxTokens;
+  }
   if (req.tools.length) {
     const tools = crossStyle ? req.tools.map(crossStyleTool) : req.tools.map(sameStyleTool);
     if (tools.length) body.tools = tools;
@@ -108,10 +113,14 @@ function sameStyleTool(t: ToolDefinition): JsonObject {
   return { type: "function", ...toolExtra, function: { ...fn, ...(isObject(fnExtra) ? fnExtra : {}) } };
 }
 
-/** A messages-style tool: `input_schema` becomes `parameters`; extras are another style's and stay behind. */
+/**
+ * A messages-style tool: `input_schema` becomes `parameters`, and `strict: true` (inputs that must
+ * follow the schema) the function's `strict`; its other extras are another style's and stay behind.
+ */
 function crossStyleTool(t: ToolDefinition): JsonObject {
   const fn: JsonObject = { name: t.name };
   if (t.description) fn.description = t.description;
   fn.parameters = t.inputSchemaJson ? JSON.parse(t.inputSchemaJson) : { type: "object", properties: {} };
+  if (parseExtra(t.extraJson).strict === true) fn.strict = true;
   return { type: "function", function: fn };
 }

@@ -356,7 +356,12 @@ describe("anthropic request: from the chat-completions style", () => {
 
   for (const [extra, code, says] of [
     ['{"response_format":{"type":"json_object"}}', "unsupported_parameter", '`response_format` "json_object" is not supported'],
-    ['{"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}}}', "unsupported_parameter", '`response_format` "json_schema" is not supported'],
+    ['{"response_format":{"type":"json_schema","json_schema":{"name":"x"}}}', "invalid_value", "`response_format.json_schema.schema` must be a JSON schema object"],
+    ['{"logprobs":true,"top_logprobs":2}', "unsupported_parameter", "`logprobs` is not supported"],
+    ['{"modalities":["text","audio"]}', "unsupported_parameter", "`modalities` is not supported"],
+    ['{"modalities":["text","audio"],"audio":{"voice":"alloy","format":"wav"}}', "unsupported_parameter", "`audio` is not supported"],
+    ['{"web_search_options":{}}', "unsupported_parameter", "`web_search_options` is not supported"],
+    ['{"safety_identifier":5}', "invalid_type", "`safety_identifier` must be a string"],
     ['{"stop":5}', "invalid_type", "`stop` must be a string or an array of strings"],
     ['{"stop":["a",1]}', "invalid_type", "`stop` must be a string or an array of strings"],
     ['{"top_p":1.5}', "invalid_value", "`top_p` must be a number from 0 to 1"],
@@ -375,7 +380,7 @@ describe("anthropic request: from the chat-completions style", () => {
   }
 
   it("takes null sampling and tool fields, and a text response_format, as not sent", () => {
-    const b = chat({ messages: [user("hi", C)], tools: [{ name: "lookup" }], extraJson: '{"stop":null,"top_p":null,"user":null,"tool_choice":null,"parallel_tool_calls":null,"response_format":{"type":"text"}}' });
+    const b = chat({ messages: [user("hi", C)], tools: [{ name: "lookup" }], extraJson: '{"stop":null,"top_p":null,"user":null,"safety_identifier":null,"tool_choice":null,"parallel_tool_calls":null,"response_format":{"type":"text"},"logprobs":false,"modalities":["text"],"audio":null,"web_search_options":null}' });
     assert.deepEqual(Object.keys(b).sort(), ["max_tokens", "messages", "model", "tools"]);
   });
 
@@ -394,9 +399,28 @@ describe("anthropic request: from the chat-completions style", () => {
   it("translates stop, top_p and user, and copies no other chat-style field", () => {
     const b = chat({
       messages: [user("hi", C)],
-      extraJson: JSON.stringify({ stop: "END", top_p: 0.5, user: "u-9", frequency_penalty: 1, n: 2, logprobs: true, response_format: { type: "text" } }),
+      extraJson: JSON.stringify({ stop: "END", top_p: 0.5, user: "u-9", safety_identifier: "s-1", frequency_penalty: 1, n: 2, seed: 7, reasoning_effort: "low", response_format: { type: "text" } }),
     });
     assert.deepEqual(b, { model: target.upstreamModel, max_tokens: 4096, messages: [{ role: "user", content: "hi" }], stop_sequences: ["END"], top_p: 0.5, metadata: { user_id: "u-9" } });
+  });
+
+  it("takes safety_identifier (user's successor) as metadata.user_id when there is no user", () => {
+    assert.deepEqual(chat({ messages: [user("hi", C)], extraJson: '{"safety_identifier":"s-1"}' }).metadata, { user_id: "s-1" });
+  });
+
+  it("sends a json_schema response_format as output_config.format (structured outputs)", () => {
+    const schema = { type: "object", properties: { a: { type: "number" } }, required: ["a"], additionalProperties: false };
+    const b = chat({ messages: [user("hi", C)], extraJson: JSON.stringify({ response_format: { type: "json_schema", json_schema: { name: "x", schema, strict: true } } }) });
+    assert.deepEqual(b.output_config, { format: { type: "json_schema", schema } });
+    assert.equal("response_format" in b, false);
+  });
+
+  it("sends a function's strict: true as the tool's strict, and nothing for strict false", () => {
+    const b = chat({
+      messages: [user("hi", C)],
+      tools: [{ name: "a", extraJson: '{"function":{"strict":true}}' }, { name: "b", extraJson: '{"function":{"strict":false}}' }],
+    });
+    assert.deepEqual(b.tools, [{ name: "a", input_schema: { type: "object" }, strict: true }, { name: "b", input_schema: { type: "object" } }]);
   });
 
   it("takes an array stop as stop_sequences", () => {

@@ -168,7 +168,7 @@ describe("openai request: from a messages client (cross style)", () => {
       tool_choice: "required",
       parallel_tool_calls: false,
       temperature: 0.5,
-      max_tokens: 300,
+      max_completion_tokens: 300,
       stream: true,
       stream_options: { include_usage: true },
     });
@@ -183,6 +183,29 @@ describe("openai request: from a messages client (cross style)", () => {
   it("maps a named tool_choice to a function choice", () => {
     const named = canonical({ style: ApiStyle.MESSAGES, extraJson: '{"tool_choice":{"type":"tool","name":"get_weather"}}', tools: [{ name: "get_weather" }], messages: [] });
     assert.deepEqual(bodyOf(named).tool_choice, { type: "function", function: { name: "get_weather" } });
+  });
+
+  it("sends the limit as max_completion_tokens, which every OpenAI chat model takes (reasoning models refuse max_tokens)", () => {
+    const body = bodyOf(canonical({ style: ApiStyle.MESSAGES, maxTokens: 64, messages: [] }));
+    assert.equal(body.max_completion_tokens, 64);
+    assert.equal("max_tokens" in body, false);
+  });
+
+  it("sends a tool's strict: true as the function's strict, and nothing for strict false", () => {
+    const req = canonical({ style: ApiStyle.MESSAGES, tools: [{ name: "a", extraJson: '{"strict":true}' }, { name: "b", extraJson: '{"strict":false}' }], messages: [] });
+    assert.deepEqual((bodyOf(req).tools as Array<{ function: object }>).map((t) => t.function), [
+      { name: "a", parameters: { type: "object", properties: {} }, strict: true },
+      { name: "b", parameters: { type: "object", properties: {} } },
+    ]);
+  });
+
+  it("refuses mcp_servers (tools run on Anthropic's side), rather than answering without them", () => {
+    const req = canonical({ style: ApiStyle.MESSAGES, extraJson: '{"mcp_servers":[{"type":"url","url":"https://mcp.example.com/sse","name":"x"}]}', messages: [] });
+    assert.throws(() => adapter.buildRequest(req, target), (e: unknown) => {
+      const info = toErrorInfo(e);
+      return info.status === 400 && info.code === "unsupported_parameter" && info.message.startsWith("`mcp_servers` is not supported");
+    });
+    assert.equal("mcp_servers" in bodyOf(canonical({ style: ApiStyle.MESSAGES, extraJson: '{"mcp_servers":[]}', messages: [] })), false);
   });
 
   it("sends no tool_choice when no tools are sent", () => {
