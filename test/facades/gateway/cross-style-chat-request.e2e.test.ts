@@ -16,6 +16,7 @@ import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 
 interface Sent {
   max_tokens?: number;
+  output_config?: unknown;
   stop_sequences?: string[];
   messages: Array<{ role: string; content: unknown }>;
 }
@@ -31,8 +32,10 @@ function answerAnthropic(body: Sent & { model: string; stream?: boolean }, res: 
   if (body.model === "claude-3-haiku-20240307" && (body.max_tokens ?? 0) > 4096) return refuse(`max_tokens: ${body.max_tokens} > 4096, which is the maximum allowed number of output tokens for claude-3-haiku-20240307`);
   assert.ok(!body.stream, "these tests do not stream");
   res.writeHead(200, { "content-type": "application/json" });
+  // Held to a schema (structured outputs): JSON, as Anthropic answers it.
+  const text = body.output_config ? '{"a":1}' : "ok";
   res.end(JSON.stringify({
-    id: "msg_X", type: "message", role: "assistant", model: body.model, content: [{ type: "text", text: "ok" }],
+    id: "msg_X", type: "message", role: "assistant", model: body.model, content: [{ type: "text", text }],
     stop_reason: "end_turn", stop_sequence: null, usage: { input_tokens: 10, output_tokens: 1 },
   }));
 }
@@ -207,6 +210,20 @@ describe("chat-completions requests on an Anthropic-style upstream (official ope
         assert.match(String(m2), /^`messages\[1\]\.tool_calls\[0\]` is a custom tool's call: the model 'chat-x' is served by a messages-style \(Anthropic\) upstream/);
       }
       assert.equal(sent.filter((b) => JSON.stringify(b).includes(`${tag}"`)).length, 0);
+    });
+
+    it("sends a json_schema response_format as output_config.format, so the SDK's parse() gets JSON; refuses json_object and audio output", async () => {
+      const tag = nonce();
+      const schema = { type: "object", properties: { a: { type: "number" } }, required: ["a"], additionalProperties: false };
+      const ask = { model: "chat-x", messages: [{ role: "user" as const, content: `give me a ${tag}` }] };
+      const parsed = await openai.chat.completions.parse({ ...ask, response_format: { type: "json_schema", json_schema: { name: "a", schema, strict: true } } });
+      assert.deepEqual(parsed.choices[0]!.message.parsed, { a: 1 });
+      assert.deepEqual(sentFor(tag).map((b) => b.output_config), [{ format: { type: "json_schema", schema } }]);
+      const tag2 = nonce();
+      const ask2 = { model: "chat-x", messages: [{ role: "user" as const, content: `give me a ${tag2}` }] };
+      assert.deepEqual((await refused({ ...ask2, response_format: { type: "json_object" } })).slice(0, 3), [400, "invalid_request_error", "unsupported_parameter"]);
+      assert.deepEqual((await refused({ ...ask2, modalities: ["text", "audio"], audio: { voice: "alloy", format: "wav" } })).slice(0, 3), [400, "invalid_request_error", "unsupported_parameter"]);
+      assert.deepEqual(sentFor(tag2), []);
     });
 
     it("refuses an input_audio part with a 400 saying why", async () => {
