@@ -40,6 +40,7 @@ import { removeLeftTemps } from "./stores/json-file.js";
 import { createFileRegistryStore } from "./stores/file-registry-store.js";
 import { createRedisRegistryStore } from "./stores/redis-registry-store.js";
 import { checkRedisSettings } from "./stores/redis-connection.js";
+import { REVOKED } from "./stores/redis-registry-store.js";
 import { dirProblem, makeDir } from "./stores/make-dir.js";
 
 export interface ServeOptions {
@@ -84,7 +85,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
   if (config.redisUrl) {
     // A database or credentials Redis refuses would otherwise pass for an outage (and a refused
     // database leave the connections on database 0): stopped here, while it is a setting to fix.
-    const refused = await checkRedisSettings(config.redisUrl, "SVC_REDIS_URL");
+    const refused = await checkRedisSettings(config.redisUrl, "SVC_REDIS_URL", undefined, { channel: REVOKED });
     if (refused) throw new ConfigError(refused);
   }
   await makeDataDir(config.dataDir);

@@ -15,8 +15,9 @@ import type { RedisConnection } from "./redis-connection.js";
  *   the rest     the payload, a serialized svc.proxy.v1.Completion
  *
  * A value in another format (an older or newer replica's) reads as a miss, never as garbage.
- * Eviction under memory pressure is Redis's (`maxmemory-policy`): every cache key has a TTL, so
- * `volatile-lru` evicts cache entries and never the registry's keys that share the server.
+ * Redis runs with `maxmemory-policy noeviction` (README, SVC_REDIS_URL): the limits' counters and
+ * reservations have TTLs too, so `volatile-lru` would evict them along with cache entries, and
+ * loosen the limits; a full Redis refuses writes instead, which this store rides out (below).
  *
  * While the connection is known to be down, nothing is sent: a lookup is a miss at once, without
  * waiting for a command timeout, and a write is dropped. While Redis answers but refuses writes (a

@@ -96,33 +96,86 @@ const refusalLogged = atMostEvery(60_000);
 export const openRedis = (url: string, options: RedisOptions): Redis => stayOnConfiguredDb(new Redis(url, options));
 
 /**
- * Connects to `url` once, at start, to check what only Redis can judge of it: the database it names
- * and the credentials it gives. Resolves with a message naming `setting` when Redis refuses either
- * (a configuration error: retrying would not help, and a connection carrying on would use database
- * 0), and undefined when it accepts them or cannot be reached within `waitMs` (an outage, which the
- * connections ride out as at any other time).
+ * A TLS error of a certificate the client does not trust (self-signed, a private CA Node does not
+ * know, expired, for another host): Node's codes for it.
  */
-export async function checkRedisSettings(url: string, setting: string, waitMs = 3_000): Promise<string | undefined> {
-  const redis = new Redis(url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, connectTimeout: RECONNECT_OPTIONS.connectTimeout, retryStrategy: () => null });
+const UNTRUSTED_CERT = /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER/;
+const untrustedCertificate = (e: unknown): boolean => {
+  const code = (e as { code?: unknown } | undefined)?.code;
+  return typeof code === "string" && UNTRUSTED_CERT.test(code);
+};
+
+/** What the gateway needs of its Redis user beyond SELECT, checked at start (`checkRedisSettings`). */
+export interface RedisNeeds {
+  /** The channel the registry publishes deleted keys on and every replica subscribes to. */
+  channel?: string;
+}
+
+/**
+ * Runs, on a connection `checkRedisSettings` made, one harmless call of each command the gateway
+ * needs beyond plain reads and writes: its scripts (EVAL, EVALSHA) and, with `needs.channel`,
+ * PUBLISH and SUBSCRIBE on that channel (an ACL user of Redis 7 has no channel unless granted:
+ * `acl-pubsub-default resetchannels`). Resolves with Redis's NOPERM refusal, or undefined.
+ */
+async function missingRight(redis: Redis, needs: RedisNeeds): Promise<Error | undefined> {
+  const calls: Array<() => Promise<unknown>> = [
+    () => redis.eval("return 1", 0),
+    // A script Redis does not have: NOSCRIPT, when the user may run EVALSHA at all.
+    () => redis.evalsha("0000000000000000000000000000000000000000", 0),
+  ];
+  if (needs.channel !== undefined) {
+    const channel = needs.channel;
+    // An empty message names no key: every subscriber forgets nothing.
+    calls.push(() => redis.publish(channel, ""), () => redis.subscribe(channel));
+  }
+  for (const call of calls) {
+    try {
+      await call();
+    } catch (e) {
+      if (/^NOPERM\b/.test((e as Error)?.message ?? "")) return e as Error;
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Connects to `url` once, at start, to check what only Redis can judge of it: the database it names,
+ * the credentials it gives, the user's right to the commands and the channel the gateway uses
+ * (`needs`), and, for `rediss://`, that the server's certificate is trusted. Resolves with a message
+ * naming `setting` when Redis refuses any (a configuration error: retrying would not help, and a
+ * connection carrying on would use database 0, or fail every request), and undefined when it
+ * accepts them or cannot be reached within `waitMs` (an outage, which the connections ride out as
+ * at any other time).
+ */
+export async function checkRedisSettings(url: string, setting: string, waitMs = 3_000, needs: RedisNeeds = {}): Promise<string | undefined> {
+  const redis = new Redis(url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, connectTimeout: RECONNECT_OPTIONS.connectTimeout, retryStrategy: () => null, commandTimeout: waitMs });
   try {
-    const refused = await new Promise<{ what: RedisRefusal; err: Error } | undefined>((resolve) => {
+    const refused = await new Promise<{ what: RedisRefusal | "certificate"; err: Error } | undefined>((resolve) => {
       const timer = setTimeout(() => resolve(undefined), waitMs);
-      const done = (v: { what: RedisRefusal; err: Error } | undefined) => {
+      const done = (v: { what: RedisRefusal | "certificate"; err: Error } | undefined) => {
         clearTimeout(timer);
         resolve(v);
       };
       redis.on("error", (err: Error) => {
-        const what = redisRefusal(err);
+        const what = untrustedCertificate(err) ? "certificate" : redisRefusal(err);
         if (what) done({ what, err });
       });
-      redis.on("ready", () => done(undefined));
+      redis.on("ready", () => {
+        missingRight(redis, needs).then((err) => done(err && { what: "permission", err }), () => done(undefined));
+      });
       redis.on("end", () => done(undefined));
       redis.connect().catch(() => {});
     });
     if (!refused) return undefined;
     const why = refused.err.message;
     const u = new URL(url);
-    if (refused.what === "permission") return `Redis refuses the user that ${setting} gives a command it needs (${why}): grant that user SELECT (and the gateway's other commands), or use another user`;
+    if (refused.what === "certificate") {
+      return `Redis's TLS certificate is not trusted (${why}): give Node the CA that signed it (NODE_EXTRA_CA_CERTS=/path/to/ca.pem in the gateway's environment), or use a certificate Node's CAs trust`;
+    }
+    if (refused.what === "permission") {
+      const channel = needs.channel === undefined ? "" : ` and the channel ${needs.channel} (\`&${needs.channel}\`: Redis 7 gives an ACL user no channel unless granted)`;
+      return `Redis refuses the user that ${setting} gives a command or channel it needs (${why}): grant that user the gateway's commands (\`+@all\`, or at least SELECT, the read and write commands, EVAL, EVALSHA, SCRIPT, PUBLISH and SUBSCRIBE) on every key (\`~*\`)${channel}, or use another user`;
+    }
     // Redis asked before it was given the password (the client selects the database first) says
     // NOAUTH even when the URL has one: then the password is what it refuses.
     if (refused.what === "no-credentials" && u.password !== "") refused.what = "credentials";

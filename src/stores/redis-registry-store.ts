@@ -16,7 +16,8 @@ import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryS
  */
 const T = "{svc:reg}";
 /** The channel a deleted key's hash is published on (registry-store: every replica forgets it). */
-const REVOKED = `${T}:revoked`;
+/** The channel a deleted key's hash is published on (deleteKeyScript), which every replica subscribes to. */
+export const REVOKED = `${T}:revoked`;
 const kProject = (id: string) => `${T}:project:${id}`;
 const kProjects = `${T}:projects`;
 const kKey = (id: string) => `${T}:key:${id}`;
@@ -35,15 +36,18 @@ redis.call('SET', KEYS[3], ARGV[3])
 return 1`;
 
 // KEYS: key. ARGV: key-set prefix, hash prefix, the revocations channel (the deleted key's hash is
-// published there: every replica forgets its copy). Returns the deleted key's JSON.
+// published there: every replica forgets its copy). Returns the deleted key's JSON. The publish
+// comes before any write: Redis does not undo a script's writes when a later command fails, so a
+// user refused the channel (an ACL user without it) would have deleted the key unheard of, every
+// other replica keeping its copy for its next outage, and the delete reported as failed.
 const deleteKeyScript = `
 local v = redis.call('GET', KEYS[1])
 if not v then return false end
 local k = cjson.decode(v)
+redis.call('PUBLISH', ARGV[3], k.hash)
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', ARGV[1] .. k.projectId, k.id)
 redis.call('DEL', ARGV[2] .. k.hash)
-redis.call('PUBLISH', ARGV[3], k.hash)
 return v`;
 
 // KEYS: project, its keys-set. ARGV: the JSON read, the JSON to write, the number of keys read.
@@ -137,7 +141,9 @@ export function createRedisRegistryStore(url: string): RegistryStore {
     heardBefore = true;
   });
   revocations.on("message", (_channel: string, hash: string) => void knownKeys.delete(hash));
-  revocations.subscribe(REVOKED).catch(() => {});
+  // Refused (the user lost the channel since the start's check), this replica would keep copies of
+  // keys deleted elsewhere for its next outage: said, not swallowed.
+  revocations.subscribe(REVOKED).catch((e: unknown) => log.warn("redis: cannot subscribe to deleted keys' channel; keys deleted on other replicas stay known here until read again", { channel: REVOKED, err: String((e as Error)?.message ?? e) }));
   /** Remembers the record read as `text` (null: none), reusing the remembered one when it is unchanged. */
   const remember = <V>(m: Lru<string, Known<V>>, k: string, text: string | null): V | undefined => {
     const was = m.get(k);

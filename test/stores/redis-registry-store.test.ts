@@ -75,6 +75,24 @@ describe("Redis registry store", () => {
     assert.deepEqual(await a.listKeys("proj_2"), []);
   });
 
+  it("deletes nothing when Redis refuses the delete's publish (a user that lost the channel): the key stays, on every replica", async () => {
+    const admin = new Redis(redis.url, { maxRetriesPerRequest: 0 });
+    await admin.call("ACL", "SETUSER", "chan", "on", ">chan-pw", "~*", "&*", "+@all");
+    const url = redis.url.replace("redis://", "redis://chan:chan-pw@");
+    const c = createRedisRegistryStore(url);
+    try {
+      await c.createProject({ id: "proj_pub", name: "pub", plan: "pro", createdAt: 1000 });
+      await c.createKey(key("key_pub", "proj_pub", 1000), 10);
+      await admin.call("ACL", "SETUSER", "chan", "resetchannels");
+      await assert.rejects(c.deleteKey("key_pub"), /can't publish to the channel/);
+      assert.equal((await a.findKeyByHash("hash-key_pub"))?.key.id, "key_pub");
+      assert.deepEqual((await a.listKeys("proj_pub")).map((k) => k.id), ["key_pub"]);
+    } finally {
+      await c.close();
+      admin.disconnect();
+    }
+  });
+
   it("enforces the key limit atomically under concurrent creation", async () => {
     await a.createProject({ id: "proj_3", name: "three", plan: "free", createdAt: 3 });
     const results = await Promise.all(

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -7,7 +8,7 @@ import { ConfigError, loadConfig } from "../../src/config.js";
 import { startServer } from "../../src/server.js";
 import { checkRedisSettings, createRedisConnection } from "../../src/stores/redis-connection.js";
 import { createRedisPromptStore } from "../../src/stores/redis-prompt-store.js";
-import { createRedisRegistryStore } from "../../src/stores/redis-registry-store.js";
+import { createRedisRegistryStore, REVOKED } from "../../src/stores/redis-registry-store.js";
 import { eventually } from "../support/http.js";
 import { captureLog } from "../support/log-capture.js";
 import { freePort, startRedis, type TestRedis } from "../support/redis.js";
@@ -29,6 +30,10 @@ describe("the database and credentials SVC_REDIS_URL gives", function () {
     const admin = new Redis(guarded.port, "127.0.0.1", { password: "s3cret-pw", maxRetriesPerRequest: 0 });
     try {
       await admin.call("ACL", "SETUSER", "nosel", "on", ">sel-pw", "~*", "+@all", "-select");
+      // As an ACL user is made on Redis 7 (acl-pubsub-default resetchannels): no channel.
+      await admin.call("ACL", "SETUSER", "nochan", "on", ">chan-pw", "~*", "+@all");
+      await admin.call("ACL", "SETUSER", "noscript", "on", ">script-pw", "~*", "&*", "+@all", "-eval", "-evalsha");
+      await admin.call("ACL", "SETUSER", "full", "on", ">full-pw", "~*", "&*", "+@all");
     } finally {
       admin.disconnect();
     }
@@ -47,14 +52,18 @@ describe("the database and credentials SVC_REDIS_URL gives", function () {
       [`redis://${hostOf(guarded)}/2`, /^Redis requires a password and SVC_REDIS_URL gives none \(NOAUTH/],
       [`redis://${hostOf(guarded)}`, /^Redis requires a password and SVC_REDIS_URL gives none \(NOAUTH/],
       // A user the ACL allows no SELECT: the user's rights, not the database, are to fix.
-      [`redis://nosel:sel-pw@${hostOf(guarded)}/4`, /^Redis refuses the user that SVC_REDIS_URL gives a command it needs \(NOPERM/],
+      [`redis://nosel:sel-pw@${hostOf(guarded)}/4`, /^Redis refuses the user that SVC_REDIS_URL gives a command or channel it needs \(NOPERM/],
+      // Its scripts (rate limits, key deletes) and the deleted keys' channel: every request would
+      // fail, or a deleted key stay known to the other replicas.
+      [`redis://noscript:script-pw@${hostOf(guarded)}`, /^Redis refuses the user that SVC_REDIS_URL gives a command or channel it needs \(NOPERM.*'eval'/],
+      [`redis://nochan:chan-pw@${hostOf(guarded)}`, new RegExp(`^Redis refuses the user that SVC_REDIS_URL gives a command or channel it needs \\(NOPERM.*channel.*\\).*\`&${REVOKED.replace(/[{}]/g, "\\$&")}\``)],
     ] as const) {
-      const message = await checkRedisSettings(url, "SVC_REDIS_URL");
+      const message = await checkRedisSettings(url, "SVC_REDIS_URL", undefined, { channel: REVOKED });
       assert.match(message ?? "accepted", says, url);
       assert.ok(!message!.includes("pw"), message);
     }
-    for (const url of [`redis://${hostOf(plain)}/15`, `redis://${hostOf(plain)}`, `redis://:s3cret-pw@${hostOf(guarded)}/3`]) {
-      assert.equal(await checkRedisSettings(url, "SVC_REDIS_URL"), undefined, url);
+    for (const url of [`redis://${hostOf(plain)}/15`, `redis://${hostOf(plain)}`, `redis://:s3cret-pw@${hostOf(guarded)}/3`, `redis://full:full-pw@${hostOf(guarded)}/2`]) {
+      assert.equal(await checkRedisSettings(url, "SVC_REDIS_URL", undefined, { channel: REVOKED }), undefined, url);
     }
     // Unreachable is an outage, ridden out as at any other time: no refusal, and no long wait.
     const started = Date.now();
@@ -66,6 +75,30 @@ describe("the database and credentials SVC_REDIS_URL gives", function () {
       const config = loadConfig({ SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_DATA_DIR: dir, SVC_LOG_LEVEL: "error", SVC_REDIS_URL: `redis://${hostOf(plain)}/99` });
       await assert.rejects(startServer(config), (e: Error) => e instanceof ConfigError && e.message.startsWith("Redis refuses database 99 that SVC_REDIS_URL names"));
     } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("stop the start when Redis's TLS certificate is not trusted (rediss://), saying how to trust it; NODE_EXTRA_CA_CERTS's CA is", async function () {
+    const dir = mkdtempSync(join(tmpdir(), "svc-redis-tls-"));
+    let tls: TestRedis | undefined;
+    try {
+      const made = spawnSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], { stdio: "ignore" });
+      if (made.status !== 0) this.skip(); // no openssl
+      const port = await freePort();
+      try {
+        tls = await startRedis(await freePort(), ["--tls-port", String(port), "--tls-cert-file", join(dir, "cert.pem"), "--tls-key-file", join(dir, "key.pem"), "--tls-auth-clients", "no"]);
+      } catch {
+        this.skip(); // a redis-server built without TLS
+      }
+      const url = `rediss://127.0.0.1:${port}`;
+      assert.match((await checkRedisSettings(url, "SVC_REDIS_URL")) ?? "accepted", /^Redis's TLS certificate is not trusted \(self.signed certificate\): give Node the CA that signed it \(NODE_EXTRA_CA_CERTS=/);
+      // The same check in a process that trusts the certificate (Node reads NODE_EXTRA_CA_CERTS as it starts).
+      const script = `import { checkRedisSettings } from "./src/stores/redis-connection.ts"; console.log(JSON.stringify(await checkRedisSettings(${JSON.stringify(url)}, "SVC_REDIS_URL") ?? "accepted"));`;
+      const trusted = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], { env: { ...process.env, NODE_EXTRA_CA_CERTS: join(dir, "cert.pem") }, encoding: "utf8", timeout: 30_000 });
+      assert.equal(trusted.stdout.trim(), '"accepted"', trusted.stderr);
+    } finally {
+      await tls?.stop();
       rmSync(dir, { recursive: true, force: true });
     }
   });
