@@ -127,6 +127,8 @@ export interface Config {
   gatewayPort: number;
   managementPort: number;
   grpcPort: number;
+  /** The demo provider's port (`--demo`), on 127.0.0.1; 0: a free one. */
+  demoPort: number;
   dataDir: string;
   redisUrl: string | undefined;
   adminToken: string | undefined;
@@ -326,6 +328,11 @@ function redisUrl(v: string | undefined): string | undefined {
     // not a URL at all
   }
   // The value is not echoed: it may hold a password.
+  // A URL of the right scheme that does not parse is nearly always a password with characters a
+  // URL reserves: the value is still not echoed.
+  if (!parsed && /^rediss?:\/\//i.test(v)) {
+    throw new ConfigError("SVC_REDIS_URL is not a valid URL: percent-encode the characters of the user name and password that a URL reserves (@ : / ? # % and space: %40 %3A %2F %3F %23 %25 %20), e.g. redis://:p%40ss@127.0.0.1:6379");
+  }
   if (!parsed || !["redis:", "rediss:"].includes(parsed.protocol)) {
     throw new ConfigError(`SVC_REDIS_URL must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379, got one starting ${JSON.stringify(v.slice(0, 8))}`);
   }
@@ -469,7 +476,7 @@ function models(file: JsonObject, known: Map<string, ProviderConfig>): Map<strin
       if (!isObject(m)) throw new ConfigError(`${where} must be an object`);
       const base = out.get(id);
       const surface = m.surface === undefined ? base?.surface : styles.get(m.surface);
-      if (!surface) throw new ConfigError(`${where}.surface must be "chat-completions" or "messages"`);
+      if (!surface) throw new ConfigError(`${where}.surface must be "chat-completions" or "messages"${m.surface === undefined ? ": the endpoint that serves a model id of one's own" : ""}`);
       const route: ModelRoute = {
         id,
         surface,
@@ -627,6 +634,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     host: hostSetting(env.SVC_HOST),
     ...ports(env),
+    demoPort: portSetting(env, "SVC_DEMO_PORT", 0),
     dataDir,
     redisUrl: redisUrl(env.SVC_REDIS_URL),
     adminToken: env.SVC_ADMIN_TOKEN ? checkAdminToken(env.SVC_ADMIN_TOKEN, "SVC_ADMIN_TOKEN") : undefined,

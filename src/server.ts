@@ -113,7 +113,9 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         if (warning) log.warn(warning);
       }
     } else {
-      demo = await startFakeProvider(Number(process.env.SVC_DEMO_PORT ?? 0), "127.0.0.1");
+      demo = await startFakeProvider(config.demoPort, "127.0.0.1").catch((e: NodeJS.ErrnoException) => {
+        throw new Error(`cannot listen on 127.0.0.1:${config.demoPort} (SVC_DEMO_PORT): ${listenFailure(e)}`, { cause: e });
+      });
       cleanups.push(() => demo!.close());
       for (const p of config.providers.values()) {
         p.baseUrl = p.style === ApiStyle.CHAT_COMPLETIONS ? `${demo.url}/v1` : demo.url;
@@ -261,17 +263,17 @@ function closesAfter(req: IncomingMessage): boolean {
   return req.httpVersion === "1.0" ? !/\bkeep-alive\b/.test(connection) : /\bclose\b/.test(connection);
 }
 
+/** Why a listen failed, in words. */
+const listenFailure = (e: NodeJS.ErrnoException): string =>
+  e.code === "EADDRINUSE" ? "the port is in use (by another process, or by another of the gateway's own ports)"
+  : e.code === "EACCES" ? "permission denied (ports below 1024 need privileges)"
+  : e.code === "ENOTFOUND" || e.code === "EADDRNOTAVAIL" || e.code === "EAI_AGAIN" ? "no such address on this machine"
+  : e.message;
+
 /** Listens on host:port; a failure names the settings that chose them (`portSetting`, SVC_HOST). */
 async function listen(server: import("node:net").Server, port: number, host: string, portSetting: string): Promise<number> {
   await new Promise<void>((resolve, reject) => {
-    const failed = (e: NodeJS.ErrnoException) => {
-      const why =
-        e.code === "EADDRINUSE" ? "the port is in use (by another process, or by another of the gateway's own ports)"
-        : e.code === "EACCES" ? "permission denied (ports below 1024 need privileges)"
-        : e.code === "ENOTFOUND" || e.code === "EADDRNOTAVAIL" || e.code === "EAI_AGAIN" ? "no such address on this machine"
-        : e.message;
-      reject(new Error(`cannot listen on ${host}:${port} (${portSetting}, SVC_HOST): ${why}`, { cause: e }));
-    };
+    const failed = (e: NodeJS.ErrnoException) => reject(new Error(`cannot listen on ${host}:${port} (${portSetting}, SVC_HOST): ${listenFailure(e)}`, { cause: e }));
     server.once("error", failed);
     server.listen(port, host, () => {
       server.off("error", failed);

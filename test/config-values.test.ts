@@ -129,6 +129,7 @@ describe("configuration values", () => {
         [{ providers: { p: { style: ["messages"], baseUrl: "http://127.0.0.1:9" } } }, 'config providers.p.style must be "chat-completions" or "messages"'],
         [{ models: { m: { surface: "toString", provider: "openai", upstreamModel: "x", inputPer1M: "1", outputPer1M: "1" } } }, 'config models.m.surface must be "chat-completions" or "messages"'],
         [{ models: { m: { surface: "hasOwnProperty", provider: "openai", upstreamModel: "x", inputPer1M: "1", outputPer1M: "1" } } }, 'config models.m.surface must be "chat-completions" or "messages"'],
+        [{ models: { m: { provider: "openai", upstreamModel: "x", inputPer1M: "1", outputPer1M: "1" } } }, `config models.m.surface must be "chat-completions" or "messages": the endpoint that serves a model id of one's own`],
       ] as const) {
         writeFileSync(file, JSON.stringify(content));
         assert.throws(() => loadConfig({ SVC_CONFIG: file }), (e: Error) => e instanceof ConfigError && e.message === says, JSON.stringify(content));
@@ -234,6 +235,21 @@ describe("providers that are probably set up wrong are warned about at start", (
     assert.throws(() => loadConfig({ SVC_GRPC_PORT: "8080" }), (e: Error) => e instanceof ConfigError && e.message === "SVC_GATEWAY_PORT and SVC_GRPC_PORT are both 8080: each server needs a port of its own");
     const c = loadConfig({ SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0" });
     assert.deepEqual([c.gatewayPort, c.managementPort, c.grpcPort], [0, 0, 0]);
+  });
+
+  it("says a redis URL that does not parse is a password to percent-encode, never showing it", () => {
+    for (const url of ["redis://:p@ss:w/rd#1?%@127.0.0.1:6379", "rediss://user:p/w#1@host:6380"]) {
+      assert.throws(() => loadConfig({ SVC_REDIS_URL: url }), (e: Error) => e instanceof ConfigError && e.message.startsWith("SVC_REDIS_URL is not a valid URL: percent-encode") && !e.message.includes("ss:w") && !e.message.includes("cret"), url);
+    }
+    assert.equal(loadConfig({ SVC_REDIS_URL: "redis://:p%40ss%3Aw%2Frd%231%3F%25@127.0.0.1:6379" }).redisUrl, "redis://:p%40ss%3Aw%2Frd%231%3F%25@127.0.0.1:6379");
+  });
+
+  it("reads SVC_DEMO_PORT as the other ports are (a decimal 0-65535), refusing anything else", () => {
+    assert.equal(loadConfig({}).demoPort, 0);
+    assert.equal(loadConfig({ SVC_DEMO_PORT: "9123" }).demoPort, 9123);
+    for (const bad of ["abc", "99999", "-1", "1.5", "0x50", "1e3"]) {
+      assert.throws(() => loadConfig({ SVC_DEMO_PORT: bad }), (e: Error) => e instanceof ConfigError && e.message.startsWith("SVC_DEMO_PORT must be a port number (0-65535)"), bad);
+    }
   });
 
   it("refuses a base URL holding a user name or password (never sent), and never shows a password in a message", () => {

@@ -222,6 +222,9 @@ describe("start-up failures name the setting to change", function () {
       await assert.rejects(startServer(config, { demo: true }), /cannot listen on 127\.0\.0\.1:\d+ \(SVC_MANAGEMENT_PORT, SVC_HOST\): the port is in use/);
       // Nothing is left holding the data dir or the ports it had taken.
       await (await startServer({ ...config, managementPort: 0 }, { demo: true })).close();
+      // The demo provider's port too.
+      await assert.rejects(startServer({ ...config, managementPort: 0, demoPort: Number(port) }, { demo: true }), /cannot listen on 127\.0\.0\.1:\d+ \(SVC_DEMO_PORT\): the port is in use/);
+      await (await startServer({ ...config, managementPort: 0 }, { demo: true })).close();
     } finally {
       other.close();
       rmSync(dir, { recursive: true, force: true });

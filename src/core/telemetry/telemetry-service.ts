@@ -111,7 +111,7 @@ export function createTelemetryService({ store, writer, prompts, checkProject, b
       if (characters(req.description) > MAX_PROMPT_DESCRIPTION_CHARS) throw invalidRequest("invalid_value", `\`description\` must be at most ${MAX_PROMPT_DESCRIPTION_CHARS} characters.`);
       if (CONTROL.test(req.description)) throw invalidRequest("invalid_value", "`description` must not hold control characters (newlines, tabs, escapes).");
       await checkProject(projectId);
-      const p = await promptCall(() => prompts.put({ projectId, name, content: req.content, description: req.description, createdAt: now() }));
+      const p = await promptCall(() => prompts.put({ projectId, name, content: req.content, description: req.description, createdAt: now() }), true);
       return { prompt: promptMessage(p, true) };
     },
 
@@ -142,19 +142,21 @@ export function createTelemetryService({ store, writer, prompts, checkProject, b
   };
 }
 
-const promptsUnreachable = "The prompt registry is unavailable right now (its store cannot be reached); try again shortly. A put that failed so may have been stored: list the versions to see.";
+const promptsUnreachable = "The prompt registry is unavailable right now (its store cannot be reached); try again shortly.";
+/** A put that failed so may have been stored (the store took it, and its answer was lost): said to a put only. */
+const putUnreachable = `${promptsUnreachable} The put may have been stored all the same: list the prompt's versions to see before putting it again.`;
 const promptsRefuseWrites = "The prompt registry cannot store prompts right now (its store refuses writes: full or read-only); nothing was stored. Reading prompts still works. Retry later.";
 
 /**
  * A prompt store call, its store out of reach, or refusing a put, answered 503 `prompts_unavailable`
  * (Retry-After as the other outages' 503s).
  */
-async function promptCall<T>(fn: () => Promise<T>): Promise<T> {
+async function promptCall<T>(fn: () => Promise<T>, put = false): Promise<T> {
   try {
     return await fn();
   } catch (e) {
     if (!(e instanceof PromptsUnavailableError)) throw e;
-    throw withRetryGuidance(apiError(503, "api_error", "prompts_unavailable", e.writesRefused ? promptsRefuseWrites : promptsUnreachable), { "retry-after": "1" });
+    throw withRetryGuidance(apiError(503, "api_error", "prompts_unavailable", e.writesRefused ? promptsRefuseWrites : put ? putUnreachable : promptsUnreachable), { "retry-after": "1" });
   }
 }
 
