@@ -4,7 +4,10 @@ import type { CacheEntry, CacheStore } from "./cache-store.js";
 export interface MemoryCacheOptions {
   /** The byte budget of all entries together (see ENTRY_OVERHEAD_BYTES for what an entry counts). */
   maxBytes: number;
-  /** Milliseconds since the epoch; injectable for tests. */
+  /**
+   * A clock in milliseconds, injectable for tests; by default a monotonic one (`performance.now()`),
+   * so a wall clock stepped back or ahead (NTP, a VM restored) neither stretches nor cuts a TTL.
+   */
   now?: () => number;
 }
 
@@ -38,7 +41,7 @@ interface Slot extends CacheEntry {
  * once the budget was full). Expired entries are never served; they are dropped when read, and
  * otherwise age out through LRU eviction like any cold entry.
  */
-export function createMemoryCacheStore({ maxBytes, now = Date.now }: MemoryCacheOptions): MemoryCacheStore {
+export function createMemoryCacheStore({ maxBytes, now = () => performance.now() }: MemoryCacheOptions): MemoryCacheStore {
   const slots = new Lru<string, Slot>();
   let bytes = 0;
 

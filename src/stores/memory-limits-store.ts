@@ -1,6 +1,6 @@
 import { rename } from "node:fs/promises";
 import { join } from "node:path";
-import { bucketOf, DAY, freeAtMs, MINUTE, monthOf, type WindowName, type WindowShape } from "../core/limits/windows.js";
+import { bucketOf, CLOCK_STEP_BUCKETS, DAY, freeAtMs, MINUTE, monthOf, type WindowName, type WindowShape } from "../core/limits/windows.js";
 import { log } from "../logger.js";
 import { createJsonFileWriter, readJsonFile } from "./json-file.js";
 import { type AdmitInput, type AdmitOutcome, EXPIRE_BATCH, type LimitsStore, RESERVED_RETRY_MS, type RescindInput, type SettleInput, type Usage } from "./limits-store.js";
@@ -27,8 +27,10 @@ interface ProjectState {
   minute: WindowState | undefined;
   day: WindowState | undefined;
   users: Map<string, WindowState>;
-  /** Outstanding reservations in the order made, so the oldest expire first. */
+  /** Outstanding reservations in expiry order (the order made, unless the clock stepped back), so the first to expire go first. */
   reservations: Map<string, Reservation>;
+  /** The latest expiry of a reservation made: one made later that expires before it is out of order. */
+  latestExpiry: number;
   reserved: number;
   /** Spend by month, `YYYY-MM`. */
   spent: Map<string, number>;
@@ -45,13 +47,21 @@ interface Check {
 }
 
 /**
- * Drops the buckets that left the window at bucket `cur` and returns the count still in it. Time
- * never steps back: a clock behind the newest bucket counts as the newest bucket.
+ * Drops the buckets that left the window at bucket `cur` and returns the count still in it. A
+ * clock behind the newest bucket by more than CLOCK_STEP_BUCKETS stepped back (NTP, a VM restored):
+ * the window's buckets move back with it, so each count keeps its age and leaves the window when it
+ * would have. Held at the newest bucket instead, the window would stop sliding, and refuse a full
+ * project for as long as the step (minutes or hours, with a Retry-After to match).
  */
 function load(c: Check): void {
   const s = c.get();
   if (!s) return;
   const { buckets } = c.shape;
+  const behind = s.oldest + buckets - c.cur;
+  if (behind > CLOCK_STEP_BUCKETS) {
+    s.oldest -= behind;
+    s.counts = new Map([...s.counts].map(([b, n]) => [b - behind, n]));
+  }
   c.cur = Math.max(c.cur, s.oldest + buckets);
   const lo = c.cur - buckets;
   if (lo - s.oldest > buckets) {
@@ -213,17 +223,24 @@ export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): Limi
 
   const stateOf = (id: string): ProjectState => {
     let p = projects.get(id);
-    if (!p) projects.set(id, (p = { minute: undefined, day: undefined, users: new Map(), reservations: new Map(), reserved: 0, spent: new Map() }));
+    if (!p) projects.set(id, (p = { minute: undefined, day: undefined, users: new Map(), reservations: new Map(), latestExpiry: 0, reserved: 0, spent: new Map() }));
     return p;
   };
 
-  /** The newest clock reading seen: which month is current when a snapshot is taken. */
+  /** The newest clock reading seen, the snapshot's `savedAtMs`. */
   let latestMs = 0;
+  /**
+   * The last clock reading: which month is current when a snapshot is taken. Not the newest: after
+   * a clock stepped back across a month's end, that month is the later one, and the spend of the
+   * month the clock is in again would be left out of every snapshot, and lost at a restart.
+   */
+  let lastMs = 0;
   const seen = (nowMs: number) => {
     if (nowMs > latestMs) latestMs = nowMs;
+    lastMs = nowMs;
   };
   if (persist?.initial) {
-    latestMs = persist.initial.savedAtMs;
+    latestMs = lastMs = persist.initial.savedAtMs;
     for (const [id, s] of Object.entries(persist.initial.projects)) {
       const p = stateOf(id);
       for (const [m, n] of Object.entries(s.spent ?? {})) p.spent.set(m, n);
@@ -246,7 +263,7 @@ export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): Limi
   const snapshot = (): LimitsSnapshot => {
     // Months before the current one are never read again (usage and admissions ask for the current
     // month), so they are not kept.
-    const month = monthOf(latestMs);
+    const month = monthOf(lastMs);
     const out: Record<string, ProjectSnapshot> = {};
     for (const [id, p] of projects) {
       const s: ProjectSnapshot = {};
@@ -371,7 +388,11 @@ export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): Limi
         if (tight.window === undefined || tighter(remaining, resetMs, tight)) tight = { ...tight, window: c.name, limit: c.limit, remaining, resetMs };
       }
       if (input.worstNano > 0 || input.rescindable) {
-        p.reservations.set(input.reservationId, { nano: input.worstNano, expiresAt: now + input.reservationTtlMs, counted, ...(counted?.user_minute !== undefined ? { user: input.userId } : {}) });
+        const expiresAt = now + input.reservationTtlMs;
+        p.reservations.set(input.reservationId, { nano: input.worstNano, expiresAt, counted, ...(counted?.user_minute !== undefined ? { user: input.userId } : {}) });
+        // Kept in expiry order, which `expire` relies on: only a clock stepped back breaks it.
+        if (expiresAt < p.latestExpiry) p.reservations = new Map([...p.reservations].sort(([, a], [, b]) => a.expiresAt - b.expiresAt));
+        else p.latestExpiry = expiresAt;
         p.reserved += input.worstNano;
       }
       return tight;

@@ -1,4 +1,4 @@
-import { DAY, MINUTE } from "../core/limits/windows.js";
+import { CLOCK_STEP_BUCKETS, DAY, MINUTE } from "../core/limits/windows.js";
 import { EXPIRE_BATCH, RESERVED_RETRY_MS } from "./limits-store.js";
 
 /**
@@ -22,12 +22,42 @@ local function now_ms(arg)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Moves a window's buckets back by d (the clock stepped back), keeping its expiry; the memo of
+-- when it frees ('u') was the old clock's and goes.
+local function rebase(key, d)
+  local ttl = redis.call('PTTL', key)
+  local all = redis.call('HGETALL', key)
+  redis.call('DEL', key)
+  local out = {}
+  for i = 1, #all, 2 do
+    local f, v = all[i], all[i + 1]
+    local b = tonumber(f)
+    if b then
+      out[#out + 1] = s(b - d)
+      out[#out + 1] = v
+    elseif f == 'o' then
+      out[#out + 1] = 'o'
+      out[#out + 1] = s(tonumber(v) - d)
+    elseif f == 't' then
+      out[#out + 1] = 't'
+      out[#out + 1] = v
+    end
+  end
+  redis.call('HSET', key, unpack(out))
+  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+end
+
 -- Drops the buckets that left the window at bucket cur; returns the count still in it and the
--- bucket to count in (time never steps back behind the newest bucket).
+-- bucket to count in. A clock behind the newest bucket by up to ${CLOCK_STEP_BUCKETS} counts as the newest; by
+-- more, it stepped back, and the window moves back with it (memory-limits-store.ts, load).
 local function load(key, cur, n)
   local head = redis.call('HMGET', key, 'o', 't')
   local o = tonumber(head[1])
   if not o then return 0, cur end
+  if o + n - cur > ${CLOCK_STEP_BUCKETS} then
+    rebase(key, o + n - cur)
+    o = cur - n
+  end
   if cur < o + n then cur = o + n end
   local lo = cur - n
   if lo - o > n then

@@ -28,13 +28,14 @@ describe("memory and Redis limits stores", () => {
       createDirectClient(LimitsService, createLimitsService({ store, now: () => clock.ms, reservationTtlMs: 90_000 }));
     const mem = make(createMemoryLimitsStore());
     const red = make(createRedisLimitsStore(conn, { serverClock: false }));
-    const rand = prng(7);
+    const rand = prng(11);
     const pick = <T>(xs: T[]) => xs[Math.floor(rand() * xs.length)]!;
     const limits = { requestsPerMinute: 8, requestsPerDay: 40, userRequestsPerMinute: 3, monthlySpendCapUsd: "3.5" };
     const open: Array<[string, string, string]> = [];
     const seen = new Set<string>();
     for (let i = 0; i < 600; i++) {
-      clock.ms += pick([0, 0, 0, 0, 10, 400, 1_000, 5_000, 30_000, 700_000]);
+      // Now and then the clock steps back (NTP, a VM restored), by minutes or by seconds.
+      clock.ms += rand() < 0.02 ? -pick([3_000, 90_000, 600_000, 7_200_000]) : pick([0, 0, 0, 0, 10, 400, 1_000, 5_000, 30_000, 700_000]);
       if (open.length && rand() < 0.3) {
         const [a, b, userId] = open.splice(Math.floor(rand() * open.length), 1)[0]!;
         if (rand() < 0.4) {
@@ -60,5 +61,29 @@ describe("memory and Redis limits stores", () => {
     assert.ok(["1/1", "2/1", "2/2", "3/3", "4/4", "rescinded true", "rescinded false"].every((k) => seen.has(k)), [...seen].join(" "));
     const [mu, ru] = [await mem.getUsage({ projectId: "p" }), await red.getUsage({ projectId: "p" })];
     assert.deepEqual(ru, mu);
+  });
+
+  it("keep a window sliding when the clock steps back: a full minute window frees a minute after its admissions, not after the step", async () => {
+    for (const [name, store] of [["memory", createMemoryLimitsStore()], ["redis", createRedisLimitsStore(conn, { serverClock: false })]] as const) {
+      const clock = { ms: DEFAULT_START };
+      const client = createDirectClient(LimitsService, createLimitsService({ store, now: () => clock.ms }));
+      const req = { projectId: `step-${name}`, userId: "u", maxCostUsd: "", rescindable: false, limits: { requestsPerMinute: 2, requestsPerDay: 5, userRequestsPerMinute: 2 } };
+      assert.equal((await client.admit(req)).decision, 1, name);
+      assert.equal((await client.admit(req)).decision, 1, name);
+      assert.ok((await client.admit(req)).retryAfterSeconds <= 61, name);
+      clock.ms -= 600_000; // ten minutes back
+      const refused = await client.admit(req);
+      assert.notEqual(refused.decision, 1, name);
+      assert.ok(refused.retryAfterSeconds <= 61, `${name}: Retry-After ${refused.retryAfterSeconds} s`);
+      clock.ms += 62_000;
+      assert.equal((await client.admit(req)).decision, 1, `${name}: free a minute after the admissions`);
+      // The day window kept its counts: 3 of 5 now, so 2 more, then refused by the day.
+      assert.equal((await client.admit(req)).decision, 1, name);
+      clock.ms += 62_000;
+      assert.equal((await client.admit(req)).decision, 1, name);
+      const day = await client.admit(req);
+      assert.equal(day.decision, 2, `${name}: refused by the day window`);
+      assert.ok(day.retryAfterSeconds <= 86_461, `${name}: ${day.retryAfterSeconds}`);
+    }
   });
 });

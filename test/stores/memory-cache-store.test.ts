@@ -26,6 +26,21 @@ describe("memory cache store", () => {
     assert.equal(store.bytes, 0);
   });
 
+  it("times a TTL on a monotonic clock: the wall clock stepped back does not keep an entry longer", async () => {
+    const wall = Date.now;
+    let offset = 0;
+    Date.now = () => wall() + offset;
+    try {
+      const store = createMemoryCacheStore({ maxBytes: 10_000 });
+      await store.put("k", { payload: bytes(10), costUsd: "0" }, 1);
+      offset = -3_600_000; // the wall clock an hour back
+      await new Promise((r) => setTimeout(r, 1_100));
+      assert.equal(await store.get("k"), undefined);
+    } finally {
+      Date.now = wall;
+    }
+  });
+
   it("evicts the least recently used entries to stay within the byte budget", async () => {
     const store = createMemoryCacheStore({ maxBytes: 3 * sizeOf(100) });
     for (const k of ["a", "b", "c", "d"]) await store.put(k, { payload: bytes(100), costUsd: "0" }, 60);

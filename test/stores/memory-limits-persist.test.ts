@@ -122,6 +122,18 @@ describe("the embedded limits store's snapshot (limits.json)", () => {
     assert.equal((await c.limits.getUsage({ projectId: project })).spentUsd, "0.3");
   });
 
+  it("keeps the spend of the month the clock is in after it stepped back across a month's end", async () => {
+    clock.ms = Date.UTC(2027, 0, 10); // ahead: January
+    const a = await start();
+    assert.equal((await spend(a.limits, "5", "0.1", "0.1")).decision, Decision.ALLOWED);
+    clock.ms = Date.UTC(2026, 10, 20); // back in November
+    assert.equal((await spend(a.limits, "5", "0.45", "0.45")).decision, Decision.ALLOWED);
+    await a.store.close();
+    assert.equal(snapshot().projects[project]!.spent!["2026-11"], 450_000_000, JSON.stringify(snapshot()));
+    const b = await start();
+    assert.equal((await b.limits.getUsage({ projectId: project })).spentUsd, "0.45", "November's spend outlives the restart");
+  });
+
   for (const [what, text] of [
     ["not JSON", "{\"version\":1,\"projects\":{"],
     ["JSON but not a snapshot", JSON.stringify({ version: 1, savedAtMs: 1, projects: { p: { spent: { "2026-11": -5 } } } })],
