@@ -92,8 +92,29 @@ export function stayOnConfiguredDb(redis: Redis): Redis {
 
 const refusalLogged = atMostEvery(60_000);
 
-/** A Redis client for `url` that never runs a command on a database other than the URL's (see stayOnConfiguredDb). */
-export const openRedis = (url: string, options: RedisOptions): Redis => stayOnConfiguredDb(new Redis(url, options));
+/**
+ * How often a connection that is up sends a PING. A Redis whose `timeout` setting closes idle
+ * connections (300 s in many configurations) would otherwise close those of a quiet gateway, each
+ * close an outage: logged, and a request arriving as it happens served without its cache lookup or
+ * admitted without its limits (failing open).
+ */
+export const IDLE_PING_MS = 30_000;
+
+/** Keeps `redis` from going idle long enough for Redis's `timeout` to close it (IDLE_PING_MS). */
+export function pingWhileIdle(redis: Redis, everyMs = IDLE_PING_MS): Redis {
+  const timer = setInterval(() => {
+    if (redis.status === "ready") redis.ping().catch(() => {}); // a failure is the connection's to report
+  }, everyMs);
+  timer.unref();
+  redis.once("end", () => clearInterval(timer));
+  return redis;
+}
+
+/**
+ * A Redis client for `url` that never runs a command on a database other than the URL's (see
+ * stayOnConfiguredDb), and pings while idle (pingWhileIdle).
+ */
+export const openRedis = (url: string, options: RedisOptions): Redis => pingWhileIdle(stayOnConfiguredDb(new Redis(url, options)));
 
 /**
  * A TLS error of a certificate the client does not trust (self-signed, a private CA Node does not

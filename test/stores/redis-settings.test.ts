@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { Redis } from "ioredis";
 import { ConfigError, loadConfig } from "../../src/config.js";
 import { startServer } from "../../src/server.js";
-import { checkRedisSettings, createRedisConnection } from "../../src/stores/redis-connection.js";
+import { checkRedisSettings, createRedisConnection, pingWhileIdle } from "../../src/stores/redis-connection.js";
 import { createRedisPromptStore } from "../../src/stores/redis-prompt-store.js";
 import { createRedisRegistryStore, REVOKED } from "../../src/stores/redis-registry-store.js";
 import { eventually } from "../support/http.js";
@@ -100,6 +100,25 @@ describe("the database and credentials SVC_REDIS_URL gives", function () {
     } finally {
       await tls?.stop();
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("stay open on a Redis that closes idle connections (its `timeout` setting): a connection pings while idle", async () => {
+    const idle = await startRedis(undefined, ["--timeout", "1"]);
+    const quiet = new Redis(idle.url, { maxRetriesPerRequest: 0 });
+    const pinging = pingWhileIdle(new Redis(idle.url, { maxRetriesPerRequest: 0 }), 300);
+    const closes = { quiet: 0, pinging: 0 };
+    quiet.on("close", () => closes.quiet++);
+    pinging.on("close", () => closes.pinging++);
+    try {
+      await Promise.all([quiet.ping(), pinging.ping()]);
+      await sleep(3_500); // Redis checks idle clients about ten times a second
+      assert.ok(closes.quiet > 0, "Redis closes a connection idle past its timeout");
+      assert.equal(closes.pinging, 0, "one that pings is never idle that long");
+    } finally {
+      quiet.disconnect();
+      pinging.disconnect();
+      await idle.stop();
     }
   });
 
