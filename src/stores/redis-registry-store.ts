@@ -133,23 +133,40 @@ export function createRedisRegistryStore(url: string): RegistryStore {
   // its copy when it hears of it: an outage that starts after a delete finds no copy of the deleted
   // key anywhere. A subscription that was interrupted may have missed deletes: on its return, every
   // copy is forgotten (each is read again from Redis at its next use).
+  // Copies of keys are kept only while subscribed: a replica that never heard of deletes (its
+  // subscription failed: Redis down as it started, the channel refused) keeps none, so serves none
+  // in an outage. ioredis subscribes again by itself after a reconnect only to a channel it had;
+  // one never had is asked for again at each reconnect until it is.
   const revocations = stayOnConfiguredDb(redis.duplicate());
   let heardBefore = false;
+  let subscribed = false;
+  let subscribing = false;
+  const subscribe = () => {
+    if (subscribing || subscribed) return;
+    subscribing = true;
+    revocations.subscribe(REVOKED).then(
+      () => {
+        subscribed = true;
+        knownKeys.clear(); // none is kept unsubscribed; cleared all the same, should one race in
+      },
+      (e: unknown) => log.warn("redis: cannot subscribe to deleted keys' channel; no verified key is kept for an outage until it can (asked again at the next reconnect)", { channel: REVOKED, err: String((e as Error)?.message ?? e) }),
+    ).finally(() => (subscribing = false));
+  };
   revocations.on("error", () => {}); // the registry's own connection reports outages
   revocations.on("ready", () => {
     if (heardBefore) knownKeys.clear();
     heardBefore = true;
+    subscribe();
   });
   revocations.on("message", (_channel: string, hash: string) => void knownKeys.delete(hash));
-  // Refused (the user lost the channel since the start's check), this replica would keep copies of
-  // keys deleted elsewhere for its next outage: said, not swallowed.
-  revocations.subscribe(REVOKED).catch((e: unknown) => log.warn("redis: cannot subscribe to deleted keys' channel; keys deleted on other replicas stay known here until read again", { channel: REVOKED, err: String((e as Error)?.message ?? e) }));
+  subscribe();
   /** Remembers the record read as `text` (null: none), reusing the remembered one when it is unchanged. */
   const remember = <V>(m: Lru<string, Known<V>>, k: string, text: string | null): V | undefined => {
     const was = m.get(k);
     if (was !== undefined && was.text === text) return was.value;
     m.delete(k);
     if (text === null) return undefined;
+    if (!subscribed && (m as unknown) === knownKeys) return JSON.parse(text) as V;
     if (m.size >= KNOWN_GOOD_MAX) m.shift();
     const value = JSON.parse(text) as V;
     m.set(k, { text, value });

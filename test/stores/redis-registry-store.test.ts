@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { Redis } from "ioredis";
 import { createRedisConnection, type RedisConnection } from "../../src/stores/redis-connection.js";
-import { createRedisRegistryStore } from "../../src/stores/redis-registry-store.js";
+import { createRedisRegistryStore, REVOKED } from "../../src/stores/redis-registry-store.js";
 import { type KeyRecord, type RegistryStore, RegistryUnavailableError } from "../../src/stores/registry-store.js";
 import { eventually } from "../support/http.js";
 import { captureLog } from "../support/log-capture.js";
-import { startRedis, type TestRedis } from "../support/redis.js";
+import { freePort, startRedis, type TestRedis } from "../support/redis.js";
 
 const key = (id: string, projectId: string, at: number): KeyRecord => ({
   id,
@@ -90,6 +90,36 @@ describe("Redis registry store", () => {
     } finally {
       await c.close();
       admin.disconnect();
+    }
+  });
+
+  it("subscribes to deletes once Redis is there when it was not at start, so a key deleted elsewhere is not served in a later outage", async function () {
+    this.timeout(30_000);
+    const port = await freePort();
+    const late = createRedisRegistryStore(`redis://127.0.0.1:${port}`);
+    let r2: TestRedis | undefined;
+    let other: RegistryStore | undefined;
+    try {
+      await new Promise((r) => setTimeout(r, 2_500)); // its first subscribe fails meanwhile
+      r2 = await startRedis(port);
+      const admin = new Redis(r2.url, { maxRetriesPerRequest: 0 });
+      try {
+        await eventually(async () => Number(((await admin.call("PUBSUB", "NUMSUB", REVOKED)) as unknown[])[1]) === 1, 10_000, "subscribed once Redis is up");
+      } finally {
+        admin.disconnect();
+      }
+      other = createRedisRegistryStore(r2.url);
+      await other.createProject({ id: "proj_late", name: "late", plan: "pro", createdAt: 2000 });
+      await other.createKey(key("key_late", "proj_late", 2000), 10);
+      await eventually(async () => (await late.findKeyByHash("hash-key_late").catch(() => undefined))?.key.id === "key_late", 10_000, "the late replica verifies the key");
+      await other.deleteKey("key_late");
+      await r2.stop();
+      r2 = undefined;
+      await assert.rejects(late.findKeyByHash("hash-key_late"), (e) => e instanceof RegistryUnavailableError);
+    } finally {
+      await late.close();
+      await other?.close();
+      await r2?.stop();
     }
   });
 
