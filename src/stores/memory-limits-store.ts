@@ -12,6 +12,11 @@ interface WindowState {
   total: number;
   /** Count per bucket, in ascending bucket order (buckets only ever grow). */
   counts: Map<number, number>;
+  /**
+   * Buckets the window was moved back in all (clocks stepped back: load): an admission records the
+   * bucket it was counted in plus this, so a rescind finds it where it was moved.
+   */
+  shift?: number;
 }
 
 interface Reservation {
@@ -59,6 +64,7 @@ function load(c: Check): void {
   const { buckets } = c.shape;
   const behind = s.oldest + buckets - c.cur;
   if (behind > CLOCK_STEP_BUCKETS) {
+    s.shift = (s.shift ?? 0) + behind;
     s.oldest -= behind;
     s.counts = new Map([...s.counts].map(([b, n]) => [b - behind, n]));
   }
@@ -382,7 +388,7 @@ export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): Limi
       for (const c of checks) {
         add(c);
         if (c.name === "day") changed();
-        if (counted) counted[c.name] = c.cur;
+        if (counted) counted[c.name] = c.cur + (c.get()!.shift ?? 0);
         const remaining = c.limit - c.total - 1;
         const resetMs = (c.cur + c.shape.buckets + 1) * c.shape.bucketMs - now;
         if (tight.window === undefined || tighter(remaining, resetMs, tight)) tight = { ...tight, window: c.name, limit: c.limit, remaining, resetMs };
@@ -410,8 +416,9 @@ export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): Limi
       p.reservations.delete(input.reservationId);
       // A bucket that has left its window was dropped when the window moved past it. One left at 0
       // stays in the map, which keeps its keys in ascending order.
-      const uncount = (s: WindowState | undefined, b: number | undefined) => {
-        const n = b === undefined ? undefined : s?.counts.get(b);
+      const uncount = (s: WindowState | undefined, counted: number | undefined) => {
+        const b = counted === undefined || !s ? undefined : counted - (s.shift ?? 0);
+        const n = b === undefined ? undefined : s!.counts.get(b);
         if (!n) return;
         s!.counts.set(b!, n - 1);
         s!.total--;

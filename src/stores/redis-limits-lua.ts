@@ -23,12 +23,14 @@ local function now_ms(arg)
 end
 
 -- Moves a window's buckets back by d (the clock stepped back), keeping its expiry; the memo of
--- when it frees ('u') was the old clock's and goes.
+-- when it frees ('u') was the old clock's and goes. 'x' counts the buckets moved back in all: an
+-- admission records the bucket it was counted in plus 'x' then, so a rescind finds it moved.
 local function rebase(key, d)
   local ttl = redis.call('PTTL', key)
   local all = redis.call('HGETALL', key)
   redis.call('DEL', key)
   local out = {}
+  local moved = d
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
     local b = tonumber(f)
@@ -41,20 +43,27 @@ local function rebase(key, d)
     elseif f == 't' then
       out[#out + 1] = 't'
       out[#out + 1] = v
+    elseif f == 'x' then
+      moved = moved + tonumber(v)
     end
   end
+  out[#out + 1] = 'x'
+  out[#out + 1] = s(moved)
   redis.call('HSET', key, unpack(out))
   if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
 end
 
--- Drops the buckets that left the window at bucket cur; returns the count still in it and the
--- bucket to count in. A clock behind the newest bucket by up to ${CLOCK_STEP_BUCKETS} counts as the newest; by
--- more, it stepped back, and the window moves back with it (memory-limits-store.ts, load).
+-- Drops the buckets that left the window at bucket cur; returns the count still in it, the
+-- bucket to count in and the buckets the window was moved back in all ('x'). A clock behind the
+-- newest bucket by up to ${CLOCK_STEP_BUCKETS} counts as the newest; by more, it stepped back, and the window
+-- moves back with it (memory-limits-store.ts, load).
 local function load(key, cur, n)
-  local head = redis.call('HMGET', key, 'o', 't')
+  local head = redis.call('HMGET', key, 'o', 't', 'x')
   local o = tonumber(head[1])
-  if not o then return 0, cur end
+  if not o then return 0, cur, 0 end
+  local x = tonumber(head[3]) or 0
   if o + n - cur > ${CLOCK_STEP_BUCKETS} then
+    x = x + o + n - cur
     rebase(key, o + n - cur)
     o = cur - n
   end
@@ -62,7 +71,7 @@ local function load(key, cur, n)
   local lo = cur - n
   if lo - o > n then
     redis.call('DEL', key)
-    return 0, cur
+    return 0, cur, 0
   end
   local total = tonumber(head[2]) or 0
   if lo > o then
@@ -86,7 +95,7 @@ local function load(key, cur, n)
     end
     redis.call('HSET', key, 'o', s(lo), 't', s(total))
   end
-  return total, cur
+  return total, cur, x
 end
 
 -- Ends a reservation: its amount leaves the total, and the buckets it was counted in (id..':c') go.
@@ -157,8 +166,8 @@ for i = 1, 3 do
   local limit = tonumber(ARGV[i + 1])
   if limit >= 0 then
     local ms, n = shapes[i][1], shapes[i][2]
-    local total, cur = load(KEYS[i], math.floor(now / ms), n)
-    checks[#checks + 1] = { i, KEYS[i], limit, ms, n, total, cur }
+    local total, cur, x = load(KEYS[i], math.floor(now / ms), n)
+    checks[#checks + 1] = { i, KEYS[i], limit, ms, n, total, cur, x }
   end
 end
 expire(KEYS[5], KEYS[6], now)
@@ -209,8 +218,8 @@ end
 local tight = { 0, 0, 0, 0 }
 local counted = { '', '', '' }
 for _, c in ipairs(checks) do
-  local w, key, limit, ms, n, total, cur = unpack(c)
-  counted[w] = s(cur)
+  local w, key, limit, ms, n, total, cur, x = unpack(c)
+  counted[w] = s(cur + x)
   redis.call('HINCRBY', key, s(cur), 1)
   redis.call('HINCRBY', key, 't', 1)
   redis.call('HSETNX', key, 'o', s(cur - n))
@@ -275,7 +284,9 @@ local buckets = { m, d, u }
 for i = 1, 3 do
   local b = buckets[i]
   if b and b ~= '' then
-    -- A bucket that has left its window was dropped when the window moved past it.
+    -- A bucket that has left its window was dropped when the window moved past it; one the
+    -- window was moved back with a stepped-back clock is where 'x' says.
+    b = s(tonumber(b) - (tonumber(redis.call('HGET', KEYS[i], 'x')) or 0))
     local n = tonumber(redis.call('HGET', KEYS[i], b))
     if n and n > 0 then
       redis.call('HINCRBY', KEYS[i], b, -1)

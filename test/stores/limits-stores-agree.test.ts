@@ -63,6 +63,23 @@ describe("memory and Redis limits stores", () => {
     assert.deepEqual(ru, mu);
   });
 
+  it("take back an admission counted before the clock stepped back from where its bucket was moved", async () => {
+    for (const [name, store] of [["memory", createMemoryLimitsStore()], ["redis", createRedisLimitsStore(conn, { serverClock: false })]] as const) {
+      const clock = { ms: DEFAULT_START + 30_300 };
+      const client = createDirectClient(LimitsService, createLimitsService({ store, now: () => clock.ms }));
+      const req = { projectId: `rescind-step-${name}`, userId: "u", maxCostUsd: "", rescindable: true, limits: { requestsPerMinute: 2, requestsPerDay: 100, userRequestsPerMinute: 100 } };
+      const first = await client.admit(req);
+      assert.equal(first.decision, 1, name);
+      clock.ms -= 10_300; // ten seconds back
+      assert.equal((await client.admit(req)).decision, 1, name);
+      clock.ms += 100;
+      assert.equal((await client.rescind({ projectId: req.projectId, userId: "u", reservationId: first.reservationId })).rescinded, true, name);
+      const usage = await client.getUsage({ projectId: req.projectId });
+      assert.equal(usage.requestsLastMinute, 1, `${name}: the admission taken back is no longer counted`);
+      assert.equal((await client.admit(req)).decision, 1, `${name}: room for one more`);
+    }
+  });
+
   it("keep a window sliding when the clock steps back: a full minute window frees a minute after its admissions, not after the step", async () => {
     for (const [name, store] of [["memory", createMemoryLimitsStore()], ["redis", createRedisLimitsStore(conn, { serverClock: false })]] as const) {
       const clock = { ms: DEFAULT_START };
