@@ -15,8 +15,7 @@ import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryS
  *   {svc:reg}:hash:<sha256>   key id, for verification
  */
 const T = "{svc:reg}";
-/** The channel a deleted key's hash is published on (registry-store: every replica forgets it). */
-/** The channel a deleted key's hash is published on (deleteKeyScript), which every replica subscribes to. */
+/** The channel a deleted key's hash is published on (deleteKeyScript), which every replica subscribes to and forgets it. */
 export const REVOKED = `${T}:revoked`;
 const kProject = (id: string) => `${T}:project:${id}`;
 const kProjects = `${T}:projects`;
