@@ -418,7 +418,8 @@ function providers(env: NodeJS.ProcessEnv, file: JsonObject): Map<string, Provid
     const style = styles.get(p.style);
     if (!style) throw new ConfigError(`${where}.style must be "chat-completions" or "messages"`);
     if (p.apiKeyEnv !== undefined && (typeof p.apiKeyEnv !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(p.apiKeyEnv))) {
-      throw new ConfigError(`${where}.apiKeyEnv must name an environment variable (letters, digits and _), got ${JSON.stringify(p.apiKeyEnv)}`);
+      // Not quoted: a key written where its variable's name goes is the usual mistake.
+      throw new ConfigError(`${where}.apiKeyEnv must name an environment variable (letters, digits and _), got ${typeof p.apiKeyEnv === "string" ? "a string that is not one (not shown: it may be the key itself)" : `a ${Array.isArray(p.apiKeyEnv) ? "list" : p.apiKeyEnv === null ? "null" : typeof p.apiKeyEnv}`}`);
     }
     const apiKey = typeof p.apiKeyEnv === "string" ? apiKeySetting(env, p.apiKeyEnv, ` (the key of ${where})`) : "";
     out.set(name, { name, style, baseUrl: baseUrl(p.baseUrl, `${where}.baseUrl`), apiKey, ...(typeof p.apiKeyEnv === "string" ? { apiKeyEnv: p.apiKeyEnv, keyRequired: true } : {}), baseUrlSetting: `${where}.baseUrl` });

@@ -197,6 +197,7 @@ describe("configuration values", () => {
       for (const [content, says] of [
         [{ providers: { p: { style: "messages", baseUrl: "http://x", apiKeyEnv: 5 } } }, "providers.p.apiKeyEnv must name an environment variable"],
         [{ providers: { p: { style: "messages", baseUrl: "http://x", apiKeyEnv: "MY KEY" } } }, "providers.p.apiKeyEnv must name an environment variable"],
+        [{ providers: { p: { style: "messages", baseUrl: "http://x", apiKeyEnv: "sk-CFGLEAK-1234567" } } }, "providers.p.apiKeyEnv must name an environment variable (letters, digits and _), got a string that is not one (not shown: it may be the key itself)"],
         [{ providers: { p: { style: "chat-completions", baseUrl: "http://x/v1?api-version=1" } } }, "providers.p.baseUrl must not hold a query string"],
         [{ models: { "my-model": { surface: "chat-completions", provider: "openai", upstreamModel: "gpt-x" } } }, "models.my-model.inputPer1M is required"],
         [{ models: { "my-model": { surface: "chat-completions", upstreamModel: "gpt-x", inputPer1M: "1", outputPer1M: "2" } } }, "models.my-model.provider is required"],
@@ -282,6 +283,8 @@ describe("providers that are probably set up wrong are warned about at start", (
     for (const [env, setting] of [[{ SVC_OPENAI_BASE_URL: "http://127.0.0.1:9/v1?x=1" }, "SVC_OPENAI_BASE_URL"], [{ SVC_ANTHROPIC_BASE_URL: "http://127.0.0.1:9/#a" }, "SVC_ANTHROPIC_BASE_URL"]] as const) {
       assert.throws(() => loadConfig(env), (e: Error) => e instanceof ConfigError && e.message.startsWith(`${setting} must not hold a query string or fragment`), setting);
     }
+    // A query may carry a provider's key (`?key=...`): never shown.
+    assert.throws(() => loadConfig({ SVC_OPENAI_BASE_URL: "https://gen.example.com/v1?key=AIzaLEAKCHECK123" }), (e: Error) => e instanceof ConfigError && !e.message.includes("LEAKCHECK") && e.message.includes('"https://gen.example.com/v1?***"'));
     // Not a base URL: a ClickHouse server's URL may carry settings in its query.
     assert.equal(loadConfig({ SVC_CLICKHOUSE_URL: "http://127.0.0.1:8123/db?clickhouse_setting_async_insert=1" }).telemetry.clickhouseUrl, "http://127.0.0.1:8123/db?clickhouse_setting_async_insert=1");
   });

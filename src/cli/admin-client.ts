@@ -5,6 +5,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { bearerAuth } from "../client/svc-client.js";
 import { connectHost, DEFAULT_HOST, localCoreUrl } from "../config.js";
 import { carriesErrorInfo } from "../core/errors.js";
+import { shownUrl } from "../core/text.js";
 import { AuthService } from "../gen/svc/auth/v1/auth_service_pb.js";
 import { LimitsService } from "../gen/svc/limits/v1/limits_service_pb.js";
 import { TelemetryService } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
@@ -46,19 +47,19 @@ export function resolveAdminTarget(flags: { server?: string; adminToken?: string
     // refused below
   }
   if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
-    throw new UsageError(`the server must be an http(s) URL such as ${defaultServerUrl(env)} (the core's gRPC port), got '${server}'`);
+    throw new UsageError(`the server must be an http(s) URL such as ${defaultServerUrl(env)} (the core's gRPC port), got '${shownUrl(server)}'`);
   }
   // Looked for as written: an empty query or fragment (`...:8090/?`) parses to none, yet every
   // call's path would follow it.
   if (/[?#]/.test(server)) {
-    throw new UsageError(`the server must not have a query or fragment (the core answers at the root of its port, such as ${defaultServerUrl(env)}), got '${server}'`);
+    throw new UsageError(`the server must not have a query or fragment (the core answers at the root of its port, such as ${defaultServerUrl(env)}), got '${shownUrl(server)}'`);
   }
   let token = flags.adminToken || env.SVC_ADMIN_TOKEN || "";
   if (!token) {
     const path = adminTokenFile(env);
     // The data dir's token is the local server's: a server named elsewhere has its own.
     if ((flags.server || env.SVC_SERVER_URL) && !isLoopback(url.hostname)) {
-      throw new UsageError(`no admin token for ${server}: set SVC_ADMIN_TOKEN (or pass --admin-token) to that server's token; the local data dir's (${path}) is only sent to a server on this machine`);
+      throw new UsageError(`no admin token for ${shownUrl(server)}: set SVC_ADMIN_TOKEN (or pass --admin-token) to that server's token; the local data dir's (${path}) is only sent to a server on this machine`);
     }
     try {
       token = readFileSync(path, "utf8").trim();
@@ -110,12 +111,12 @@ export function adminCallMessage(e: ConnectError, server: string, env = process.
   }
   const cause = e.cause as NodeJS.ErrnoException | undefined;
   if (url?.protocol === "https:" && (TLS_MISMATCH.test(e.rawMessage) || TLS_MISMATCH.test(cause?.code ?? ""))) {
-    return `${server} does not look like the svc core's gRPC address: it does not speak TLS (https) on that port. The core serves plain HTTP (h2c) unless a TLS proxy is put in front of it: use http://; ${where}`;
+    return `${shownUrl(server)} does not look like the svc core's gRPC address: it does not speak TLS (https) on that port. The core serves plain HTTP (h2c) unless a TLS proxy is put in front of it: use http://; ${where}`;
   }
   if (!carriesErrorInfo(e) && (e.rawMessage === "" || /^HTTP \d{3}$/.test(e.rawMessage))) {
     const answered = e.rawMessage ? `it answered ${e.rawMessage}` : `it answered ${Code[e.code]} with no message, as the gateway's and management ports do`;
     const path = url && url.pathname !== "/" ? ` (the core answers at the root of its port, with no path: drop '${url.pathname}')` : "";
-    return `${server} does not look like the svc core's gRPC address: ${answered}${path}; ${where}`;
+    return `${shownUrl(server)} does not look like the svc core's gRPC address: ${answered}${path}; ${where}`;
   }
   // The server's own 503 (its registry's Redis is unreachable) says so itself: only a server
   // that did not answer at all gets the hint.

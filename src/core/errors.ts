@@ -77,9 +77,39 @@ const PROVIDER_KEY = /\bsk-[A-Za-z0-9_*.\-]{6,}/g;
  */
 export function withoutSecrets(e: unknown, secret: string): unknown {
   if (!(e instanceof ConnectError)) return e;
-  let message = secret.length >= 8 ? e.rawMessage.replaceAll(secret, "[redacted]") : e.rawMessage;
-  message = message.replace(PROVIDER_KEY, "[redacted]");
-  return message === e.rawMessage ? e : new ConnectError(message, e.code, e.metadata, undefined, e.cause);
+  const message = redacted(e.rawMessage, secret);
+  // The upstream's `details` are its words too (an Anthropic error's object, passed on as sent).
+  const details = e.metadata.get(kDetails);
+  const cleanDetails = details === null ? null : redacted(details, secret);
+  if (message === e.rawMessage && cleanDetails === details) return e;
+  const metadata = new Headers(e.metadata);
+  if (cleanDetails !== null) metadata.set(kDetails, cleanDetails);
+  return new ConnectError(message, e.code, metadata, undefined, e.cause);
+}
+
+/** The shortest start of a secret taken for it where a cut ends a text. */
+const CUT_SECRET_MIN = 4;
+
+/**
+ * `text` with `secret` (8 characters or more), the start of it that ends where the text was cut
+ * (cutMarked's `…`: an upstream's message and a redirect's Location are cut before they reach
+ * here), and anything shaped like a provider key, each replaced by `[redacted]`.
+ */
+function redacted(text: string, secret: string): string {
+  let t = text;
+  if (secret.length >= 8) {
+    t = t.replaceAll(secret, "[redacted]");
+    for (let at = t.indexOf("…"); at >= 0; at = t.indexOf("…", at + 1)) {
+      for (let k = Math.min(secret.length - 1, at); k >= CUT_SECRET_MIN; k--) {
+        if (t.startsWith(secret.slice(0, k), at - k)) {
+          t = `${t.slice(0, at - k)}[redacted]${t.slice(at)}`;
+          at = at - k + "[redacted]".length;
+          break;
+        }
+      }
+    }
+  }
+  return t.replace(PROVIDER_KEY, "[redacted]");
 }
 
 /** 400 invalid_request_error with the given code. */

@@ -40,15 +40,18 @@ export const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u20
 
 /**
  * A URL as a message may show it: a user name and password in it masked (`http://***@host`), that
- * is everything from the scheme to the last `@`. The last `@`, not the first before a `/`, `?` or
+ * is everything from the scheme to the last `@`, and a query or fragment (`?***`). The last `@`, not the first before a `/`, `?` or
  * `#`: the URLs messages show are mostly ones that did not parse, and a password holding one of
  * those (`http://u:pa/ss@host`) is why; masking a path's `@` too only hides more.
  */
 export function shownUrl(v: string): string {
+  // A query (or fragment) may carry a key too (`?key=...`, as some providers take theirs): masked,
+  // after the credentials (a password may hold `?` or `#`).
+  const query = (rest: string) => rest.replace(/([?#])[^]*$/, (_, mark: string) => `${mark}***`);
   const at = v.lastIndexOf("@");
-  if (at < 0) return v;
+  if (at < 0) return query(v);
   const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(v)?.[0] ?? "";
-  return `${scheme}***${v.slice(at)}`;
+  return `${scheme}***${query(v.slice(at))}`;
 }
 
 /** How many characters (code points) `s` holds; a string's `length` counts UTF-16 units (an emoji two). */

@@ -37,6 +37,15 @@ export interface ChdbOptions {
   password?: string;
 }
 
+/**
+ * What of the gateway's environment the engine's process gets: what Node and the engine read
+ * (paths, locale, time zone, temp dirs, Node's and ClickHouse's own settings, the log level),
+ * never the gateway's secrets (provider keys, their `apiKeyEnv` variables, the admin token,
+ * SVC_REDIS_URL's password), which a process that runs any SQL it is sent has no use for.
+ */
+const ENGINE_ENV = /^(PATH|HOME|USER|LOGNAME|LANG|LANGUAGE|LC_[A-Z_]+|TZ|TMPDIR|TMP|TEMP|NODE_[A-Z0-9_]+|UV_[A-Z0-9_]+|CHDB_[A-Z0-9_]+|CLICKHOUSE_[A-Z0-9_]+|SVC_LOG_LEVEL)$/;
+export const engineEnv = (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv => Object.fromEntries(Object.entries(env).filter(([k]) => ENGINE_ENV.test(k)));
+
 /** A password for the engine's HTTP port: 32 random bytes, base64url. */
 export const newChdbPassword = (): string => randomBytes(32).toString("base64url");
 
@@ -107,6 +116,7 @@ export async function startChdbProcess(dataDir: string, port = 0, opts: ChdbOpti
   const script = fileURLToPath(new URL(ts ? "./chdb-server.ts" : "./chdb-server.js", import.meta.url));
   const child: ChildProcess = fork(script, [String(port), dir, String(opts.nice ?? 0)], {
     execArgv: ts ? ["--import", "tsx"] : [],
+    env: engineEnv(process.env),
     // `--import tsx` resolves from the working directory: the package's own, not wherever svc runs.
     cwd: fileURLToPath(new URL("../..", import.meta.url)),
     stdio: ["ignore", "ignore", "pipe", "ipc"],

@@ -40,6 +40,9 @@ describe("the svc command's default server address", function () {
     ] as const) {
       assert.throws(() => target(env, server), (e: Error) => e instanceof UsageError && /^the server must not have a query or fragment/.test(e.message), server ?? env.SVC_SERVER_URL);
     }
+    // A user name and password in it are never shown back.
+    assert.throws(() => target({}, "http://u:PASSLEAK@127.0.0.1:8090/?x"), (e: Error) => e instanceof UsageError && !e.message.includes("PASSLEAK") && e.message.includes("'http://***@127.0.0.1:8090/?***'"));
+    assert.throws(() => target({}, "ftp://u:PASSLEAK@127.0.0.1:8090"), (e: Error) => e instanceof UsageError && !e.message.includes("PASSLEAK"));
   });
 
   it("refuses a bad SVC_HOST or SVC_GRPC_PORT, or SVC_GRPC_PORT=0 (a port only the banner tells), naming the setting", () => {

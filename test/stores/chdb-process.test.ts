@@ -63,6 +63,23 @@ describe("the embedded engine's process", function () {
     assert.equal((await q("SELECT sum(n) FROM t FORMAT TSV")).trim(), "3");
   };
 
+  it("gets none of the gateway's secrets in its environment, and still works", async function () {
+    if (!readdirSync("/proc").includes("self")) this.skip();
+    const secrets = { SVC_OPENAI_API_KEY: "sk-ENVLEAK-1", SVC_ADMIN_TOKEN: "ENVLEAK-2", AZURE_KEY: "ENVLEAK-3", SVC_REDIS_URL: "redis://:ENVLEAK-4@127.0.0.1:1" };
+    const before = { ...process.env };
+    Object.assign(process.env, secrets);
+    try {
+      engine = await startChdbProcess(dir);
+    } finally {
+      for (const k of Object.keys(secrets)) if (before[k] === undefined) delete process.env[k];
+      Object.assign(process.env, before);
+    }
+    const environ = readFileSync(`/proc/${engine.pid}/environ`, "utf8");
+    assert.ok(!environ.includes("ENVLEAK"), "no secret reaches the engine's process");
+    assert.match(environ, /(^|\0)PATH=/, "what it needs still does");
+    await work(engine);
+  });
+
   it("runs every thread at the nice value asked for, the threads its queries start included", async function () {
     if (!existsSync("/proc/self/task")) this.skip(); // per-thread priorities are read from Linux's /proc
     // Above this process's own (as a CI runner may already be niced): raising it needs no privilege.
