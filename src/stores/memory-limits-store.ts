@@ -1,6 +1,6 @@
 import { rename } from "node:fs/promises";
 import { join } from "node:path";
-import { bucketOf, CLOCK_STEP_BUCKETS, DAY, freeAtMs, MINUTE, monthOf, type WindowName, type WindowShape } from "../core/limits/windows.js";
+import { bucketOf, DAY, freeAtMs, MINUTE, monthOf, type WindowName, type WindowShape } from "../core/limits/windows.js";
 import { log } from "../logger.js";
 import { createJsonFileWriter, readJsonFile } from "./json-file.js";
 import { type AdmitInput, type AdmitOutcome, EXPIRE_BATCH, type LimitsStore, RESERVED_RETRY_MS, type RescindInput, type SettleInput, type Usage } from "./limits-store.js";
@@ -12,11 +12,6 @@ interface WindowState {
   total: number;
   /** Count per bucket, in ascending bucket order (buckets only ever grow). */
   counts: Map<number, number>;
-  /**
-   * Buckets the window was moved back in all (clocks stepped back: load): an admission records the
-   * bucket it was counted in plus this, so a rescind finds it where it was moved.
-   */
-  shift?: number;
 }
 
 interface Reservation {
@@ -52,22 +47,17 @@ interface Check {
 }
 
 /**
- * Drops the buckets that left the window at bucket `cur` and returns the count still in it. A
- * clock behind the newest bucket by more than CLOCK_STEP_BUCKETS stepped back (NTP, a VM restored):
- * the window's buckets move back with it, so each count keeps its age and leaves the window when it
- * would have. Held at the newest bucket instead, the window would stop sliding, and refuse a full
- * project for as long as the step (minutes or hours, with a Retry-After to match).
+ * Drops the buckets that left the window at bucket `cur` and returns the count still in it. Time
+ * never steps back: a clock behind the newest bucket counts as the newest bucket. A window is so
+ * never counted short, whatever a clock does; the price of a clock stepped back (NTP, a VM
+ * restored) is a full window held for as long as the step (docs/limits.md). Moving the window back
+ * with the clock was tried: a clock going back and forth by a few seconds then aged every count
+ * by each step forward, and admitted several times the limit.
  */
 function load(c: Check): void {
   const s = c.get();
   if (!s) return;
   const { buckets } = c.shape;
-  const behind = s.oldest + buckets - c.cur;
-  if (behind > CLOCK_STEP_BUCKETS) {
-    s.shift = (s.shift ?? 0) + behind;
-    s.oldest -= behind;
-    s.counts = new Map([...s.counts].map(([b, n]) => [b - behind, n]));
-  }
   c.cur = Math.max(c.cur, s.oldest + buckets);
   const lo = c.cur - buckets;
   if (lo - s.oldest > buckets) {
@@ -388,7 +378,7 @@ export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): Limi
       for (const c of checks) {
         add(c);
         if (c.name === "day") changed();
-        if (counted) counted[c.name] = c.cur + (c.get()!.shift ?? 0);
+        if (counted) counted[c.name] = c.cur;
         const remaining = c.limit - c.total - 1;
         const resetMs = (c.cur + c.shape.buckets + 1) * c.shape.bucketMs - now;
         if (tight.window === undefined || tighter(remaining, resetMs, tight)) tight = { ...tight, window: c.name, limit: c.limit, remaining, resetMs };
@@ -416,9 +406,8 @@ export function createMemoryLimitsStore(persist?: MemoryLimitsPersistence): Limi
       p.reservations.delete(input.reservationId);
       // A bucket that has left its window was dropped when the window moved past it. One left at 0
       // stays in the map, which keeps its keys in ascending order.
-      const uncount = (s: WindowState | undefined, counted: number | undefined) => {
-        const b = counted === undefined || !s ? undefined : counted - (s.shift ?? 0);
-        const n = b === undefined ? undefined : s!.counts.get(b);
+      const uncount = (s: WindowState | undefined, b: number | undefined) => {
+        const n = b === undefined ? undefined : s?.counts.get(b);
         if (!n) return;
         s!.counts.set(b!, n - 1);
         s!.total--;

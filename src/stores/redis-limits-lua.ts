@@ -1,4 +1,4 @@
-import { CLOCK_STEP_BUCKETS, DAY, MINUTE } from "../core/limits/windows.js";
+import { DAY, MINUTE } from "../core/limits/windows.js";
 import { EXPIRE_BATCH, RESERVED_RETRY_MS } from "./limits-store.js";
 
 /**
@@ -22,56 +22,17 @@ local function now_ms(arg)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Moves a window's buckets back by d (the clock stepped back), keeping its expiry; the memo of
--- when it frees ('u') was the old clock's and goes. 'x' counts the buckets moved back in all: an
--- admission records the bucket it was counted in plus 'x' then, so a rescind finds it moved.
-local function rebase(key, d)
-  local ttl = redis.call('PTTL', key)
-  local all = redis.call('HGETALL', key)
-  redis.call('DEL', key)
-  local out = {}
-  local moved = d
-  for i = 1, #all, 2 do
-    local f, v = all[i], all[i + 1]
-    local b = tonumber(f)
-    if b then
-      out[#out + 1] = s(b - d)
-      out[#out + 1] = v
-    elseif f == 'o' then
-      out[#out + 1] = 'o'
-      out[#out + 1] = s(tonumber(v) - d)
-    elseif f == 't' then
-      out[#out + 1] = 't'
-      out[#out + 1] = v
-    elseif f == 'x' then
-      moved = moved + tonumber(v)
-    end
-  end
-  out[#out + 1] = 'x'
-  out[#out + 1] = s(moved)
-  redis.call('HSET', key, unpack(out))
-  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
-end
-
--- Drops the buckets that left the window at bucket cur; returns the count still in it, the
--- bucket to count in and the buckets the window was moved back in all ('x'). A clock behind the
--- newest bucket by up to ${CLOCK_STEP_BUCKETS} counts as the newest; by more, it stepped back, and the window
--- moves back with it (memory-limits-store.ts, load).
+-- Drops the buckets that left the window at bucket cur; returns the count still in it and the
+-- bucket to count in (time never steps back behind the newest bucket).
 local function load(key, cur, n)
-  local head = redis.call('HMGET', key, 'o', 't', 'x')
+  local head = redis.call('HMGET', key, 'o', 't')
   local o = tonumber(head[1])
-  if not o then return 0, cur, 0 end
-  local x = tonumber(head[3]) or 0
-  if o + n - cur > ${CLOCK_STEP_BUCKETS} then
-    x = x + o + n - cur
-    rebase(key, o + n - cur)
-    o = cur - n
-  end
+  if not o then return 0, cur end
   if cur < o + n then cur = o + n end
   local lo = cur - n
   if lo - o > n then
     redis.call('DEL', key)
-    return 0, cur, 0
+    return 0, cur
   end
   local total = tonumber(head[2]) or 0
   if lo > o then
@@ -95,7 +56,7 @@ local function load(key, cur, n)
     end
     redis.call('HSET', key, 'o', s(lo), 't', s(total))
   end
-  return total, cur, x
+  return total, cur
 end
 
 -- Ends a reservation: its amount leaves the total, and the buckets it was counted in (id..':c') go.
@@ -166,8 +127,8 @@ for i = 1, 3 do
   local limit = tonumber(ARGV[i + 1])
   if limit >= 0 then
     local ms, n = shapes[i][1], shapes[i][2]
-    local total, cur, x = load(KEYS[i], math.floor(now / ms), n)
-    checks[#checks + 1] = { i, KEYS[i], limit, ms, n, total, cur, x }
+    local total, cur = load(KEYS[i], math.floor(now / ms), n)
+    checks[#checks + 1] = { i, KEYS[i], limit, ms, n, total, cur }
   end
 end
 expire(KEYS[5], KEYS[6], now)
@@ -218,8 +179,8 @@ end
 local tight = { 0, 0, 0, 0 }
 local counted = { '', '', '' }
 for _, c in ipairs(checks) do
-  local w, key, limit, ms, n, total, cur, x = unpack(c)
-  counted[w] = s(cur + x)
+  local w, key, limit, ms, n, total, cur = unpack(c)
+  counted[w] = s(cur)
   redis.call('HINCRBY', key, s(cur), 1)
   redis.call('HINCRBY', key, 't', 1)
   redis.call('HSETNX', key, 'o', s(cur - n))
@@ -284,9 +245,7 @@ local buckets = { m, d, u }
 for i = 1, 3 do
   local b = buckets[i]
   if b and b ~= '' then
-    -- A bucket that has left its window was dropped when the window moved past it; one the
-    -- window was moved back with a stepped-back clock is where 'x' says.
-    b = s(tonumber(b) - (tonumber(redis.call('HGET', KEYS[i], 'x')) or 0))
+    -- A bucket that has left its window was dropped when the window moved past it.
     local n = tonumber(redis.call('HGET', KEYS[i], b))
     if n and n > 0 then
       redis.call('HINCRBY', KEYS[i], b, -1)

@@ -24,13 +24,6 @@ export const DAY: WindowShape = { bucketMs: 60_000, buckets: 1_440 };
 /** Which limit a decision is about; mirrors svc.limits.v1.LimitWindow. */
 export type WindowName = "minute" | "day" | "user_minute" | "month";
 
-/**
- * Buckets a clock may fall behind a window's newest one before it is taken for a clock stepped back
- * (and the window moved back with it): up to that, the clock counts as the newest bucket, so a
- * window is never counted short.
- */
-export const CLOCK_STEP_BUCKETS = 1;
-
 /** The bucket an instant falls in. */
 export const bucketOf = (nowMs: number, w: WindowShape): number => Math.floor(nowMs / w.bucketMs);
 
