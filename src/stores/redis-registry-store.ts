@@ -1,6 +1,6 @@
 import { Redis } from "ioredis";
 import { Lru } from "../core/lru.js";
-import { log } from "../logger.js";
+import { atMostEvery, log } from "../logger.js";
 import { createProbe, execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, stayOnConfiguredDb, watchWrites } from "./redis-connection.js";
 import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
 
@@ -77,6 +77,10 @@ type ScriptedRedis = Redis & {
   svcFindKey(k1: string, keyPrefix: string, projectPrefix: string): Promise<[string, string | null] | null>;
 };
 
+/** While the deleted keys' channel is refused, how often it is asked for again. */
+const SUBSCRIBE_RETRY_MS = 30_000;
+const subscribeRefusalLogged = atMostEvery(60_000);
+
 /** How many verified keys (and their projects) are remembered for an outage; the least recently used go first. */
 const KNOWN_GOOD_MAX = 10_000;
 
@@ -132,23 +136,28 @@ export function createRedisRegistryStore(url: string): RegistryStore {
   // its copy when it hears of it: an outage that starts after a delete finds no copy of the deleted
   // key anywhere. A subscription that was interrupted may have missed deletes: on its return, every
   // copy is forgotten (each is read again from Redis at its next use).
-  // Copies of keys are kept only while subscribed: a replica that never heard of deletes (its
-  // subscription failed: Redis down as it started, the channel refused) keeps none, so serves none
-  // in an outage. ioredis subscribes again by itself after a reconnect only to a channel it had;
-  // one never had is asked for again at each reconnect until it is.
-  const revocations = stayOnConfiguredDb(redis.duplicate());
+  // New copies of keys are kept only while subscribed: a replica that is not hearing of deletes
+  // (its subscription failed: Redis down as it started, the channel refused, or lost with its
+  // connection) keeps none, so serves none a delete made meanwhile in an outage; those it had stay
+  // for an outage of the whole Redis. The subscription is made here, not by ioredis on its own after
+  // a reconnect (autoResubscribe): a refusal of that one was an unhandled rejection, which ended
+  // the process (Redis 7 drops the subscribers of a user whose channel is taken away). It is asked
+  // for at each connection, and every SUBSCRIBE_RETRY_MS while refused.
+  const revocations = stayOnConfiguredDb(redis.duplicate({ autoResubscribe: false }));
   let heardBefore = false;
   let subscribed = false;
   let subscribing = false;
   const subscribe = () => {
-    if (subscribing || subscribed) return;
+    if (subscribing || subscribed || closed || revocations.status !== "ready") return;
     subscribing = true;
     revocations.subscribe(REVOKED).then(
       () => {
         subscribed = true;
         knownKeys.clear(); // none is kept unsubscribed; cleared all the same, should one race in
       },
-      (e: unknown) => log.warn("redis: cannot subscribe to deleted keys' channel; no verified key is kept for an outage until it can (asked again at the next reconnect)", { channel: REVOKED, err: String((e as Error)?.message ?? e) }),
+      (e: unknown) => {
+        if (subscribeRefusalLogged()) log.warn("redis: cannot subscribe to deleted keys' channel; no newly verified key is kept for an outage until it can (asked again every 30 s and at each reconnect)", { channel: REVOKED, err: String((e as Error)?.message ?? e) });
+      },
     ).finally(() => (subscribing = false));
   };
   revocations.on("error", () => {}); // the registry's own connection reports outages
@@ -157,8 +166,10 @@ export function createRedisRegistryStore(url: string): RegistryStore {
     heardBefore = true;
     subscribe();
   });
+  revocations.on("close", () => (subscribed = false));
   revocations.on("message", (_channel: string, hash: string) => void knownKeys.delete(hash));
-  subscribe();
+  const resubscribe = setInterval(subscribe, SUBSCRIBE_RETRY_MS);
+  resubscribe.unref();
   /** Remembers the record read as `text` (null: none), reusing the remembered one when it is unchanged. */
   const remember = <V>(m: Lru<string, Known<V>>, k: string, text: string | null): V | undefined => {
     const was = m.get(k);
@@ -347,6 +358,7 @@ export function createRedisRegistryStore(url: string): RegistryStore {
     async close() {
       closed = true;
       writes.close();
+      clearInterval(resubscribe);
       revocations.disconnect();
       // A Redis known to be stalled would not answer a QUIT either: no wait for it then.
       if (stalled) return redis.disconnect();

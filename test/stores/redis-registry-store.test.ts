@@ -123,6 +123,33 @@ describe("Redis registry store", () => {
     }
   });
 
+  it("lives through its user losing the deleted keys' channel (Redis 7 drops its subscribers): no unhandled rejection, reads go on", async function () {
+    this.timeout(30_000);
+    const admin = new Redis(redis.url, { maxRetriesPerRequest: 0 });
+    await admin.call("ACL", "SETUSER", "revoker", "on", ">rv-pw", "~*", "&*", "+@all");
+    const c = createRedisRegistryStore(redis.url.replace("redis://", "redis://revoker:rv-pw@"));
+    const numsub = async () => Number(((await admin.call("PUBSUB", "NUMSUB", REVOKED)) as unknown[])[1]);
+    const before = await numsub();
+    const crashes: unknown[] = [];
+    const onRejection = (e: unknown) => crashes.push(e);
+    process.on("unhandledRejection", onRejection);
+    try {
+      await eventually(async () => (await numsub()) === before + 1, 10_000, "subscribed");
+      await c.createProject({ id: "proj_rv", name: "rv", plan: "pro", createdAt: 3000 });
+      await c.createKey(key("key_rv", "proj_rv", 3000), 10);
+      await admin.call("ACL", "SETUSER", "revoker", "resetchannels");
+      await eventually(async () => (await numsub()) === before, 10_000, "dropped by Redis");
+      await new Promise((r) => setTimeout(r, 1_000)); // its reconnect, and a subscribe refused
+      assert.deepEqual(crashes, [], "no unhandled rejection");
+      assert.equal((await c.findKeyByHash("hash-key_rv"))?.key.id, "key_rv", "still reads through Redis");
+    } finally {
+      process.off("unhandledRejection", onRejection);
+      await c.close();
+      await admin.call("ACL", "DELUSER", "revoker");
+      admin.disconnect();
+    }
+  });
+
   it("enforces the key limit atomically under concurrent creation", async () => {
     await a.createProject({ id: "proj_3", name: "three", plan: "free", createdAt: 3 });
     const results = await Promise.all(
