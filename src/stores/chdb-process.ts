@@ -43,7 +43,7 @@ export interface ChdbOptions {
  * never the gateway's secrets (provider keys, their `apiKeyEnv` variables, the admin token,
  * SVC_REDIS_URL's password), which a process that runs any SQL it is sent has no use for.
  */
-const ENGINE_ENV = /^(PATH|HOME|USER|LOGNAME|LANG|LANGUAGE|LC_[A-Z_]+|TZ|TMPDIR|TMP|TEMP|NODE_[A-Z0-9_]+|UV_[A-Z0-9_]+|CHDB_[A-Z0-9_]+|CLICKHOUSE_[A-Z0-9_]+|SVC_LOG_LEVEL)$/;
+const ENGINE_ENV = /^(PATH|LD_LIBRARY_PATH|HOME|USER|LOGNAME|LANG|LANGUAGE|LC_[A-Z_]+|TZ|TMPDIR|TMP|TEMP|NODE_[A-Z0-9_]+|UV_[A-Z0-9_]+|CHDB_[A-Z0-9_]+|CLICKHOUSE_[A-Z0-9_]+|SVC_LOG_LEVEL)$/;
 export const engineEnv = (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv => Object.fromEntries(Object.entries(env).filter(([k]) => ENGINE_ENV.test(k)));
 
 /** A password for the engine's HTTP port: 32 random bytes, base64url. */
