@@ -40,9 +40,10 @@ export const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u20
 
 /**
  * A URL as a message may show it: a user name and password in it masked (`http://***@host`), that
- * is everything from the scheme to the last `@`, and a query or fragment (`?***`). The last `@`, not the first before a `/`, `?` or
- * `#`: the URLs messages show are mostly ones that did not parse, and a password holding one of
- * those (`http://u:pa/ss@host`) is why; masking a path's `@` too only hides more.
+ * is everything from the scheme to the last `@`, and a query or fragment (`?***`). The last `@`,
+ * not the first before a `/`, `?` or `#`: the URLs messages show are mostly ones that did not
+ * parse, and a password holding one of those (`http://u:pa/ss@host`) is why; masking a path's `@`
+ * too only hides more.
  */
 export function shownUrl(v: string): string {
   // A query (or fragment) may carry a key too (`?key=...`, as some providers take theirs): masked,
