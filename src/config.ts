@@ -327,9 +327,8 @@ function redisUrl(v: string | undefined): string | undefined {
   } catch {
     // not a URL at all
   }
-  // The value is not echoed: it may hold a password.
-  // A URL of the right scheme that does not parse is nearly always a password with characters a
-  // URL reserves: the value is still not echoed.
+  // The value is not echoed: it may hold a password. A URL of the right scheme that does not parse
+  // is nearly always a password with characters a URL reserves.
   if (!parsed && /^rediss?:\/\//i.test(v)) {
     throw new ConfigError("SVC_REDIS_URL is not a valid URL: percent-encode the characters of the user name and password that a URL reserves (@ : / ? # % and space: %40 %3A %2F %3F %23 %25 %20), e.g. redis://:p%40ss@127.0.0.1:6379");
   }

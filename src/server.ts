@@ -38,9 +38,8 @@ import { log } from "./logger.js";
 import { embeddedDataIn, embeddedDataWarning } from "./stores/embedded-data.js";
 import { removeLeftTemps } from "./stores/json-file.js";
 import { createFileRegistryStore } from "./stores/file-registry-store.js";
-import { createRedisRegistryStore } from "./stores/redis-registry-store.js";
+import { createRedisRegistryStore, REVOKED } from "./stores/redis-registry-store.js";
 import { checkRedisSettings } from "./stores/redis-connection.js";
-import { REVOKED } from "./stores/redis-registry-store.js";
 import { dirProblem, makeDir } from "./stores/make-dir.js";
 
 export interface ServeOptions {

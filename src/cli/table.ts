@@ -1,3 +1,5 @@
+import { CONTROL } from "../core/text.js";
+
 /**
  * Code points East Asian Width calls Wide or Fullwidth, outside the emoji (those are found by their
  * Emoji_Presentation property): CJK, kana, Hangul, Yi, fullwidth forms. JS has no property for it.
@@ -51,16 +53,21 @@ export function displayWidth(s: string): number {
 /** `s` with spaces after it up to `width` display columns. */
 const pad = (s: string, width: number): string => s + " ".repeat(Math.max(0, width - displayWidth(s)));
 
-const CONTROL = /[\x00-\x1f\x7f-\x9f]/g;
+/** The characters names and descriptions may not hold (core/text.ts), every one of them. */
+const REFUSED = new RegExp(CONTROL.source, "g");
 const ESCAPES: Record<string, string> = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
 
 /**
- * `s` with its control characters written as escapes (`\n`, `\t`, `\x1b`, `\x85`): a name or a
- * description stored by an earlier release, which took them, would otherwise break a table's row
- * or reach the terminal as a command (ESC).
+ * `s` with the characters names and descriptions may no longer hold (CONTROL: controls, line
+ * separators, bidirectional overrides) written as escapes (`\n`, `\t`, `\x1b`, `\x85`, `\u202e`):
+ * one stored by an earlier release, which took them, would otherwise break a table's row, reach
+ * the terminal as a command (ESC) or reorder what it shows.
  */
 export const printable = (s: string): string =>
-  s.replace(CONTROL, (c) => ESCAPES[c] ?? `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
+  s.replace(REFUSED, (c) => {
+    const code = c.charCodeAt(0);
+    return ESCAPES[c] ?? (code < 0x100 ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`);
+  });
 
 /**
  * Left-aligned columns, two spaces apart, for human-readable CLI output (aligned by display width);

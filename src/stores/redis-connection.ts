@@ -153,7 +153,7 @@ async function missingRight(redis: Redis, needs: RedisNeeds): Promise<Error | un
     try {
       await call();
     } catch (e) {
-      if (/^NOPERM\b/.test((e as Error)?.message ?? "")) return e as Error;
+      if (redisRefusal(e) === "permission") return e as Error;
     }
   }
   return undefined;

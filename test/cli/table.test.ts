@@ -27,6 +27,7 @@ describe("CLI tables (svc projects list, keys list, prompts list): columns align
 
   it("shows control characters escaped (a name stored by an earlier release that took them): one line a row, no escape sequence reaches the terminal", () => {
     assert.equal(printable("tab\there\nnl\r\x1b[31mred\x7f\x85 é 日"), "tab\\there\\nnl\\r\\x1b[31mred\\x7f\\x85 é 日");
+    assert.equal(printable("abc\u202edcba\u2028x"), "abc\\u202edcba\\u2028x", "a bidirectional override and a line separator too");
     const out = table([["ID", "NAME"], ["proj_1", "a\nb\x1b[2J"], ["proj_2", "ok"]]);
     assert.deepEqual(out.split("\n"), ["ID      NAME", "proj_1  a\\nb\\x1b[2J", "proj_2  ok"]);
     assert.doesNotMatch(out, /[\x00-\x09\x0b-\x1f\x7f-\x9f]/);
