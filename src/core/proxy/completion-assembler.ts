@@ -1,7 +1,6 @@
 import { ApiStyle, BlockType, type Completion, type ContentBlock, type StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { parseExtra, withExtraField, type JsonObject } from "../json.js";
 import { completion, contentBlock } from "./canonical.js";
-import { isCustomCall } from "./upstreams/openai/tool-call.js";
 
 /**
  * Builds the whole answer from a stream's canonical events, so a streamed answer can be cached and
@@ -50,8 +49,9 @@ export class CompletionAssembler {
       case "blockStart": {
         const b = e.value.block;
         if (!b || (b.type !== BlockType.TEXT && b.type !== BlockType.REFUSAL && b.type !== BlockType.TOOL_USE) || b.rawJson !== "") this.#ok = false;
-        // A custom tool's call keeps its mark (its extra_json); other blocks' extras are per-chunk.
-        else this.#blocks.set(e.value.index, contentBlock({ type: b.type, text: b.text, toolCallId: b.toolCallId, toolName: b.toolName, toolInputJson: b.toolInputJson, style: b.style, ...(isCustomCall(b) ? { extraJson: b.extraJson } : {}) }));
+        // The block's own fields as its start gave them (a tool call's `caller` or `extra_content`,
+        // a custom tool's call's mark): what comes after its start comes as deltas.
+        else this.#blocks.set(e.value.index, contentBlock({ type: b.type, text: b.text, toolCallId: b.toolCallId, toolName: b.toolName, toolInputJson: b.toolInputJson, style: b.style, extraJson: b.extraJson }));
         break;
       }
       case "blockDelta": {
@@ -132,7 +132,7 @@ export class CompletionAssembler {
       for (const k of Object.keys(d)) {
         if (k === "stop_reason" ? typeof d[k] !== "string" : k === "container" ? d[k] !== null : k !== "stop_details") return false;
       }
-      for (const k of ["stop_reason", "stop_details"]) if (k in d) c.extraJson = withExtraField(c.extraJson, k, d[k]);
+      for (const k of ["stop_reason", "stop_details", "container"]) if (k in d) c.extraJson = withExtraField(c.extraJson, k, d[k]);
       return true;
     }
     if (end.deltaExtraJson !== "" || !onlyKey(parseExtra(end.choiceExtraJson), "finish_reason")) return false;

@@ -11,6 +11,7 @@ import {
   CHAT_TOOL_FIELDS,
   MAX_TEMPERATURE_CHAT,
   MIN_MAX_TOKENS,
+  saysWithoutContent,
   TOOL_NAME,
 } from "../../core/proxy/request-rules.js";
 import type { ParsedChatRequest } from "./codec.js";
@@ -105,9 +106,8 @@ function parseMessage(v: unknown, path: string): ChatMessage {
   } else if (Array.isArray(content)) {
     content.forEach((p, j) => blocks.push(parsePart(p, `${path}.content[${j}]`)));
   } else if (content === undefined || content === null) {
-    // Only an assistant turn that called tools (or a legacy function) may come without content.
-    const called = (calls !== undefined && calls.length > 0) || m.function_call != null;
-    if (role !== "assistant" || !called) missing(`${path}.content`);
+    // Only an assistant turn that called tools, refused or answered in audio may come without content.
+    if (role !== "assistant" || !saysWithoutContent(m, calls?.length ?? 0)) missing(`${path}.content`);
   } else {
     wrongType(`${path}.content`, "a string or an array of content parts", content);
   }

@@ -6,7 +6,7 @@ import {
   type Usage,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { parseExtra, type JsonObject } from "../../core/json.js";
-import { toolCall } from "../../core/proxy/upstreams/openai/tool-call.js";
+import { sameStyleCallExtra, toolCall } from "../../core/proxy/upstreams/openai/tool-call.js";
 
 /** Canonical finish reasons in chat-completions words (https://platform.openai.com/docs/api-reference/chat/object). */
 const finishNames: Record<FinishReason, string | null> = {
@@ -50,7 +50,7 @@ export function answerParts(c: Completion): { text: string; refusal: string; too
   for (const b of c.blocks) {
     if (b.type === BlockType.TEXT) text += b.text;
     else if (b.type === BlockType.REFUSAL) refusal += b.text;
-    else if (b.type === BlockType.TOOL_USE) toolCalls.push(toolCall(b));
+    else if (b.type === BlockType.TOOL_USE) toolCalls.push(toolCall(b, sameStyleCallExtra(b)));
   }
   return { text, refusal, toolCalls };
 }

@@ -12,7 +12,7 @@ import {
 import type { ErrorInfo } from "../../core/errors.js";
 import { isObject, parseExtra, type JsonObject } from "../../core/json.js";
 import { formatSse } from "../../core/sse.js";
-import { isCustomCall } from "../../core/proxy/upstreams/openai/tool-call.js";
+import { isCustomCall, sameStyleCallExtra, toolCall } from "../../core/proxy/upstreams/openai/tool-call.js";
 import type { RenderedRequest, StreamRenderer } from "./codec.js";
 import { answerParts, createdOr, finishName, renderUsage, sameStyleExtra } from "./chat-completions-render.js";
 
@@ -114,11 +114,9 @@ class ChatStreamRenderer implements StreamRenderer {
     if (block?.type === BlockType.TOOL_USE) {
       const k = this.#toolIndex.size;
       this.#toolIndex.set(b.index, k);
-      const custom = isCustomCall(block);
-      if (custom) this.#customCalls.add(b.index);
-      const call = custom
-        ? { index: k, id: block.toolCallId, type: "custom", custom: { name: block.toolName, input: block.toolInputJson } }
-        : { index: k, id: block.toolCallId, type: "function", function: { name: block.toolName, arguments: block.toolInputJson } };
+      if (isCustomCall(block)) this.#customCalls.add(b.index);
+      // The call's own unnamed fields (Gemini's extra_content) go out with its first fragment, as they came.
+      const call = { index: k, ...toolCall(block, sameStyleCallExtra(block), "") };
       if (block.toolInputJson === "" && this.#style !== ApiStyle.CHAT_COMPLETIONS) this.#noArguments.add(b.index);
       return this.#chunk({ tool_calls: [call] });
     }
@@ -148,11 +146,15 @@ class ChatStreamRenderer implements StreamRenderer {
     return ""; // thinking and other deltas of another style have no chat-completions form
   }
 
-  /** `fields`: those the chunk that carried the finish reason had (Azure's content_filter_results). */
-  #end(e: Pick<MessageEnd, "finishReason" | "usage">, fields?: ChunkFields): string {
+  /**
+   * `fields`: those the chunk that carried the finish reason had (Azure's content_filter_results);
+   * `said`: a whole answer's finish word as the upstream sent it, where the canonical reason would
+   * not give it back.
+   */
+  #end(e: Pick<MessageEnd, "finishReason" | "usage">, fields?: ChunkFields, said?: string): string {
     let out = fields
       ? this.#chunk({ ...this.#sameStyle(fields.deltaExtraJson) }, finishName(e.finishReason), this.#sameStyle(fields.choiceExtraJson))
-      : this.#chunk({}, finishName(e.finishReason));
+      : this.#chunk({}, said ?? finishName(e.finishReason));
     if (this.#includeUsage) out += this.#usageChunk(e.usage);
     // A tool call the upstream never stopped gets its arguments before the finish.
     return (this.#noArguments.size ? this.#emptyArgumentsLeft() : "") + out + done;
@@ -171,9 +173,12 @@ class ChatStreamRenderer implements StreamRenderer {
     /** The answer's own fields until a chunk has carried them. */
     // Only the upstream's own: the `annotations: []` a whole answer adds where the upstream sent
     // none (renderChatCompletion) no live stream carries, and a hit streams as a miss would.
+    // The upstream's own finish word (withFinishReason: `function_call`, a value newer than this
+    // build) belongs to the finish chunk, as a live stream has it, not to the first part.
+    const { finish_reason: said, ...choice } = sameStyleExtra(c.upstreamStyle, c.choiceExtraJson);
     let fields: { message: JsonObject; choice: JsonObject } | undefined = {
       message: sameStyleExtra(c.upstreamStyle, c.messageExtraJson),
-      choice: sameStyleExtra(c.upstreamStyle, c.choiceExtraJson),
+      choice,
     };
     const part = (delta: JsonObject): string => {
       const f = fields;
@@ -186,7 +191,7 @@ class ChatStreamRenderer implements StreamRenderer {
       out += part({ tool_calls: [{ index, ...call }] });
     });
     if (fields) out += part({});
-    return out + this.#end(c);
+    return out + this.#end(c, undefined, typeof said === "string" ? said : undefined);
   }
 
   /** An extra_json text of this stream's upstream style as an object; undefined when empty or of another style. */

@@ -64,16 +64,31 @@ describe("CompletionAssembler", () => {
     assert.equal(assemble(messages).result()?.extraJson, '{"stop_reason":"model_context_window_exceeded"}');
   });
 
-  it("assembles a messages-style stream whose end carried stop_details and a null container, keeping stop_details; not one with a container", () => {
+  it("assembles a messages-style stream whose end carried stop_details and a null container, keeping both; not one with a container", () => {
     const ofMessages = (deltaExtraJson: string) => {
       const events = textStream({ on: "end", deltaExtraJson });
       const start = events[0]!.event;
       if (start.case === "messageStart") start.value.upstreamStyle = ApiStyle.MESSAGES;
       return assemble(events).result();
     };
-    assert.equal(ofMessages('{"stop_details":null,"container":null}')?.extraJson, '{"stop_details":null}');
+    // Both kept: a hit served as a stream gives them in its message_delta, as the live stream did.
+    assert.equal(ofMessages('{"stop_details":null,"container":null}')?.extraJson, '{"stop_details":null,"container":null}');
     assert.equal(ofMessages('{"stop_reason":"refusal","stop_details":{"type":"refusal"}}')?.extraJson, '{"stop_reason":"refusal","stop_details":{"type":"refusal"}}');
     assert.equal(ofMessages('{"stop_details":null,"container":{"id":"c","expires_at":"x"}}'), undefined, "a container expires: not for the cache");
     assert.equal(ofMessages('{"stop_details":null,"other":1}'), undefined);
+  });
+
+  it("keeps a tool call's own fields as its start gave them (a messages-style `caller`, a chat-style `extra_content`)", () => {
+    for (const [style, extraJson] of [[ApiStyle.MESSAGES, '{"caller":{"type":"direct"}}'], [ApiStyle.CHAT_COMPLETIONS, '{"extra_content":{"google":{"thought_signature":"s"}}}']] as const) {
+      const events: StreamEventInit[] = [
+        { case: "messageStart", value: { id: "m", model: "x", upstreamStyle: style } },
+        { case: "blockStart", value: { index: 0, block: { type: BlockType.TOOL_USE, toolCallId: "t", toolName: "f", extraJson, style } } },
+        { case: "blockDelta", value: { index: 0, partialJson: '{"a":1}' } },
+        { case: "blockStop", value: { index: 0 } },
+        { case: "messageEnd", value: { finishReason: FinishReason.TOOL_USE } },
+      ];
+      const b = assemble(events.map(streamEvent)).result()?.blocks[0];
+      assert.deepEqual([b?.toolInputJson, b?.extraJson, b?.style], ['{"a":1}', extraJson, style]);
+    }
   });
 });

@@ -77,7 +77,7 @@ describe("POST /v1/messages: message_delta's fields and stop reasons passed on a
     assert.equal("container" in start.message, false);
   });
 
-  it("caches a stream whose message_delta carries stop_details and a null container, and gives stop_details back in message_delta and in the JSON", async () => {
+  it("caches a stream whose message_delta carries stop_details and a null container, and gives both back in message_delta and in the JSON", async () => {
     const content = `refusal details ${++n}`;
     const req = (stream: boolean) => postJson(`${on.gw.gatewayUrl}/v1/messages`, on.key, { model: "assistant-3-5-sonnet-20241022", max_tokens: 100, stream, messages: [{ role: "user", content }] });
     const first = await req(true);
@@ -85,12 +85,13 @@ describe("POST /v1/messages: message_delta's fields and stop reasons passed on a
     assert.deepEqual(messageDelta(first.text).delta, { stop_reason: "refusal", stop_sequence: null, stop_details: stopDetails, container: null });
     const streamed = await req(true);
     assert.equal(streamed.headers["x-svc-cache"], "HIT", streamed.text);
-    assert.deepEqual(messageDelta(streamed.text).delta, { stop_reason: "refusal", stop_sequence: null, stop_details: stopDetails });
+    // The same message_delta as the live stream's, its null container included.
+    assert.deepEqual(messageDelta(streamed.text).delta, { stop_reason: "refusal", stop_sequence: null, stop_details: stopDetails, container: null });
     const start = JSON.parse(sseEvents(streamed.text).find((e) => e.event === "message_start")!.data);
     assert.equal("stop_details" in start.message, false, "stop_details is said at the end, as live");
     const whole = await req(false);
     assert.equal(whole.headers["x-svc-cache"], "HIT", whole.text);
-    assert.deepEqual([whole.json().stop_reason, whole.json().stop_details], ["refusal", stopDetails]);
+    assert.deepEqual([whole.json().stop_reason, whole.json().stop_details, whole.json().container], ["refusal", stopDetails, null]);
   });
 
   it("caches a streamed answer whose only unnamed end field is its stop_reason, and gives it back with it as a stream and as JSON", async () => {

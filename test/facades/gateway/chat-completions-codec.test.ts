@@ -39,6 +39,8 @@ describe("chat-completions codec: invalid requests", () => {
     ["a missing role", valid({ messages: [{ content: "x" }] }), "missing_required_field", "`messages[0].role`"],
     ["user content null", valid({ messages: [{ role: "user", content: null }] }), "missing_required_field", "`messages[0].content`"],
     ["assistant content null without tool calls", valid({ messages: [{ role: "assistant", content: null }] }), "missing_required_field", "`messages[0].content`"],
+    ["assistant content null with a null refusal", valid({ messages: [{ role: "assistant", content: null, refusal: null }] }), "missing_required_field", "`messages[0].content`"],
+    ["user content null with a refusal (only an assistant refuses)", valid({ messages: [{ role: "user", content: null, refusal: "no" }] }), "missing_required_field", "`messages[0].content`"],
     ["content a number", valid({ messages: [{ role: "user", content: 5 }] }), "invalid_type", "`messages[0].content`"],
     ["a content part without type", valid({ messages: [{ role: "user", content: [{ text: "x" }] }] }), "missing_required_field", "`messages[0].content[0].type`"],
     ["a text part without text", valid({ messages: [{ role: "user", content: [{ type: "text" }] }] }), "missing_required_field", "`messages[0].content[0].text`"],
@@ -99,6 +101,24 @@ describe("chat-completions codec: valid requests", () => {
     assert.deepEqual(canonical(valid({ messages })).messages, [
       { role: "assistant", blocks: [{ type: "BLOCK_TYPE_TOOL_USE", toolCallId: "call_1", toolName: "f", toolInputJson: '{"a":1}', style: "API_STYLE_CHAT_COMPLETIONS" }] },
       { role: "tool", blocks: [{ type: "BLOCK_TYPE_TOOL_RESULT", toolCallId: "call_1", text: "done", style: "API_STYLE_CHAT_COMPLETIONS" }], contentIsString: true },
+    ]);
+  });
+
+  it("takes an assistant turn without content that refused or answered in audio, as the gateway answers them", () => {
+    const messages = [
+      { role: "user", content: "hi" },
+      { role: "assistant", content: null, refusal: "I can't help with that." },
+      { role: "user", content: "say it" },
+      { role: "assistant", audio: { id: "audio_abc" } },
+      { role: "user", content: "again" },
+    ];
+    const got = canonical(valid({ messages })).messages as { role: string; blocks?: unknown[]; extraJson?: string }[];
+    assert.deepEqual(got.map((m) => [m.role, m.blocks?.length ?? 0, m.extraJson]), [
+      ["user", 1, undefined],
+      ["assistant", 0, '{"refusal":"I can\'t help with that."}'],
+      ["user", 1, undefined],
+      ["assistant", 0, '{"audio":{"id":"audio_abc"}}'],
+      ["user", 1, undefined],
     ]);
   });
 

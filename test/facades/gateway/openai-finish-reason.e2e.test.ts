@@ -49,3 +49,19 @@ describe("POST /v1/chat/completions: finish reasons passed on as the upstream se
     assert.deepEqual(finishes, ["function_call"]);
   });
 });
+
+describe("POST /v1/chat/completions: a cached answer's finish_reason as sent, served as a stream", () => {
+  const on = gatewayOnScriptedUpstream(answer);
+
+  it("goes on the finish chunk only, once, as a live stream has it", async () => {
+    for (const reason of ["function_call", "some_future_reason"]) {
+      const body = { model: "chat-4o", messages: [{ role: "user", content: `${reason} cached` }] };
+      const first = await postJson(`${on.gw.gatewayUrl}/v1/chat/completions`, on.key, body);
+      assert.equal(first.status, 200, first.text);
+      const hit = await postJson(`${on.gw.gatewayUrl}/v1/chat/completions`, on.key, { ...body, stream: true });
+      assert.equal(hit.headers["x-svc-cache"], "HIT");
+      const chunks = sseEvents(hit.text).filter((e) => e.data !== "[DONE]").map((e) => JSON.parse(e.data).choices[0]);
+      assert.deepEqual(chunks.map((c) => c.finish_reason), [...chunks.slice(1).map(() => null), reason], JSON.stringify(chunks));
+    }
+  });
+});

@@ -9,6 +9,7 @@ import {
 import { isObject, parseExtra, type JsonObject } from "../../../json.js";
 import type { UpstreamHttpRequest, UpstreamTarget } from "../adapter.js";
 import { messagesFromMessagesStyle, paramsFromMessagesStyle, refuseServerTools, refuseThread } from "./request-from-messages.js";
+import { saysWithoutContent } from "../../request-rules.js";
 import { toolCall } from "./tool-call.js";
 
 /**
@@ -85,11 +86,11 @@ function chatMessage(m: ChatMessage): JsonObject {
   }
   const parts = m.blocks.filter((b) => b.type !== BlockType.TOOL_USE);
   const calls = m.blocks.filter((b) => b.type === BlockType.TOOL_USE);
-  // No parts: the null content of an assistant turn that called tools (or a legacy function), or an
-  // empty array as sent (only such a turn may come without content).
-  const called = calls.length > 0 || out.function_call != null;
+  // No parts: the null content of an assistant turn that called tools, refused or answered in audio
+  // (saysWithoutContent), or an empty array as sent (only such a turn may come without content).
+  const said = m.role === "assistant" && saysWithoutContent(out, calls.length);
   if (m.contentIsString) out.content = parts.map((b) => b.text).join("");
-  else out.content = parts.length ? parts.map(contentPart).filter((p) => p !== undefined) : m.role === "assistant" && called ? null : [];
+  else out.content = parts.length ? parts.map(contentPart).filter((p) => p !== undefined) : said ? null : [];
   if (calls.length) out.tool_calls = calls.map((b) => toolCall(b, parseExtra(b.extraJson)));
   return out;
 }

@@ -11,7 +11,7 @@ import type { SseEvent } from "../../../sse.js";
 import { streamEvent } from "../../canonical.js";
 import type { StreamConverter } from "../adapter.js";
 import { convertOpenAiStreamError, invalidUpstreamResponse } from "./error.js";
-import { CUSTOM_CALL_EXTRA } from "./tool-call.js";
+import { answerCallExtra } from "./tool-call.js";
 import { finishForClient, toFinishReason, toUsage, withFinishReason } from "./usage.js";
 
 /**
@@ -184,7 +184,9 @@ class OpenAiStreamConverter implements StreamConverter {
       index = this.#openBlock(BlockType.TOOL_USE, {
         toolCallId: typeof call.id === "string" ? call.id : "",
         toolName: typeof fn.name === "string" ? fn.name : "",
-        ...(custom ? { extraJson: CUSTOM_CALL_EXTRA } : {}),
+        // The call's unnamed fields come with its first fragment (Gemini's extra_content).
+        extraJson: answerCallExtra(call, custom),
+        style: ApiStyle.CHAT_COMPLETIONS,
       }, chunk, out);
       this.#toolBlocks.set(key, index);
     }
@@ -193,7 +195,7 @@ class OpenAiStreamConverter implements StreamConverter {
     }
   }
 
-  #openBlock(type: BlockType, fields: { toolCallId?: string; toolName?: string; extraJson?: string }, chunk: JsonObject, out: StreamChatResponse[]): number {
+  #openBlock(type: BlockType, fields: { toolCallId?: string; toolName?: string; extraJson?: string; style?: ApiStyle }, chunk: JsonObject, out: StreamChatResponse[]): number {
     if (!this.#started) this.#start(chunk, out);
     this.#closeBlock(out);
     const index = this.#nextIndex++;

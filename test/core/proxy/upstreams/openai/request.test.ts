@@ -96,6 +96,17 @@ describe("openai request: from a chat-completions client (same style)", () => {
     assert.deepEqual(bodyOf(fromChatBody({ model: "chat-4o", messages })).messages, messages);
   });
 
+  it("sends an assistant turn that refused or answered in audio, without content, with content null", () => {
+    const messages = [
+      { role: "user", content: "hi" },
+      { role: "assistant", content: null, refusal: "I can't help with that." },
+      { role: "user", content: "say it" },
+      { role: "assistant", content: null, audio: { id: "audio_abc" } },
+      { role: "user", content: "again" },
+    ];
+    assert.deepEqual(bodyOf(fromChatBody({ model: "chat-4o", messages })).messages, messages);
+  });
+
   it("gives a tool call with no input the arguments {}", () => {
     const req = canonical({ style: ApiStyle.CHAT_COMPLETIONS, messages: [{ role: "assistant", blocks: [{ type: BlockType.TOOL_USE, toolCallId: "c", toolName: "f" }] }] });
     assert.deepEqual((bodyOf(req).messages as unknown[])[0], { role: "assistant", content: null, tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: "{}" } }] });

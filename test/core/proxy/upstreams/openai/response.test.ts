@@ -68,8 +68,18 @@ describe("openai response conversion", () => {
 
   it("converts tool calls to one tool-use block each, in order", () => {
     assert.deepEqual(json(toolBody).blocks, [
-      { type: "BLOCK_TYPE_TOOL_USE", toolCallId: "call_a", toolName: "get_weather", toolInputJson: '{"city":"Paris"}' },
-      { type: "BLOCK_TYPE_TOOL_USE", toolCallId: "call_b", toolName: "get_weather", toolInputJson: '{"city":"Tokyo"}' },
+      { type: "BLOCK_TYPE_TOOL_USE", toolCallId: "call_a", toolName: "get_weather", toolInputJson: '{"city":"Paris"}', style: "API_STYLE_CHAT_COMPLETIONS" },
+      { type: "BLOCK_TYPE_TOOL_USE", toolCallId: "call_b", toolName: "get_weather", toolInputJson: '{"city":"Tokyo"}', style: "API_STYLE_CHAT_COMPLETIONS" },
+    ]);
+  });
+
+  it("keeps a tool call's own fields, and its function's, in the block's extra_json (Gemini's extra_content)", () => {
+    const call = { id: "call_g", type: "function", function: { name: "f", arguments: "{}", x_fn: [1] }, extra_content: { google: { thought_signature: "s" } } };
+    const custom = { id: "call_c", type: "custom", custom: { name: "grep", input: "a.*b", x_c: true }, extra_content: 1 };
+    const body = { ...toolBody, choices: [{ ...toolBody.choices[0], message: { role: "assistant", content: null, tool_calls: [call, custom] } }] };
+    assert.deepEqual(json(body).blocks.map((b: { extraJson: string }) => JSON.parse(b.extraJson)), [
+      { extra_content: { google: { thought_signature: "s" } }, function: { x_fn: [1] } },
+      { extra_content: 1, custom: { x_c: true }, type: "custom" },
     ]);
   });
 
