@@ -47,9 +47,10 @@ export const lacksKey = (p: ProviderConfig): boolean => !p.apiKey && (p.keyRequi
  */
 export function providerWarning(p: ProviderConfig): string | undefined {
   if (lacksKey(p)) {
-    return p.keyRequired
-      ? `the ${p.name} provider names its key's variable ${p.apiKeyEnv}, which is unset or empty: its models are answered 502 upstream_not_configured until it is set`
-      : `${p.apiKeyEnv} is unset or empty: the ${p.name} provider's models are answered 502 upstream_not_configured until it is set (or start with --demo to answer every model from the built-in provider)`;
+    if (p.keyRequired) return `the ${p.name} provider names its key's variable ${p.apiKeyEnv}, which is unset or empty: its models are answered 502 upstream_not_configured until it is set`;
+    // A config file's provider at a public address that names no variable to read its key from.
+    if (!p.apiKeyEnv) return `the ${p.name} provider (${p.baseUrl}) needs a key and names no variable to read it from: its models are answered 502 upstream_not_configured until the config file gives it one (providers.${p.name}.apiKeyEnv)`;
+    return `${p.apiKeyEnv} is unset or empty: the ${p.name} provider's models are answered 502 upstream_not_configured until it is set (or start with --demo to answer every model from the built-in provider)`;
   }
   const path = new URL(p.baseUrl).pathname.replace(/\/+$/, "");
   const setting = p.baseUrlSetting ?? `the ${p.name} provider's base URL`;
@@ -420,8 +421,19 @@ function providers(env: NodeJS.ProcessEnv, file: JsonObject): Map<string, Provid
       // Not quoted: a key written where its variable's name goes is the usual mistake.
       throw new ConfigError(`${where}.apiKeyEnv must name an environment variable (letters, digits and _), got ${typeof p.apiKeyEnv === "string" ? "a string that is not one (not shown: it may be the key itself)" : `a ${Array.isArray(p.apiKeyEnv) ? "list" : p.apiKeyEnv === null ? "null" : typeof p.apiKeyEnv}`}`);
     }
+    const fileUrl = baseUrl(p.baseUrl, `${where}.baseUrl`);
+    const builtIn = out.get(name);
+    if (builtIn) {
+      // Redefining a built-in provider: its environment settings still apply over the file (the
+      // base URL's variable, when set, wins as every variable does), and its key's variable stays
+      // unless the file names another.
+      const urlVar = builtIn.baseUrlSetting!;
+      const key = typeof p.apiKeyEnv === "string" ? { apiKey: apiKeySetting(env, p.apiKeyEnv, ` (the key of ${where})`), apiKeyEnv: p.apiKeyEnv, keyRequired: true } : { apiKey: builtIn.apiKey, apiKeyEnv: builtIn.apiKeyEnv };
+      out.set(name, { name, style, baseUrl: env[urlVar] ? builtIn.baseUrl : fileUrl, ...key, baseUrlSetting: env[urlVar] ? urlVar : `${where}.baseUrl` });
+      continue;
+    }
     const apiKey = typeof p.apiKeyEnv === "string" ? apiKeySetting(env, p.apiKeyEnv, ` (the key of ${where})`) : "";
-    out.set(name, { name, style, baseUrl: baseUrl(p.baseUrl, `${where}.baseUrl`), apiKey, ...(typeof p.apiKeyEnv === "string" ? { apiKeyEnv: p.apiKeyEnv, keyRequired: true } : {}), baseUrlSetting: `${where}.baseUrl` });
+    out.set(name, { name, style, baseUrl: fileUrl, apiKey, ...(typeof p.apiKeyEnv === "string" ? { apiKeyEnv: p.apiKeyEnv, keyRequired: true } : {}), baseUrlSetting: `${where}.baseUrl` });
   }
   return out;
 }

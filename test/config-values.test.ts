@@ -331,6 +331,40 @@ describe("providers that are probably set up wrong are warned about at start", (
     }
   });
 
+  it("keeps a built-in provider's key variable, and its base URL variable over the file, when the config file redefines it", () => {
+    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
+    try {
+      const file = join(dir, "svc.config.json");
+      const write = (p: object) => writeFileSync(file, JSON.stringify({ providers: p }));
+      write({ openai: { style: "chat-completions", baseUrl: "http://127.0.0.1:9/v1" }, anthropic: { style: "messages", baseUrl: "https://api.anthropic.com" } });
+      const cfg = loadConfig({ SVC_CONFIG: file, SVC_OPENAI_API_KEY: "sk-kept" });
+      assert.deepEqual([cfg.providers.get("openai")!.apiKey, cfg.providers.get("openai")!.apiKeyEnv, cfg.providers.get("openai")!.baseUrl], ["sk-kept", "SVC_OPENAI_API_KEY", "http://127.0.0.1:9/v1"]);
+      // Without its key at its public address: warned of and refused by name, as the built-in one is.
+      assert.deepEqual([...cfg.providers.values()].map(providerWarning).filter(Boolean), [
+        "SVC_ANTHROPIC_API_KEY is unset or empty: the anthropic provider's models are answered 502 upstream_not_configured until it is set (or start with --demo to answer every model from the built-in provider)",
+      ]);
+      assert.equal(loadConfig({ SVC_CONFIG: file, SVC_OPENAI_BASE_URL: "http://127.0.0.1:8/v1" }).providers.get("openai")!.baseUrl, "http://127.0.0.1:8/v1", "the variable wins over the file");
+      write({ openai: { style: "chat-completions", baseUrl: "http://127.0.0.1:9/v1", apiKeyEnv: "SVC_TEST_OTHER_KEY" } });
+      const other = loadConfig({ SVC_CONFIG: file, SVC_OPENAI_API_KEY: "sk-not-this", SVC_TEST_OTHER_KEY: "sk-other" }).providers.get("openai")!;
+      assert.deepEqual([other.apiKey, other.apiKeyEnv], ["sk-other", "SVC_TEST_OTHER_KEY"]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("tells a config file's provider at a public address without apiKeyEnv to name one", () => {
+    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
+    try {
+      const file = join(dir, "svc.config.json");
+      writeFileSync(file, JSON.stringify({ providers: { oai2: { style: "chat-completions", baseUrl: "https://api.openai.com/v1" } } }));
+      assert.deepEqual(warningsOf({ SVC_CONFIG: file }), [
+        "the oai2 provider (https://api.openai.com/v1) needs a key and names no variable to read it from: its models are answered 502 upstream_not_configured until the config file gives it one (providers.oai2.apiKeyEnv)",
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("names the setting and where requests would go otherwise", () => {
     const [openai, anthropic] = warningsOf({ SVC_OPENAI_BASE_URL: "http://127.0.0.1:9", SVC_ANTHROPIC_BASE_URL: "http://127.0.0.1:9/v1" });
     assert.match(openai!, /^SVC_OPENAI_BASE_URL \(http:\/\/127\.0\.0\.1:9\) does not end in \/v1: chat requests go to http:\/\/127\.0\.0\.1:9\/chat\/completions/);

@@ -57,7 +57,7 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
     if (unserved) throw unserved;
     const { provider } = route!;
     if (lacksKey(provider)) {
-      const setting = provider.apiKeyEnv ? `set ${provider.apiKeyEnv}` : "set it";
+      const setting = provider.apiKeyEnv ? `set ${provider.apiKeyEnv}` : `name the variable holding it in the config file (providers.${provider.name}.apiKeyEnv)`;
       // Retrying cannot help until the operator acts: the SDKs are told not to (x-should-retry).
       throw withRetryGuidance(
         apiError(502, "api_error", "upstream_not_configured", `No API key is configured for the ${provider.name} provider: ${setting}, or start the gateway with --demo for the built-in provider.`),
