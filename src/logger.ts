@@ -31,6 +31,8 @@ export const log = {
   info: (msg: string, fields?: Record<string, unknown>) => write("info", msg, fields),
   warn: (msg: string, fields?: Record<string, unknown>) => write("warn", msg, fields),
   error: (msg: string, fields?: Record<string, unknown>) => write("error", msg, fields),
+  /** Whether a message at `level` is written: for one whose fields cost something to gather. */
+  enabled: (level: Level): boolean => order[level] >= threshold,
   setLevel: (level: Level) => {
     threshold = order[level];
   },

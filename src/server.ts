@@ -14,6 +14,7 @@ import { createAuthService } from "./core/auth/auth-service.js";
 import { createCacheBackend } from "./core/cache/cache-backend.js";
 import { createLimitsBackend } from "./core/limits/limits-backend.js";
 import { createTelemetryBackend } from "./core/telemetry/telemetry-backend.js";
+import { requestSummary } from "./core/telemetry/request-summary.js";
 import { createDirectClient } from "./core/direct-client.js";
 import { createCoreServer } from "./core/grpc-server.js";
 import { newRequestId } from "./core/ids.js";
@@ -201,7 +202,10 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         admitAhead: config.limits.admitAhead,
         maxRequestBytes: config.maxRequestBytes,
         // The writer queues in memory and never waits on the store: a request never waits for its log.
-        record: (entry) => void telemetry.recordRequest({ $typeName: "svc.telemetry.v1.RecordRequestRequest", log: entry }).catch((e) => log.warn("request log dropped", { err: String(e) })),
+        record: (entry) => {
+          if (log.enabled("debug")) log.debug("request", requestSummary(entry));
+          void telemetry.recordRequest({ $typeName: "svc.telemetry.v1.RecordRequestRequest", log: entry }).catch((e) => log.warn("request log dropped", { err: String(e) }));
+        },
         shutdown,
       }), config.gatewayPort, config.host, "SVC_GATEWAY_PORT", { errorHeaders: gatewayErrorHeaders, onCut: () => shutdown.cut(), timeouts: opts.clientTimeouts });
     listeners.push(gateway.close);
