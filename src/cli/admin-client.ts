@@ -142,6 +142,20 @@ export function createAdminClient(target: AdminTarget): Client<typeof AuthServic
   return createClient(AuthService, transportFor(target));
 }
 
+/**
+ * A client made at its first call, once the command's own arguments are read: a usage error
+ * (`--mode is required`) is told before a missing admin token, which resolveAdminTarget reports.
+ */
+export function madeAtFirstCall<T extends object>(make: () => T): T {
+  let made: T | undefined;
+  return new Proxy({} as T, {
+    get: (_target, method) => (...args: unknown[]) => {
+      made ??= make();
+      return (made as Record<PropertyKey, (...a: unknown[]) => unknown>)[method]!(...args);
+    },
+  });
+}
+
 /** The TelemetryService of the running server, for prompts. */
 export function createTelemetryAdminClient(target: AdminTarget): Client<typeof TelemetryService> {
   return createClient(TelemetryService, transportFor(target));

@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { MAX_PROMPT_BYTES } from "../core/telemetry/telemetry-service.js";
 import type { Prompt } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
-import { createTelemetryAdminClient, resolveAdminTarget, UsageError } from "./admin-client.js";
+import { createTelemetryAdminClient, madeAtFirstCall, resolveAdminTarget, UsageError } from "./admin-client.js";
 import { type Flags, need, out } from "./admin-commands.js";
 import { printable, table } from "./table.js";
 
@@ -28,7 +28,7 @@ const promptJson = (p: Prompt, withContent: boolean) => ({
  * /v1/prompts does for a key's project.
  */
 export async function promptsCommand(sub: string | undefined, args: string[], flags: Flags & { file?: string; version?: string }): Promise<void> {
-  const client = createTelemetryAdminClient(resolveAdminTarget(flags));
+  const client = madeAtFirstCall(() => createTelemetryAdminClient(resolveAdminTarget(flags)));
   // The server refuses a project id that names no project (NotFound, exit code 1) on every prompt
   // call, so a mistyped one files and lists nothing.
   const project = () => need(flags.project, "--project");
