@@ -1,3 +1,4 @@
+import { DEFAULT_SEND_STALL_MS } from "./drained.js";
 import type { Server } from "node:http";
 
 /**
@@ -18,6 +19,11 @@ export interface ClientTimeouts {
   idleMs: number;
   /** How often node:http checks `headersMs` and `requestMs` (each fires up to this much late). */
   checkIntervalMs: number;
+  /**
+   * An answer's client that takes none of its bytes for this long (a stalled reader, not a slow
+   * one) has its connection closed, as nginx's `send_timeout` (gateway port: src/drained.ts).
+   */
+  sendStallMs: number;
 }
 
 export const DEFAULT_CLIENT_TIMEOUTS: ClientTimeouts = {
@@ -26,6 +32,7 @@ export const DEFAULT_CLIENT_TIMEOUTS: ClientTimeouts = {
   // Longer than common load balancers' idle timeout.
   idleMs: 65_000,
   checkIntervalMs: 5_000,
+  sendStallMs: DEFAULT_SEND_STALL_MS,
 };
 
 /** `DEFAULT_CLIENT_TIMEOUTS` with some replaced (tests shorten them). */

@@ -35,6 +35,7 @@ import { CacheService } from "./gen/svc/cache/v1/cache_service_pb.js";
 import { LimitsService } from "./gen/svc/limits/v1/limits_service_pb.js";
 import { ApiStyle, ProxyService } from "./gen/svc/proxy/v1/proxy_service_pb.js";
 import { TelemetryService } from "./gen/svc/telemetry/v1/telemetry_service_pb.js";
+import { setSendStallMs } from "./drained.js";
 import { log } from "./logger.js";
 import { embeddedDataIn, embeddedDataWarning } from "./stores/embedded-data.js";
 import { removeLeftTemps } from "./stores/json-file.js";
@@ -386,9 +387,25 @@ async function serveHttp(
       if (closing && open.size === 0) drained?.();
     };
     res.once("close", done);
-    const p = handler(req, res);
-    if (p instanceof Promise) p.then(done, done);
-    else done();
+    const start = () => {
+      const p = handler(req, res);
+      if (p instanceof Promise) p.then(done, done);
+      else done();
+    };
+    if (res.socket !== null) return start();
+    // Pipelined behind an answer not yet out: served once that answer is written (this one is
+    // given the socket then), not at once. Node reads every request a chunk holds (hundreds of
+    // small ones in 64 KiB) before it pauses a connection whose answers are not read: served at
+    // once, a client that sends them and reads nothing had every answer made and held.
+    let started = false;
+    res.once("socket", () => {
+      started = true;
+      start();
+    });
+    // Dropped unserved with its connection (queue()): its handler's part is done.
+    res.once("close", () => {
+      if (!started) done();
+    });
   };
   // Host is checked by framingRefusal, which answers in the spec's shape (node:http's own had no body).
   const server = createServer({ requireHostHeader: false }, onRequest);
@@ -422,14 +439,16 @@ async function serveHttp(
   // it says only that nothing more is sent: that request is answered, then the connection closes.
   // Node's default dropped that answer, already paid upstream.
   (server as { httpAllowHalfOpen?: boolean }).httpAllowHalfOpen = true;
+  const timeouts = clientTimeouts(opts.timeouts);
   server.on("connection", (socket: Socket) => {
+    setSendStallMs(socket, timeouts.sendStallMs);
     socket.on("end", () => {
       const res = answering.get(socket);
       if (res && !res.writableFinished && !closesAfter(res.req)) socket.destroy();
     });
   });
   server.on("clientError", (err: Error, socket) => answerClientError(err, socket, opts.errorHeaders?.(socket)));
-  applyClientTimeouts(server, clientTimeouts(opts.timeouts));
+  applyClientTimeouts(server, timeouts);
   const actual = await listen(server, port, host, portSetting);
   /** Whether every request taken is done within `ms`. */
   const drainedWithin = (ms: number) =>

@@ -74,11 +74,11 @@ describe("slow clients", function () {
   this.timeout(30_000);
 
   it("are given the documented timeouts by default (README, Configuration)", () => {
-    assert.deepEqual(DEFAULT_CLIENT_TIMEOUTS, { headersMs: 60_000, requestMs: 300_000, idleMs: 65_000, checkIntervalMs: 5_000 });
+    assert.deepEqual(DEFAULT_CLIENT_TIMEOUTS, { headersMs: 60_000, requestMs: 300_000, idleMs: 65_000, checkIntervalMs: 5_000, sendStallMs: 60_000 });
   });
 
   describe("on the core port", () => {
-    const t: ClientTimeouts = { headersMs: 400, requestMs: 900, idleMs: 700, checkIntervalMs: 50 };
+    const t: ClientTimeouts = { headersMs: 400, requestMs: 900, idleMs: 700, checkIntervalMs: 50, sendStallMs: 60_000 };
     let core: CoreServer;
     let port: number;
     /** StreamChat's events: one every 150 ms for 2.1 s, longer than every timeout above. */

@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadConfig } from "../../src/config.js";
+import type { ClientTimeouts } from "../../src/client-timeouts.js";
 import { startServer, type RunningServer } from "../../src/server.js";
 import { createAdminClient } from "../../src/cli/admin-client.js";
 import { Plan } from "../../src/gen/svc/auth/v1/auth_service_pb.js";
@@ -18,7 +19,7 @@ export interface TestGateway extends RunningServer {
  * Starts the whole service in-process on free ports with a private data dir and the built-in demo
  * provider as its real HTTP upstream. `env` adds settings (e.g. SVC_REDIS_URL, timeouts).
  */
-export async function startTestGateway(env: Record<string, string> = {}, demo = true): Promise<TestGateway> {
+export async function startTestGateway(env: Record<string, string> = {}, demo = true, clientTimeouts?: Partial<ClientTimeouts>): Promise<TestGateway> {
   const dataDir = mkdtempSync(join(tmpdir(), "svc-test-"));
   const config = loadConfig({
     SVC_GATEWAY_PORT: "0",
@@ -28,7 +29,7 @@ export async function startTestGateway(env: Record<string, string> = {}, demo = 
     SVC_ADMIN_TOKEN: "test-admin-token",
     ...env,
   });
-  const running = await startServer(config, { demo });
+  const running = await startServer(config, { demo, clientTimeouts });
   const admin = createAdminClient({ server: running.grpcUrl, token: running.adminToken });
   return {
     ...running,

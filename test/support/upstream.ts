@@ -1,3 +1,4 @@
+import type { ClientTimeouts } from "../../src/client-timeouts.js";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { startTestGateway, type TestGateway } from "./gateway.js";
@@ -36,12 +37,12 @@ export interface ScriptedGateway {
  * it (plus `env`) before the suite's tests, and stop both after them. The returned object's fields
  * are set once `before` has run.
  */
-export function gatewayOnScriptedUpstream<B>(answer: (body: B, res: http.ServerResponse, req: http.IncomingMessage) => void, env: Record<string, string> = {}): ScriptedGateway {
+export function gatewayOnScriptedUpstream<B>(answer: (body: B, res: http.ServerResponse, req: http.IncomingMessage) => void, env: Record<string, string> = {}, clientTimeouts?: Partial<ClientTimeouts>): ScriptedGateway {
   const s = {} as ScriptedGateway;
   before(async () => {
     s.upstream = await scriptedUpstream(answer);
     const base = s.upstream.base;
-    s.gw = await startTestGateway({ SVC_OPENAI_BASE_URL: `${base}/v1`, SVC_OPENAI_API_KEY: "sk-test", SVC_ANTHROPIC_BASE_URL: base, SVC_ANTHROPIC_API_KEY: "sk-ant-test", ...env }, false);
+    s.gw = await startTestGateway({ SVC_OPENAI_BASE_URL: `${base}/v1`, SVC_OPENAI_API_KEY: "sk-test", SVC_ANTHROPIC_BASE_URL: base, SVC_ANTHROPIC_API_KEY: "sk-ant-test", ...env }, false, clientTimeouts);
     const p = await s.gw.project();
     s.key = p.live;
     s.projectId = p.projectId;

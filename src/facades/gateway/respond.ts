@@ -2,7 +2,7 @@ import type { ServerResponse } from "node:http";
 import type { StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { retryGuidanceOf, toErrorBody, toErrorInfo, type ErrorInfo } from "../../core/errors.js";
 import { isCanceled } from "../../core/proxy/proxy-service.js";
-import { drainedOrClosed } from "../../drained.js";
+import { drainedOrClosed, endWatched, sendStallMs, WRITE_PART_BYTES, writeInParts } from "../../drained.js";
 import { log } from "../../logger.js";
 import { answerBeforeBody, answeredBody, challengeOf } from "../http-errors.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
@@ -46,11 +46,21 @@ export function writeCompletion(res: ServerResponse, svc: SvcHeaders, extra: Rec
   return body;
 }
 
-/** Writes a JSON body with the given status and headers. */
+/**
+ * Writes a JSON body with the given status and headers. A large one (a long answer, a cached one)
+ * goes out in parts as its client takes them, and a client that stops taking them is cut
+ * (writeInParts), rather than the whole handed to the socket at once and held however long the
+ * client does not read.
+ */
 export function writeJson(res: ServerResponse, status: number, headers: object, body: string): void {
-  res.writeHead(status, { ...headers, "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(body) });
-  res.end(body);
+  const bytes = body.length <= SMALL_BODY_CHARS ? body : Buffer.from(body);
+  res.writeHead(status, { ...headers, "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(bytes) });
+  if (typeof bytes === "string") endWatched(res, bytes);
+  else void writeInParts(res, bytes, true);
 }
+
+/** Characters that fit in one part whatever they are (three bytes each at most, as UTF-16 code units). */
+const SMALL_BODY_CHARS = Math.floor(WRITE_PART_BYTES / 3);
 
 /**
  * Writes an error in the spec's shape (section 2.6). Internal errors are logged with the request id
@@ -142,16 +152,28 @@ export async function writeStream(
     if (!res.writableNeedDrain) res.write(": keep-alive\n\n");
     quiet!.refresh();
   };
-  const flush = () => {
-    if (!pending) return;
+  const take = (): string => {
     const text = pending;
     pending = "";
-    if (!res.destroyed) res.write(text);
     if (keepAliveMs > 0 && !ended) {
       if (quiet) quiet.refresh();
       else quiet = setTimeout(keepAlive, keepAliveMs);
     }
+    return text;
   };
+  const flush = () => {
+    if (!pending) return;
+    const text = take();
+    if (!res.destroyed) res.write(text);
+  };
+  // A large text (a cached answer served whole, an upstream chunk carrying much) goes out in parts
+  // as the client takes them; a client that stops taking them is cut (writeInParts).
+  const flushInParts = async () => {
+    if (pending.length <= SMALL_BODY_CHARS) return flush();
+    const text = take();
+    if (!res.destroyed) await writeInParts(res, text, false);
+  };
+  const stallMs = sendStallMs(res);
   const emit = (ev: StreamChatResponse) => {
     onEvent?.(ev);
     if (ev.event.case === "messageEnd") cost = ev.event.value.costUsd || "0";
@@ -170,8 +192,8 @@ export async function writeStream(
       // A client that reads slower than the upstream sends: the upstream is not read further (and
       // is paused in turn: core/proxy/upstream-http.ts) until the client's socket takes what is
       // written, so a slow or stalled reader holds a bounded buffer, not the whole answer.
-      if (pending.length >= res.writableHighWaterMark) flush();
-      if (res.writableNeedDrain) await drainedOrClosed(res);
+      if (pending.length >= res.writableHighWaterMark) await flushInParts();
+      if (res.writableNeedDrain) await drainedOrClosed(res, stallMs);
     }
   } catch (err) {
     // A client that left has no reader for an error event; its answer is still priced below.
@@ -187,11 +209,11 @@ export async function writeStream(
     // Ends the core's stream early when the client left, so it releases the upstream connection.
     await rest.return?.();
   }
-  flush();
+  await flushInParts();
   svc["X-Svc-Cost"] = cost ?? partialCost?.() ?? "0";
   if (!res.destroyed) {
     if (trailer) res.addTrailers({ "X-Svc-Cost": svc["X-Svc-Cost"] });
-    res.end();
+    endWatched(res);
   }
   return failure;
 }
