@@ -12,6 +12,8 @@ import { gatewayOnScriptedUpstream } from "../../support/upstream.js";
  */
 const MiB = 1024 * 1024;
 let calls = 0;
+/** Whether the gateway left a stream of the upstream's before its end. */
+let upstreamCut = false;
 
 function answer(body: { stream?: boolean; messages: Array<{ content: string }> }, res: http.ServerResponse): void {
   calls++;
@@ -30,7 +32,10 @@ function answer(body: { stream?: boolean; messages: Array<{ content: string }> }
       }
       res.end(chunk({}, "stop") + "data: [DONE]\n\n");
     };
-    res.on("close", () => (left = -1));
+    res.on("close", () => {
+      if (left > 0) upstreamCut = true;
+      left = -1;
+    });
     return more();
   }
   res.writeHead(200, { "content-type": "application/json" });
@@ -42,8 +47,8 @@ describe("a client that does not read its answers", function () {
   this.timeout(60_000);
   const STALL_MS = 1500;
   const on = gatewayOnScriptedUpstream(answer, { SVC_CACHE_DISABLED: "1", SVC_TELEMETRY_FLUSH_INTERVAL_MS: "100" }, { sendStallMs: STALL_MS });
-  const request = (content: string, key = on.key) => {
-    const body = JSON.stringify({ model: "chat-4o", messages: [{ role: "user", content }] });
+  const request = (content: string, key = on.key, stream = false) => {
+    const body = JSON.stringify({ model: "chat-4o", ...(stream ? { stream } : {}), messages: [{ role: "user", content }] });
     return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
   };
   const logs = async (key: string) => {
@@ -85,11 +90,11 @@ describe("a client that does not read its answers", function () {
     const socket = net.connect(Number(new URL(on.gw.gatewayUrl).port), "127.0.0.1");
     socket.on("error", () => {});
     socket.pause();
-    const body = JSON.stringify({ model: "chat-4o", stream: true, messages: [{ role: "user", content: `stalled stream size=${256 * MiB}` }] });
-    socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${live}\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+    socket.write(request(`stalled stream size=${256 * MiB}`, live, true));
     let rows: Array<{ status: number }> = [];
     await eventually(async () => (rows = await logs(live)).length > 0, 15_000, "the stalled stream's log");
     assert.equal(rows[0]!.status, 499);
+    await eventually(() => upstreamCut, 5000, "the upstream's stream cut");
     socket.destroy();
   });
 
