@@ -109,6 +109,18 @@ function outputFromChat(extra: JsonObject): JsonObject {
  */
 function blocksFromChat(m: ChatMessage, path: string, model: string): JsonObject[] {
   const out: JsonObject[] = [];
+  if (m.role === "assistant" && m.extraJson !== "") {
+    // An earlier answer the client sends back in OpenAI's forms without content: an audio answer
+    // has no counterpart; a refusal is what the model said, as text (as a refusal answer reads for
+    // a messages client).
+    const extra = parseExtra(m.extraJson);
+    if (isObject(extra.audio)) {
+      throw invalidRequest("unsupported_parameter", `\`${path}.audio\` is an earlier audio answer: ${routed(model)}, which has no audio; send its transcript as the turn's content.`);
+    }
+    if (typeof extra.refusal === "string" && extra.refusal !== "" && !m.blocks.some((b) => b.type === BlockType.TEXT && b.text !== "")) {
+      out.push({ type: "text", text: extra.refusal });
+    }
+  }
   let call = 0;
   for (const [k, b] of m.blocks.entries()) {
     if (isCustomCall(b)) {

@@ -173,6 +173,19 @@ describe("anthropic request: from the chat-completions style", () => {
     assert.deepEqual(b.messages, [{ role: "user", content: "hi" }]);
   });
 
+  it("sends an earlier refusal sent back without content as the assistant's text, and refuses an earlier audio answer", () => {
+    const b = chat({ messages: [user("a", C), { role: "assistant", blocks: [], extraJson: '{"refusal":"I can\'t help with that."}' }, user("b", C)] });
+    assert.deepEqual(b.messages, [
+      { role: "user", content: "a" },
+      { role: "assistant", content: "I can't help with that." },
+      { role: "user", content: "b" },
+    ]);
+    assert.throws(
+      () => chat({ messages: [user("a", C), { role: "assistant", blocks: [], extraJson: '{"audio":{"id":"audio_1"}}' }, user("b", C)] }),
+      (e: Error) => toErrorInfo(e).code === "unsupported_parameter" && e.message.includes("`messages[1].audio`"),
+    );
+  });
+
   it("turns tool turns into one user turn of tool_result blocks, ahead of the user's text", () => {
     const b = chat({
       messages: [
