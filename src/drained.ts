@@ -9,9 +9,9 @@ import type { Socket } from "node:net";
  */
 export function drainedOrClosed(res: ServerResponse, stallMs = 0): Promise<void> {
   return new Promise((resolve) => {
-    const timer = stallMs > 0 ? setTimeout(() => res.destroy(), stallMs) : undefined;
+    const stop = stallMs > 0 ? cutWhenStalled(res, stallMs) : undefined;
     const done = () => {
-      clearTimeout(timer);
+      stop?.();
       res.off("drain", done);
       res.off("close", done);
       resolve();
@@ -66,12 +66,42 @@ export function endWatched(res: ServerResponse, last?: Buffer | string): void {
   if (!socket || socket.writableLength === 0 || res.destroyed) return;
   const stallMs = sendStallMs(res);
   if (stallMs <= 0) return;
-  const timer = setTimeout(() => res.destroy(), stallMs);
+  const stop = cutWhenStalled(res, stallMs);
   const done = () => {
-    clearTimeout(timer);
+    stop();
     res.off("finish", done);
     res.off("close", done);
   };
   res.on("finish", done);
   res.on("close", done);
+}
+
+/** A socket's own queue: what libuv holds that the kernel has not taken yet (it shrinks as the client reads). */
+type WithQueue = { _handle?: { writeQueueSize?: number } | null };
+
+/** The bytes waiting on `res`'s client: fewer as it takes any of them. */
+function waiting(res: ServerResponse): number {
+  const socket = res.socket;
+  if (!socket) return 0;
+  return socket.writableLength + ((socket as unknown as WithQueue)._handle?.writeQueueSize ?? 0);
+}
+
+/**
+ * Cuts `res`'s connection once its client has taken none of the bytes waiting for it for
+ * `stallMs`, as nginx's `send_timeout` counts between two writes that make progress: a slow reader,
+ * taking any, is never cut. Looked at a few times per `stallMs`; returns the stop.
+ */
+function cutWhenStalled(res: ServerResponse, stallMs: number): () => void {
+  let left = waiting(res);
+  let progressAt = performance.now();
+  const check = setInterval(() => {
+    const now = waiting(res);
+    if (now < left) progressAt = performance.now();
+    left = now;
+    if (performance.now() - progressAt >= stallMs) {
+      clearInterval(check);
+      res.destroy();
+    }
+  }, Math.max(20, Math.min(stallMs / 4, 5000)));
+  return () => clearInterval(check);
 }

@@ -100,6 +100,42 @@ describe("a client that does not read its answers", function () {
 
 });
 
+describe("a client that reads its answer in small sips", function () {
+  this.timeout(60_000);
+  const STALL_MS = 1500;
+  const on = gatewayOnScriptedUpstream(answer, { SVC_CACHE_DISABLED: "1" }, { sendStallMs: STALL_MS });
+
+  it("is not cut while it takes some bytes within each stall limit, taking far less than a part in it", async () => {
+    const size = 2 * MiB;
+    const body = JSON.stringify({ model: "chat-4o", stream: true, messages: [{ role: "user", content: `sips size=${size}` }] });
+    const socket = net.connect(Number(new URL(on.gw.gatewayUrl).port), "127.0.0.1");
+    socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${on.key}\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+    const t0 = Date.now();
+    let got = 0;
+    let sip = 0;
+    // Takes 128 KiB (two loopback segments' worth), then nothing for a third of the stall limit.
+    socket.on("data", (d: Buffer) => {
+      got += d.length;
+      sip += d.length;
+      if (d.includes("[DONE]")) socket.end();
+      else if (sip >= 128 * 1024) socket.pause();
+    });
+    socket.pause();
+    const reading = setInterval(() => {
+      sip = 0;
+      socket.resume();
+    }, STALL_MS / 3);
+    const ended = await new Promise<boolean>((resolve) => {
+      socket.on("close", () => resolve(got > size));
+      setTimeout(() => resolve(false), 40_000);
+    });
+    clearInterval(reading);
+    socket.destroy();
+    assert.ok(ended, `read ${got} bytes of a ${size}-character answer in ${Date.now() - t0} ms`);
+    assert.ok(Date.now() - t0 > STALL_MS, `read in ${Date.now() - t0} ms: not slow enough to tell`);
+  });
+});
+
 describe("a client that reads its answer slowly", function () {
   this.timeout(60_000);
   // Longer than the reader's pauses, and than Linux takes to reopen a full receive window (once
