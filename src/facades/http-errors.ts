@@ -231,10 +231,7 @@ export function answerClientError(err: Error & { code?: string }, socket: Duplex
     // its answer, then the bad one its error, then the connection closes. (Cutting the connection
     // here would lose an answer its client is owed, and that the log says was given.)
     stash[BEHIND] = true;
-    res.once("finish", () => answerClientErrorNow(err, socket, headers));
-    res.once("close", () => {
-      if (!res.writableFinished) socket.destroy();
-    });
+    answerAfter(res, err, socket, headers);
     return;
   }
   if (res?.headersSent) {
@@ -242,6 +239,22 @@ export function answerClientError(err: Error & { code?: string }, socket: Duplex
     return;
   }
   answerClientErrorNow(err, socket, headers);
+}
+
+/**
+ * Answers a bad request once the answers before it are out: `res`'s, then those of the requests
+ * pipelined between (each is given the socket, and served, when the one before it is out:
+ * server.ts), so the error is read as the bad request's own. A connection lost meanwhile is closed.
+ */
+function answerAfter(res: InFlight, err: Error & { code?: string }, socket: Duplex, headers: Record<string, string>): void {
+  res.once("finish", () => {
+    const next = inFlight(socket);
+    if (next && next !== res && !next.writableFinished) answerAfter(next, err, socket, headers);
+    else answerClientErrorNow(err, socket, headers);
+  });
+  res.once("close", () => {
+    if (!res.writableFinished) socket.destroy();
+  });
 }
 
 function answerClientErrorNow(err: Error & { code?: string }, socket: Duplex, headers: Record<string, string>): void {

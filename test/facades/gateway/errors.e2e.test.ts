@@ -385,6 +385,11 @@ describe("gateway errors: the spec's status and error object for every kind of b
     // The bad request has an id of its own.
     const ids = [...raw.matchAll(/\r\nX-Svc-Request-Id: (req_\w+)\r\n/g)].map((m) => m[1]);
     assert.equal(new Set(ids).size, 2, raw);
+    // Every whole request before it is answered first, each served in its turn: the error is the bad one's.
+    const slow = post(JSON.stringify(chat("pipelined slow [[fake:delay=300]]")));
+    const two = await exchange(`${slow}${post(JSON.stringify(chat("pipelined second")))}GARBAGE \x01\r\n\r\n`);
+    assert.deepEqual(statusLines(two), ["HTTP/1.1 200", "HTTP/1.1 200", "HTTP/1.1 400"], two);
+    assert.match(two, /"object":"chat.completion"[\s\S]*"object":"chat.completion"[\s\S]*"code":"malformed_request"/);
     // Refused requests before the garbage are answered too.
     const bad = await exchange(`${post('{"model": ')}GARBAGE \x01\r\n\r\n`);
     assert.deepEqual(statusLines(bad), ["HTTP/1.1 400", "HTTP/1.1 400"], bad);
