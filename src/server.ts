@@ -36,6 +36,7 @@ import { LimitsService } from "./gen/svc/limits/v1/limits_service_pb.js";
 import { ApiStyle, ProxyService } from "./gen/svc/proxy/v1/proxy_service_pb.js";
 import { TelemetryService } from "./gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { setSendStallMs } from "./drained.js";
+import { noteWaitingForTurn } from "./facades/turn.js";
 import { log } from "./logger.js";
 import { embeddedDataIn, embeddedDataWarning } from "./stores/embedded-data.js";
 import { removeLeftTemps } from "./stores/json-file.js";
@@ -397,6 +398,7 @@ async function serveHttp(
     // given the socket then), not at once. Node reads every request a chunk holds (hundreds of
     // small ones in 64 KiB) before it pauses a connection whose answers are not read: served at
     // once, a client that sends them and reads nothing had every answer made and held.
+    noteWaitingForTurn(req);
     let started = false;
     res.once("socket", () => {
       started = true;

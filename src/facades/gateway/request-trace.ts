@@ -42,7 +42,7 @@ function loggable(costUsd: string, requestId: string): string {
 export class RequestTrace {
   /** Arrival, epoch microseconds; strictly increasing within the process (see micros.ts). */
   readonly startUs = arrivalMicros();
-  readonly #t0 = performance.now();
+  readonly #t0: number;
   projectId = "";
   keyId = "";
   keyMode = KeyMode.UNSPECIFIED;
@@ -65,10 +65,14 @@ export class RequestTrace {
   requestBody = "";
   responseBody = "";
 
+  /** `waitedMs`: how long the request waited for its turn before it was served (pipelined), counted in its latency. */
   constructor(
     readonly requestId: string,
     readonly endpoint: string,
-  ) {}
+    waitedMs = 0,
+  ) {
+    this.#t0 = performance.now() - waitedMs;
+  }
 
   /** Marks the first byte of the response as written (once). */
   firstByte(): void {

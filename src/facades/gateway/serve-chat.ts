@@ -30,6 +30,7 @@ import { parseExtra } from "../../core/json.js";
 import { Lru } from "../../core/lru.js";
 import { atMostEvery, log } from "../../logger.js";
 import { answeredBody, shuttingDown } from "../http-errors.js";
+import { waitedForTurnMs } from "../turn.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
@@ -200,7 +201,7 @@ export const newGatewayState = (): GatewayState => ({
  * the key is known good; any other key's body is read only once the key is.
  */
 export async function serveChat(req: IncomingMessage, res: ServerResponse, s: Surface, deps: GatewayDeps, state: GatewayState, requestId: string): Promise<void> {
-  const trace = new RequestTrace(requestId, s.path);
+  const trace = new RequestTrace(requestId, s.path, waitedForTurnMs(req));
   try {
     await serve(req, res, s, deps, state, trace);
   } finally {

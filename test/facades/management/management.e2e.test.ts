@@ -367,6 +367,26 @@ describe("management API: request logs, analytics and prompts (real gateway, emb
       assert.deepEqual((await get("/v1/logs", own.live)).json().data.map((l: { status: number }) => l.status), [499]);
     });
 
+    it("counts a pipelined request's latency from its arrival, its wait for its turn included", async () => {
+      const own = await gw.project(Plan.PRO);
+      const { hostname, port } = new URL(gw.gatewayUrl);
+      const post = (content: string) => rawChat(own.live, content);
+      await new Promise<void>((resolve) => {
+        const socket = connect({ port: Number(port), host: hostname }, () => socket.write(post("turn one [[fake:delay=600]]") + post("turn two")));
+        let text = "";
+        socket.setEncoding("utf8").on("data", (d: string) => {
+          text += d;
+          if ((text.match(/chat\.completion"/g) ?? []).length === 2) socket.destroy();
+        });
+        socket.on("error", () => {});
+        socket.on("close", () => resolve());
+      });
+      const rows = (await until(() => get("/v1/logs", own.live), (r) => r.status === 200 && r.json().data.length >= 2)).json().data as Array<{ status: number; latency_ms: number }>;
+      // Newest first: the second waited for the first's 600 ms.
+      assert.deepEqual(rows.map((l) => l.status), [200, 200]);
+      assert.ok(rows[0]!.latency_ms >= 500, `the second's latency ${rows[0]!.latency_ms} ms`);
+    });
+
     it("answers many requests pipelined on one connection without a listener warning", async () => {
       const own = await gw.project(Plan.PRO);
       const { hostname, port } = new URL(gw.gatewayUrl);
