@@ -400,7 +400,14 @@ async function serveHttp(
     // once, a client that sends them and reads nothing had every answer made and held.
     noteWaitingForTurn(req);
     let started = false;
-    res.once("socket", () => {
+    res.once("socket", (given: Socket) => {
+      // The connection cut as the answer before it ended (a client that stopped reading): never
+      // served. Node gives it the dead socket all the same, which closes nothing more.
+      if (given.destroyed) {
+        res.destroy();
+        res.emit("close");
+        return;
+      }
       started = true;
       start();
     });

@@ -386,10 +386,20 @@ describe("gateway errors: the spec's status and error object for every kind of b
     const ids = [...raw.matchAll(/\r\nX-Svc-Request-Id: (req_\w+)\r\n/g)].map((m) => m[1]);
     assert.equal(new Set(ids).size, 2, raw);
     // Every whole request before it is answered first, each served in its turn: the error is the bad one's.
-    const slow = post(JSON.stringify(chat("pipelined slow [[fake:delay=300]]")));
-    const two = await exchange(`${slow}${post(JSON.stringify(chat("pipelined second")))}GARBAGE \x01\r\n\r\n`);
+    // Each first request slow and new (not a cache hit), so that the ones behind it wait their turn.
+    const slow = (n: number) => post(JSON.stringify(chat(`pipelined slow ${n} [[fake:delay=300]]`)));
+    const two = await exchange(`${slow(1)}${post(JSON.stringify(chat("pipelined second")))}GARBAGE \x01\r\n\r\n`);
     assert.deepEqual(statusLines(two), ["HTTP/1.1 200", "HTTP/1.1 200", "HTTP/1.1 400"], two);
     assert.match(two, /"object":"chat.completion"[\s\S]*"object":"chat.completion"[\s\S]*"code":"malformed_request"/);
+    // Headers too large after several: the same order (431 last).
+    const big = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Pad: ${"a".repeat(20_000)}\r\n\r\n`;
+    const tail = await exchange(`${slow(2)}${post(JSON.stringify(chat("pipelined third")))}${big}`);
+    assert.deepEqual(statusLines(tail), ["HTTP/1.1 200", "HTTP/1.1 200", "HTTP/1.1 431"], tail);
+    // A request that closes the connection ends it: it is answered, what follows it is not (RFC 9112 9.6).
+    const closing = await exchange(`${slow(3)}${post(JSON.stringify(chat("pipelined closing")), "Connection: close\r\n")}${post(JSON.stringify(chat("pipelined after close")))}`);
+    assert.deepEqual(statusLines(closing), ["HTTP/1.1 200", "HTTP/1.1 200"], closing);
+    assert.match(closing, /Connection: close/);
+    assert.doesNotMatch(closing, /pipelined after close/);
     // Refused requests before the garbage are answered too.
     const bad = await exchange(`${post('{"model": ')}GARBAGE \x01\r\n\r\n`);
     assert.deepEqual(statusLines(bad), ["HTTP/1.1 400", "HTTP/1.1 400"], bad);

@@ -85,6 +85,23 @@ describe("a client that does not read its answers", function () {
     socket.destroy();
   });
 
+  it("serves nothing more on a connection cut for a stall: the requests pipelined behind are dropped unserved", async () => {
+    const { live } = await on.gw.project();
+    const socket = net.connect(Number(new URL(on.gw.gatewayUrl).port), "127.0.0.1");
+    socket.on("error", () => {});
+    socket.pause();
+    // Small answers: many are taken by the connection's buffers before one is left waiting.
+    socket.write(Array.from({ length: 400 }, (_, i) => request(`small ${i} size=16000`, live)).join(""));
+    let rows: Array<{ status: number }> = [];
+    await eventually(async () => (rows = await logs(live)).some((r) => r.status === 499), 20_000, "the cut request's log");
+    const callsAtCut = calls;
+    await new Promise((r) => setTimeout(r, STALL_MS + 1000));
+    rows = await logs(live);
+    assert.equal(rows.filter((r) => r.status === 499).length, 1, JSON.stringify(rows.slice(0, 5)));
+    assert.equal(calls, callsAtCut, "no upstream call after the cut");
+    socket.destroy();
+  });
+
   it("cuts a stream whose client takes nothing for the stall limit, its upstream call with it", async () => {
     const { live } = await on.gw.project();
     const socket = net.connect(Number(new URL(on.gw.gatewayUrl).port), "127.0.0.1");
