@@ -114,8 +114,38 @@ describe("a client that does not read its answers", function () {
     await eventually(() => upstreamCut, 5000, "the upstream's stream cut");
     socket.destroy();
   });
-
 });
+
+/**
+ * Asks `gatewayUrl` for an answer of `size` characters (a stream when `stream`) and reads it in
+ * bursts of `burstBytes`, one every `everyMs`; resolves with whether it all came, and how long it took.
+ */
+async function readInBursts(gatewayUrl: string, key: string, size: number, stream: boolean, burstBytes: number, everyMs: number): Promise<{ whole: boolean; ms: number; got: number }> {
+  const body = JSON.stringify({ model: "chat-4o", ...(stream ? { stream } : {}), messages: [{ role: "user", content: `bursts of ${burstBytes} size=${size}` }] });
+  const socket = net.connect(Number(new URL(gatewayUrl).port), "127.0.0.1");
+  socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+  const t0 = Date.now();
+  let got = 0;
+  let burst = 0;
+  socket.on("data", (d: Buffer) => {
+    got += d.length;
+    burst += d.length;
+    if (got > size && (!stream || d.includes("[DONE]"))) socket.end();
+    else if (burst >= burstBytes) socket.pause();
+  });
+  socket.pause();
+  const reading = setInterval(() => {
+    burst = 0;
+    socket.resume();
+  }, everyMs);
+  const whole = await new Promise<boolean>((resolve) => {
+    socket.on("close", () => resolve(got > size));
+    setTimeout(() => resolve(false), 40_000);
+  });
+  clearInterval(reading);
+  socket.destroy();
+  return { whole, ms: Date.now() - t0, got };
+}
 
 describe("a client that reads its answer in small sips", function () {
   this.timeout(60_000);
@@ -123,33 +153,10 @@ describe("a client that reads its answer in small sips", function () {
   const on = gatewayOnScriptedUpstream(answer, { SVC_CACHE_DISABLED: "1" }, { sendStallMs: STALL_MS });
 
   it("is not cut while it takes some bytes within each stall limit, taking far less than a part in it", async () => {
-    const size = 2 * MiB;
-    const body = JSON.stringify({ model: "chat-4o", stream: true, messages: [{ role: "user", content: `sips size=${size}` }] });
-    const socket = net.connect(Number(new URL(on.gw.gatewayUrl).port), "127.0.0.1");
-    socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${on.key}\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
-    const t0 = Date.now();
-    let got = 0;
-    let sip = 0;
-    // Takes 128 KiB (two loopback segments' worth), then nothing for a third of the stall limit.
-    socket.on("data", (d: Buffer) => {
-      got += d.length;
-      sip += d.length;
-      if (d.includes("[DONE]")) socket.end();
-      else if (sip >= 128 * 1024) socket.pause();
-    });
-    socket.pause();
-    const reading = setInterval(() => {
-      sip = 0;
-      socket.resume();
-    }, STALL_MS / 3);
-    const ended = await new Promise<boolean>((resolve) => {
-      socket.on("close", () => resolve(got > size));
-      setTimeout(() => resolve(false), 40_000);
-    });
-    clearInterval(reading);
-    socket.destroy();
-    assert.ok(ended, `read ${got} bytes of a ${size}-character answer in ${Date.now() - t0} ms`);
-    assert.ok(Date.now() - t0 > STALL_MS, `read in ${Date.now() - t0} ms: not slow enough to tell`);
+    // 128 KiB (two loopback segments' worth), then nothing for a third of the stall limit.
+    const read = await readInBursts(on.gw.gatewayUrl, on.key, 2 * MiB, true, 128 * 1024, STALL_MS / 3);
+    assert.ok(read.whole, `read ${read.got} bytes in ${read.ms} ms`);
+    assert.ok(read.ms > STALL_MS, `read in ${read.ms} ms: not slow enough to tell`);
   });
 });
 
@@ -161,32 +168,10 @@ describe("a client that reads its answer slowly", function () {
   const on = gatewayOnScriptedUpstream(answer, { SVC_CACHE_DISABLED: "1" }, { sendStallMs: STALL_MS });
 
   it("is not cut while it keeps taking bytes, however long the answer takes", async () => {
-    // More than the connection's buffers hold, so the gateway waits on the reader.
-    const size = 48 * MiB;
-    const body = JSON.stringify({ model: "chat-4o", messages: [{ role: "user", content: `slow size=${size}` }] });
-    const socket = net.connect(Number(new URL(on.gw.gatewayUrl).port), "127.0.0.1");
-    socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${on.key}\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
-    const t0 = Date.now();
-    let got = 0;
-    let burst = 0;
-    // Takes 8 MiB, then nothing for a second, again and again.
-    socket.on("data", (d: Buffer) => {
-      got += d.length;
-      burst += d.length;
-      if (got > size) socket.end();
-      else if (burst >= 8 * MiB) socket.pause();
-    });
-    const reading = setInterval(() => {
-      burst = 0;
-      socket.resume();
-    }, 1000);
-    const ended = await new Promise<boolean>((resolve) => {
-      socket.on("close", () => resolve(got > size));
-      setTimeout(() => resolve(false), 40_000);
-    });
-    clearInterval(reading);
-    socket.destroy();
-    assert.ok(ended, `read ${got} bytes of a ${size}-character answer`);
-    assert.ok(Date.now() - t0 > STALL_MS, `read in ${Date.now() - t0} ms: not slow enough to tell`);
+    // More than the connection's buffers hold, so the gateway waits on the reader: 8 MiB, then
+    // nothing for a second, again and again.
+    const read = await readInBursts(on.gw.gatewayUrl, on.key, 48 * MiB, false, 8 * MiB, 1000);
+    assert.ok(read.whole, `read ${read.got} bytes in ${read.ms} ms`);
+    assert.ok(read.ms > STALL_MS, `read in ${read.ms} ms: not slow enough to tell`);
   });
 });
