@@ -53,6 +53,8 @@ export const MESSAGE_FIELDS: ReadonlySet<string> = new Set(["role", "content"]);
 export const CHAT_TEXT_PART_FIELDS: ReadonlySet<string> = new Set(["type", "text"]);
 /** Fields of a chat-completions `tool_calls` item. */
 export const CHAT_TOOL_CALL_FIELDS: ReadonlySet<string> = new Set(["id", "type", "function"]);
+/** Fields of a chat-completions custom tool's call named by the canonical model (its `type` stays in extra_json, marking it). */
+export const CHAT_CUSTOM_CALL_FIELDS: ReadonlySet<string> = new Set(["id", "custom"]);
 
 /**
  * Whether a chat-style assistant turn says something without `content` (which is then null): it
@@ -62,8 +64,7 @@ export const CHAT_TOOL_CALL_FIELDS: ReadonlySet<string> = new Set(["id", "type",
  */
 export const saysWithoutContent = (m: Readonly<Record<string, unknown>>, calls: number): boolean =>
   calls > 0 || (m.function_call !== undefined && m.function_call !== null) || typeof m.refusal === "string" || (typeof m.audio === "object" && m.audio !== null && !Array.isArray(m.audio));
-/** Fields of a chat-completions custom tool's call named by the canonical model (its `type` stays in extra_json, marking it). */
-export const CHAT_CUSTOM_CALL_FIELDS: ReadonlySet<string> = new Set(["id", "custom"]);
+
 /** Fields of a chat-completions tool; unnamed fields of its `function` ride under `function` in extra_json. */
 export const CHAT_TOOL_FIELDS: ReadonlySet<string> = new Set(["type", "function"]);
 /** Fields of a chat-completions tool's `function`. */
