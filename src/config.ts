@@ -422,18 +422,18 @@ function providers(env: NodeJS.ProcessEnv, file: JsonObject): Map<string, Provid
       throw new ConfigError(`${where}.apiKeyEnv must name an environment variable (letters, digits and _), got ${typeof p.apiKeyEnv === "string" ? "a string that is not one (not shown: it may be the key itself)" : `a ${Array.isArray(p.apiKeyEnv) ? "list" : p.apiKeyEnv === null ? "null" : typeof p.apiKeyEnv}`}`);
     }
     const fileUrl = baseUrl(p.baseUrl, `${where}.baseUrl`);
+    const fileKey = typeof p.apiKeyEnv === "string" ? { apiKey: apiKeySetting(env, p.apiKeyEnv, ` (the key of ${where})`), apiKeyEnv: p.apiKeyEnv, keyRequired: true } : undefined;
     const builtIn = out.get(name);
     if (builtIn) {
       // Redefining a built-in provider: its environment settings still apply over the file (the
       // base URL's variable, when set, wins as every variable does), and its key's variable stays
       // unless the file names another.
       const urlVar = builtIn.baseUrlSetting!;
-      const key = typeof p.apiKeyEnv === "string" ? { apiKey: apiKeySetting(env, p.apiKeyEnv, ` (the key of ${where})`), apiKeyEnv: p.apiKeyEnv, keyRequired: true } : { apiKey: builtIn.apiKey, apiKeyEnv: builtIn.apiKeyEnv };
+      const key = fileKey ?? { apiKey: builtIn.apiKey, apiKeyEnv: builtIn.apiKeyEnv };
       out.set(name, { name, style, baseUrl: env[urlVar] ? builtIn.baseUrl : fileUrl, ...key, baseUrlSetting: env[urlVar] ? urlVar : `${where}.baseUrl` });
       continue;
     }
-    const apiKey = typeof p.apiKeyEnv === "string" ? apiKeySetting(env, p.apiKeyEnv, ` (the key of ${where})`) : "";
-    out.set(name, { name, style, baseUrl: fileUrl, apiKey, ...(typeof p.apiKeyEnv === "string" ? { apiKeyEnv: p.apiKeyEnv, keyRequired: true } : {}), baseUrlSetting: `${where}.baseUrl` });
+    out.set(name, { name, style, baseUrl: fileUrl, ...(fileKey ?? { apiKey: "" }), baseUrlSetting: `${where}.baseUrl` });
   }
   return out;
 }

@@ -3,7 +3,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { ApiKey, Project } from "../gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../gen/svc/common/v1/key_mode_pb.js";
 import { planName, planOf } from "../core/auth/plans.js";
-import { createAdminClient, createLimitsAdminClient, madeAtFirstCall, resolveAdminTarget, UsageError } from "./admin-client.js";
+import { type AdminTarget, createAdminClient, createLimitsAdminClient, madeAtFirstCall, resolveAdminTarget, UsageError } from "./admin-client.js";
 import { type LimitFlags, limitChangeFromFlags, projectChangeFromFlags, projectDetailJson, projectDetailText } from "./project-view.js";
 import { table } from "./table.js";
 
@@ -46,7 +46,10 @@ export const need = (v: string | undefined, flag: string): string => {
 };
 
 export async function projectsCommand(sub: string | undefined, args: string[], flags: Flags): Promise<void> {
-  const client = madeAtFirstCall(() => createAdminClient(resolveAdminTarget(flags)));
+  // Found once (the token may be read from a file), at the first call.
+  let found: AdminTarget | undefined;
+  const target = () => (found ??= resolveAdminTarget(flags));
+  const client = madeAtFirstCall(() => createAdminClient(target()));
   switch (sub) {
     case "create": {
       const name = need(flags.name, "--name");
@@ -81,7 +84,7 @@ export async function projectsCommand(sub: string | undefined, args: string[], f
       );
       // Usage is a nicety: a server without limits (or with its store down) still shows the project,
       // saying why the month's spend is missing (read as none spent, it would mislead).
-      const usage = await createLimitsAdminClient(resolveAdminTarget(flags)).getUsage({ projectId: id }).catch((e: unknown) => {
+      const usage = await createLimitsAdminClient(target()).getUsage({ projectId: id }).catch((e: unknown) => {
         const why = e instanceof ConnectError ? e.rawMessage : String((e as Error)?.message ?? e);
         process.stderr.write(`note: this month's spend and request counts are not shown: ${why}\n`);
         return undefined;

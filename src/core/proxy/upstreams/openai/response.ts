@@ -2,7 +2,7 @@ import { ApiStyle, BlockType, type Completion, type ContentBlock, type StreamCha
 import { extraJson, isObject, type JsonObject, withExtraField } from "../../../json.js";
 import { completion, contentBlock } from "../../canonical.js";
 import { invalidUpstreamResponse } from "./error.js";
-import { answerCallExtra } from "./tool-call.js";
+import { answerCallExtra, callParts } from "./tool-call.js";
 import { finishForClient, toFinishReason, toUsage, withFinishReason } from "./usage.js";
 
 const kTopKnown: ReadonlySet<string> = new Set(["id", "object", "created", "model", "choices", "usage"]);
@@ -56,13 +56,12 @@ function blocksOf(message: JsonObject): ContentBlock[] {
 function toolUseBlock(call: JsonObject): ContentBlock {
   // A custom tool's call: its free-text input kept as it is, the block marked as such.
   const custom = call.type === "custom" && isObject(call.custom);
-  const fn = isObject(custom ? call.custom : call.function) ? ((custom ? call.custom : call.function) as JsonObject) : {};
-  const input = custom ? fn.input : fn.arguments;
+  const { name, input } = callParts(call, custom);
   return contentBlock({
     type: BlockType.TOOL_USE,
     toolCallId: typeof call.id === "string" ? call.id : "",
-    toolName: typeof fn.name === "string" ? fn.name : "",
-    toolInputJson: typeof input === "string" ? input : "",
+    toolName: name,
+    toolInputJson: input,
     extraJson: answerCallExtra(call, custom),
     style: ApiStyle.CHAT_COMPLETIONS,
   });

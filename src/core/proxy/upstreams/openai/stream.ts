@@ -11,7 +11,7 @@ import type { SseEvent } from "../../../sse.js";
 import { streamEvent } from "../../canonical.js";
 import type { StreamConverter } from "../adapter.js";
 import { convertOpenAiStreamError, invalidUpstreamResponse } from "./error.js";
-import { answerCallExtra } from "./tool-call.js";
+import { answerCallExtra, callParts } from "./tool-call.js";
 import { finishForClient, toFinishReason, toUsage, withFinishReason } from "./usage.js";
 
 /**
@@ -177,20 +177,19 @@ class OpenAiStreamConverter implements StreamConverter {
     // A custom tool's call streams its free-text input as a function's arguments stream: under
     // `custom` instead of `function`.
     const custom = call.type === "custom" || (call.function === undefined && isObject(call.custom));
-    const fn = isObject(custom ? call.custom : call.function) ? ((custom ? call.custom : call.function) as JsonObject) : {};
-    const input = custom ? fn.input : fn.arguments;
+    const { name, input } = callParts(call, custom);
     let index = this.#toolBlocks.get(key);
     if (index === undefined) {
       index = this.#openBlock(BlockType.TOOL_USE, {
         toolCallId: typeof call.id === "string" ? call.id : "",
-        toolName: typeof fn.name === "string" ? fn.name : "",
+        toolName: name,
         // The call's unnamed fields come with its first fragment (Gemini's extra_content).
         extraJson: answerCallExtra(call, custom),
         style: ApiStyle.CHAT_COMPLETIONS,
       }, chunk, out);
       this.#toolBlocks.set(key, index);
     }
-    if (typeof input === "string" && input !== "") {
+    if (input !== "") {
       out.push(streamEvent({ case: "blockDelta", value: { index, partialJson: input } }));
     }
   }

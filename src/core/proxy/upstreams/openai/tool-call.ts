@@ -17,6 +17,17 @@ const kFunctionKnown: ReadonlySet<string> = new Set(["name", "arguments"]);
 const kCustomKnown: ReadonlySet<string> = new Set(["name", "input"]);
 
 /**
+ * The name and input text (free text for a custom tool's call, JSON arguments otherwise; "" where
+ * not a string) of a tool call in an upstream's answer, whole or a stream's fragment of it.
+ */
+export function callParts(call: JsonObject, custom: boolean): { name: string; input: string } {
+  const inner = custom ? call.custom : call.function;
+  const fn = isObject(inner) ? inner : {};
+  const input = custom ? fn.input : fn.arguments;
+  return { name: typeof fn.name === "string" ? fn.name : "", input: typeof input === "string" ? input : "" };
+}
+
+/**
  * The extra_json of a tool call in an upstream's answer (whole, or a stream's first fragment of the
  * call): the call's fields the canonical block does not name (Gemini's `extra_content` with the
  * thought signature a client must send back, ...), those of its `function` (or `custom`) object
