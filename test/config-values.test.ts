@@ -5,6 +5,16 @@ import { join } from "node:path";
 import { clusterWarnings, ConfigError, loadConfig, providerWarning } from "../src/config.js";
 import { coreReadMaxBytes } from "../src/server.js";
 
+/** Runs `fn` with the path of a config file in a directory of its own, removed after. */
+function withConfigFile(fn: (file: string) => void): void {
+  const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
+  try {
+    fn(join(dir, "svc.config.json"));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 /** Bad settings stop the server at start with a message naming the setting, never start it quietly wrong. */
 describe("configuration values", () => {
   for (const [name, value] of [
@@ -51,14 +61,10 @@ describe("configuration values", () => {
     ]) {
       assert.throws(() => loadConfig({ [name]: value }), (e: Error) => e instanceof ConfigError && e.message.includes(name) && e.message.includes(`up to ${max},`), `${name}=${value}`);
     }
-    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
-    try {
-      const file = join(dir, "svc.config.json");
+    withConfigFile((file) => {
       writeFileSync(file, JSON.stringify({ maxRequestBytes: 2_200_000_000 }));
       assert.throws(() => loadConfig({ SVC_CONFIG: file }), (e: Error) => e instanceof ConfigError && e.message.includes("config maxRequestBytes must be a positive integer up to 268435456 (256 MiB)"));
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
     const largest = loadConfig({ SVC_MAX_REQUEST_BYTES: "268435456", SVC_CACHE_MAX_ENTRY_BYTES: "268435456" });
     assert.equal(coreReadMaxBytes(largest) <= 2 ** 32 - 1, true, "the core port's limit stays within what its HTTP/2 stack takes");
   });
@@ -71,9 +77,7 @@ describe("configuration values", () => {
   });
 
   it("refuses a config file's model or provider name, or price, of the wrong type or empty, rather than coercing it", () => {
-    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
-    try {
-      const file = join(dir, "svc.config.json");
+    withConfigFile((file) => {
       const model = { surface: "chat-completions", provider: "openai", upstreamModel: "gpt-x", inputPer1M: "1", outputPer1M: "2" };
       for (const [change, says] of [
         [{ upstreamModel: {} }, "config models.m.upstreamModel must be a non-empty string without spaces at either end, got {}"],
@@ -94,15 +98,11 @@ describe("configuration values", () => {
       writeFileSync(file, JSON.stringify({ models: { m: { ...model, inputPer1M: 2.5, outputPer1M: 10 } } }));
       const m = loadConfig({ SVC_CONFIG: file }).models.get("m")!;
       assert.deepEqual([m.provider, m.upstreamModel, m.inputPer1M, m.outputPer1M], ["openai", "gpt-x", "2.5", "10"]);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 
   it("refuses a price above 10000 USD per 1M tokens, beyond which a request's X-Svc-Cost would go past what its log holds", () => {
-    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
-    try {
-      const file = join(dir, "svc.config.json");
+    withConfigFile((file) => {
       const model = { surface: "chat-completions", provider: "openai", upstreamModel: "gpt-x", inputPer1M: "1", outputPer1M: "2" };
       for (const [key, value] of [["inputPer1M", "123456789012345678901234567890"], ["outputPer1M", "10000.000001"], ["cacheReadPer1M", 10001], ["cacheWrite1hPer1M", "99999"]] as const) {
         writeFileSync(file, JSON.stringify({ models: { m: { ...model, [key]: value } } }));
@@ -114,15 +114,11 @@ describe("configuration values", () => {
       }
       writeFileSync(file, JSON.stringify({ models: { m: { ...model, inputPer1M: "10000", outputPer1M: "10000" } } }));
       assert.equal(loadConfig({ SVC_CONFIG: file }).models.get("m")!.inputPer1M, "10000");
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 
   it("refuses a provider style or model surface that only an object's prototype has (constructor, toString), or not a string", () => {
-    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
-    try {
-      const file = join(dir, "svc.config.json");
+    withConfigFile((file) => {
       for (const [content, says] of [
         [{ providers: { p: { style: "constructor", baseUrl: "http://127.0.0.1:9/v1" } } }, 'config providers.p.style must be "chat-completions" or "messages"'],
         [{ providers: { p: { style: "__proto__", baseUrl: "http://127.0.0.1:9/v1" } } }, 'config providers.p.style must be "chat-completions" or "messages"'],
@@ -134,9 +130,7 @@ describe("configuration values", () => {
         writeFileSync(file, JSON.stringify(content));
         assert.throws(() => loadConfig({ SVC_CONFIG: file }), (e: Error) => e instanceof ConfigError && e.message === says, JSON.stringify(content));
       }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 
   it("refuses a Redis URL whose database is not a number (the client would SELECT it as written), without showing its password", () => {
@@ -182,9 +176,7 @@ describe("configuration values", () => {
   });
 
   it("refuses a config file key it does not know, at any level, naming it", () => {
-    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
-    try {
-      const file = join(dir, "svc.config.json");
+    withConfigFile((file) => {
       for (const [content, key] of [
         [{ modelz: {} }, "modelz"],
         [{ timeouts: { firstbyteMs: 5 } }, "firstbyteMs"],
@@ -207,9 +199,7 @@ describe("configuration values", () => {
       }
       writeFileSync(file, JSON.stringify({ timeouts: { firstByteMs: 5000 }, maxRequestBytes: 1024 }));
       assert.equal(loadConfig({ SVC_CONFIG: file }).timeouts.firstByteMs, 5000);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 });
 
@@ -299,9 +289,7 @@ describe("providers that are probably set up wrong are warned about at start", (
   });
 
   it("refuses a provider API key with whitespace or control characters (a secret file's newline), naming the variable, never the key", () => {
-    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
-    try {
-      const file = join(dir, "svc.config.json");
+    withConfigFile((file) => {
       writeFileSync(file, JSON.stringify({ providers: { local: { style: "chat-completions", baseUrl: "http://127.0.0.1:9/v1", apiKeyEnv: "SVC_TEST_LOCAL_KEY" } } }));
       for (const [env, says] of [
         [{ SVC_OPENAI_API_KEY: "sk-HIDDENkey1\n" }, /^SVC_OPENAI_API_KEY holds leading or trailing whitespace \(such as the trailing newline of a secret file\)/],
@@ -314,27 +302,19 @@ describe("providers that are probably set up wrong are warned about at start", (
       }
       assert.equal(loadConfig({ SVC_OPENAI_API_KEY: "sk-proj-Ab_9-x" }).providers.get("openai")!.apiKey, "sk-proj-Ab_9-x");
       assert.equal(loadConfig({ SVC_CONFIG: file, SVC_TEST_LOCAL_KEY: "k.1" }).providers.get("local")!.apiKey, "k.1");
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 
   it("warns of a config file's provider whose key variable is unset, wherever it is", () => {
-    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
-    try {
-      const file = join(dir, "svc.config.json");
+    withConfigFile((file) => {
       writeFileSync(file, JSON.stringify({ providers: { local: { style: "chat-completions", baseUrl: "http://127.0.0.1:9/v1", apiKeyEnv: "SVC_TEST_NO_SUCH_KEY" } } }));
       assert.deepEqual(warningsOf({ SVC_CONFIG: file }), ["the local provider names its key's variable SVC_TEST_NO_SUCH_KEY, which is unset or empty: its models are answered 502 upstream_not_configured until it is set"]);
       assert.deepEqual(warningsOf({ SVC_CONFIG: file, SVC_TEST_NO_SUCH_KEY: "k" }), []);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 
   it("keeps a built-in provider's key variable, and its base URL variable over the file, when the config file redefines it", () => {
-    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
-    try {
-      const file = join(dir, "svc.config.json");
+    withConfigFile((file) => {
       const write = (p: object) => writeFileSync(file, JSON.stringify({ providers: p }));
       write({ openai: { style: "chat-completions", baseUrl: "http://127.0.0.1:9/v1" }, anthropic: { style: "messages", baseUrl: "https://api.anthropic.com" } });
       const cfg = loadConfig({ SVC_CONFIG: file, SVC_OPENAI_API_KEY: "sk-kept" });
@@ -347,22 +327,16 @@ describe("providers that are probably set up wrong are warned about at start", (
       write({ openai: { style: "chat-completions", baseUrl: "http://127.0.0.1:9/v1", apiKeyEnv: "SVC_TEST_OTHER_KEY" } });
       const other = loadConfig({ SVC_CONFIG: file, SVC_OPENAI_API_KEY: "sk-not-this", SVC_TEST_OTHER_KEY: "sk-other" }).providers.get("openai")!;
       assert.deepEqual([other.apiKey, other.apiKeyEnv], ["sk-other", "SVC_TEST_OTHER_KEY"]);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 
   it("tells a config file's provider at a public address without apiKeyEnv to name one", () => {
-    const dir = mkdtempSync(join(tmpdir(), "svc-config-"));
-    try {
-      const file = join(dir, "svc.config.json");
+    withConfigFile((file) => {
       writeFileSync(file, JSON.stringify({ providers: { oai2: { style: "chat-completions", baseUrl: "https://api.openai.com/v1" } } }));
       assert.deepEqual(warningsOf({ SVC_CONFIG: file }), [
         "the oai2 provider (https://api.openai.com/v1) needs a key and names no variable to read it from: its models are answered 502 upstream_not_configured until the config file gives it one (providers.oai2.apiKeyEnv)",
       ]);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 
   it("names the setting and where requests would go otherwise", () => {

@@ -43,13 +43,24 @@ function answer(body: { stream?: boolean; messages: Array<{ content: string }> }
   res.end(JSON.stringify({ id: "chatcmpl-big", object: "chat.completion", created: 1750431500, model: "gpt-4o", choices: [{ index: 0, message, finish_reason: "stop" }], usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 } }));
 }
 
+/** A chat completions request as raw HTTP/1.1. */
+function requestText(content: string, key: string, stream = false): string {
+  const body = JSON.stringify({ model: "chat-4o", ...(stream ? { stream } : {}), messages: [{ role: "user", content }] });
+  return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+}
+
 describe("a client that does not read its answers", function () {
   this.timeout(60_000);
   const STALL_MS = 1500;
   const on = gatewayOnScriptedUpstream(answer, { SVC_CACHE_DISABLED: "1", SVC_TELEMETRY_FLUSH_INTERVAL_MS: "100" }, { sendStallMs: STALL_MS });
-  const request = (content: string, key = on.key, stream = false) => {
-    const body = JSON.stringify({ model: "chat-4o", ...(stream ? { stream } : {}), messages: [{ role: "user", content }] });
-    return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+  const request = (content: string, key = on.key, stream = false) => requestText(content, key, stream);
+  /** Sends `text` on a connection of its own and reads nothing of what comes back. */
+  const sendUnread = (text: string): net.Socket => {
+    const socket = net.connect(Number(new URL(on.gw.gatewayUrl).port), "127.0.0.1");
+    socket.on("error", () => {});
+    socket.pause();
+    socket.write(text);
+    return socket;
   };
   const logs = async (key: string) => {
     const r = await rawRequest(`${on.gw.managementUrl}/v1/logs?limit=100`, { method: "GET", headers: { authorization: `Bearer ${key}` } });
@@ -58,10 +69,7 @@ describe("a client that does not read its answers", function () {
 
   it("has one pipelined answer made at a time: twelve requests sent, none read, the upstream asked for the first few only", async () => {
     calls = 0;
-    const socket = net.connect(Number(new URL(on.gw.gatewayUrl).port), "127.0.0.1");
-    socket.on("error", () => {});
-    socket.pause();
-    socket.write(Array.from({ length: 12 }, (_, i) => request(`pipelined ${i} size=${16 * MiB}`)).join(""));
+    const socket = sendUnread(Array.from({ length: 12 }, (_, i) => request(`pipelined ${i} size=${16 * MiB}`)).join(""));
     await eventually(() => calls >= 1, 10_000, "the first request at the upstream");
     await new Promise((r) => setTimeout(r, 1000));
     // Each answer is more than the connection's buffers hold: the next is begun only once the one
@@ -72,10 +80,7 @@ describe("a client that does not read its answers", function () {
 
   it("has its connection closed once it has taken nothing for the stall limit, its request logged 499", async () => {
     const { live } = await on.gw.project();
-    const socket = net.connect(Number(new URL(on.gw.gatewayUrl).port), "127.0.0.1");
-    socket.on("error", () => {});
-    socket.pause();
-    socket.write(request(`stalled size=${16 * MiB}`, live));
+    const socket = sendUnread(request(`stalled size=${16 * MiB}`, live));
     const t0 = Date.now();
     let rows: Array<{ status: number }> = [];
     await eventually(async () => (rows = await logs(live)).length > 0, 15_000, "the stalled request's log");
@@ -87,11 +92,8 @@ describe("a client that does not read its answers", function () {
 
   it("serves nothing more on a connection cut for a stall: the requests pipelined behind are dropped unserved", async () => {
     const { live } = await on.gw.project();
-    const socket = net.connect(Number(new URL(on.gw.gatewayUrl).port), "127.0.0.1");
-    socket.on("error", () => {});
-    socket.pause();
     // Small answers: many are taken by the connection's buffers before one is left waiting.
-    socket.write(Array.from({ length: 400 }, (_, i) => request(`small ${i} size=16000`, live)).join(""));
+    const socket = sendUnread(Array.from({ length: 400 }, (_, i) => request(`small ${i} size=16000`, live)).join(""));
     let rows: Array<{ status: number }> = [];
     await eventually(async () => (rows = await logs(live)).some((r) => r.status === 499), 20_000, "the cut request's log");
     const callsAtCut = calls;
@@ -104,10 +106,7 @@ describe("a client that does not read its answers", function () {
 
   it("cuts a stream whose client takes nothing for the stall limit, its upstream call with it", async () => {
     const { live } = await on.gw.project();
-    const socket = net.connect(Number(new URL(on.gw.gatewayUrl).port), "127.0.0.1");
-    socket.on("error", () => {});
-    socket.pause();
-    socket.write(request(`stalled stream size=${256 * MiB}`, live, true));
+    const socket = sendUnread(request(`stalled stream size=${256 * MiB}`, live, true));
     let rows: Array<{ status: number }> = [];
     await eventually(async () => (rows = await logs(live)).length > 0, 15_000, "the stalled stream's log");
     assert.equal(rows[0]!.status, 499);
@@ -121,9 +120,8 @@ describe("a client that does not read its answers", function () {
  * bursts of `burstBytes`, one every `everyMs`; resolves with whether it all came, and how long it took.
  */
 async function readInBursts(gatewayUrl: string, key: string, size: number, stream: boolean, burstBytes: number, everyMs: number): Promise<{ whole: boolean; ms: number; got: number }> {
-  const body = JSON.stringify({ model: "chat-4o", ...(stream ? { stream } : {}), messages: [{ role: "user", content: `bursts of ${burstBytes} size=${size}` }] });
   const socket = net.connect(Number(new URL(gatewayUrl).port), "127.0.0.1");
-  socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+  socket.write(requestText(`bursts of ${burstBytes} size=${size}`, key, stream));
   const t0 = Date.now();
   let got = 0;
   let burst = 0;
