@@ -135,6 +135,8 @@ export interface Config {
   adminToken: string | undefined;
   /** Largest accepted request body, in bytes. */
   maxRequestBytes: number;
+  /** The bytes of request bodies coming in, all requests together (facades/gateway/body-budget.ts). */
+  maxBodyBytesInFlight: number;
   /**
    * A live stream that has sent nothing for this long gets an SSE comment (`: keep-alive`), which
    * the SDKs skip, so a proxy's idle timeout in front does not cut it while the upstream is quiet
@@ -633,6 +635,23 @@ function ports(env: NodeJS.ProcessEnv): { gatewayPort: number; managementPort: n
 }
 
 /**
+ * The largest request body (SVC_MAX_REQUEST_BYTES, or the config file's maxRequestBytes; 4 MiB),
+ * and the bytes of bodies coming in at once (SVC_MAX_BODY_BYTES_IN_FLIGHT; by default 256 MiB or
+ * four of the largest body, whichever is more), which must hold at least one whole body.
+ */
+function bodySizes(env: NodeJS.ProcessEnv, file: JsonObject): { maxRequestBytes: number; maxBodyBytesInFlight: number } {
+  const maxRequestBytes = env.SVC_MAX_REQUEST_BYTES
+    ? positiveInt(env.SVC_MAX_REQUEST_BYTES, "SVC_MAX_REQUEST_BYTES", MAX_BODY_BYTES, "256 MiB")
+    : file.maxRequestBytes === undefined ? 4 * 1024 * 1024 : positiveInt(file.maxRequestBytes, "config maxRequestBytes", MAX_BODY_BYTES, "256 MiB");
+  if (!env.SVC_MAX_BODY_BYTES_IN_FLIGHT) return { maxRequestBytes, maxBodyBytesInFlight: Math.max(256 * 1024 * 1024, 4 * maxRequestBytes) };
+  const maxBodyBytesInFlight = positiveInt(env.SVC_MAX_BODY_BYTES_IN_FLIGHT, "SVC_MAX_BODY_BYTES_IN_FLIGHT");
+  if (maxBodyBytesInFlight < maxRequestBytes) {
+    throw new ConfigError(`SVC_MAX_BODY_BYTES_IN_FLIGHT must be at least the largest request body (SVC_MAX_REQUEST_BYTES, ${maxRequestBytes}), got ${maxBodyBytesInFlight}`);
+  }
+  return { maxRequestBytes, maxBodyBytesInFlight };
+}
+
+/**
  * Reads the configuration: environment variables for addresses, credentials and ports, and a JSON
  * file (`SVC_CONFIG`, else `./svc.config.json` when present) for models, prices, extra providers
  * and timeouts. Throws ConfigError naming the first bad setting.
@@ -650,9 +669,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dataDir,
     redisUrl: redisUrl(env.SVC_REDIS_URL),
     adminToken: env.SVC_ADMIN_TOKEN ? checkAdminToken(env.SVC_ADMIN_TOKEN, "SVC_ADMIN_TOKEN") : undefined,
-    maxRequestBytes: env.SVC_MAX_REQUEST_BYTES
-      ? positiveInt(env.SVC_MAX_REQUEST_BYTES, "SVC_MAX_REQUEST_BYTES", MAX_BODY_BYTES, "256 MiB")
-      : file.maxRequestBytes === undefined ? 4 * 1024 * 1024 : positiveInt(file.maxRequestBytes, "config maxRequestBytes", MAX_BODY_BYTES, "256 MiB"),
+    ...bodySizes(env, file),
     streamKeepAliveMs: streamKeepAlive(env.SVC_STREAM_KEEPALIVE_MS),
     timeouts: timeouts(env, file),
     cache: cache(env),

@@ -25,6 +25,7 @@ import { createUpstreamHttp } from "./core/proxy/upstream-http.js";
 import { createAnthropicAdapter } from "./core/proxy/upstreams/anthropic/adapter.js";
 import { createOpenAiAdapter } from "./core/proxy/upstreams/openai/adapter.js";
 import { startFakeProvider, type FakeProvider } from "./demo/fake-provider.js";
+import { BodyBudget } from "./facades/gateway/body-budget.js";
 import { createGatewayHandler } from "./facades/gateway/gateway-app.js";
 import { answerClientError, fileAnswer, framingRefusal, requestIdOnSocket, shuttingDown, writeRawError, writeRefusal } from "./facades/http-errors.js";
 import { cutText } from "./core/text.js";
@@ -203,6 +204,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         streamKeepAliveMs: config.streamKeepAliveMs,
         admitAhead: config.limits.admitAhead,
         maxRequestBytes: config.maxRequestBytes,
+        bodyBudget: new BodyBudget(config.maxBodyBytesInFlight),
         // The writer queues in memory and never waits on the store: a request never waits for its log.
         record: (entry) => {
           if (log.enabled("debug")) log.debug("request", requestSummary(entry));

@@ -1,6 +1,7 @@
 import { isUtf8 } from "node:buffer";
 import type { IncomingMessage } from "node:http";
-import { invalidApiKey, invalidRequest } from "../../core/errors.js";
+import { apiError, invalidApiKey, invalidRequest, withRetryGuidance } from "../../core/errors.js";
+import type { BodyBudget } from "./body-budget.js";
 import { isObject, JSON_ITEMS_COUNTED, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, setOwn } from "../../core/json.js";
 import { startsWithCalendarDate } from "../../core/calendar.js";
 import { bodyBrokenOff, headerLines, refuseRepeatedAuthorization } from "../http-errors.js";
@@ -132,38 +133,50 @@ export const notUtf8 = () =>
 /**
  * Reads the body as text (UTF-8, whatever its Content-Type: contentTypeError() judges that),
  * refusing bodies over `maxBytes`. Bytes that are not UTF-8 are read as U+FFFD and flagged, so the
- * caller can refuse the body and still log what came.
+ * caller can refuse the body and still log what came. With a `budget`, the body counts in it while
+ * it comes in, and is refused 503 `gateway_overloaded` if the budget drops it (body-budget.ts).
  */
-export function readBodyText(req: IncomingMessage, maxBytes: number): Promise<BodyText> {
+export function readBodyText(req: IncomingMessage, maxBytes: number, budget?: BodyBudget): Promise<BodyText> {
   const declared = Number(req.headers["content-length"] ?? NaN);
   if (declared > maxBytes) throw tooLarge(maxBytes);
   // Events, not `for await`: the stream's async iterator costs more than the rest of the read.
   return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
+    let chunks: Buffer[] = [];
     let size = 0;
+    // Stops reading: the rest of the body is drained unread so the connection stays usable.
+    const stop = (err: Error) => {
+      req.off("data", onData);
+      req.resume();
+      chunks = [];
+      reject(err);
+    };
+    const account = budget?.open(() => stop(bodiesOverBudget()));
     const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > maxBytes) {
-        req.off("data", onData);
-        req.resume(); // drain the rest unread so the connection stays usable
-        reject(tooLarge(maxBytes));
+        account?.close();
+        stop(tooLarge(maxBytes));
         return;
       }
       chunks.push(chunk);
+      account?.take(chunk.length);
     };
     req.on("data", onData);
     // A body that broke off (the client left, or node:http answered its socket: timeout, bad framing):
     // what had come is kept with the error, for the request's log.
     req.once("error", () => {
+      account?.close();
       const err = bodyBrokenOff(req.socket);
-      if (size <= maxBytes) partialBodies.set(err, Buffer.concat(chunks).toString("utf8"));
+      if (size <= maxBytes && !account?.dropped) partialBodies.set(err, Buffer.concat(chunks).toString("utf8"));
       reject(err);
     });
     req.once("end", () => {
-      if (size > maxBytes) return;
+      account?.close();
+      if (size > maxBytes || account?.dropped) return;
       const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
       resolve({ text: bytes.toString("utf8"), utf8: isUtf8(bytes) });
     });
+    if (account) req.once("close", () => account.close());
   });
 }
 
@@ -172,6 +185,10 @@ const partialBodies = new WeakMap<object, string>();
 
 /** What had come of a body before it broke off, when `err` is `readBodyText`'s error for it. */
 export const partialBodyOf = (err: unknown): string | undefined => (typeof err === "object" && err !== null ? partialBodies.get(err) : undefined);
+
+/** A body the gateway dropped as it came in, the bodies then coming in holding more than their budget. */
+const bodiesOverBudget = () =>
+  withRetryGuidance(apiError(503, "api_error", "gateway_overloaded", "The gateway is holding more request bodies than it can right now, and this one, the largest coming in, was dropped; retry shortly."), { "retry-after": "1" });
 
 const tooLarge = (max: number) => invalidRequest("request_too_large", `The request body is larger than the limit of ${max} bytes.`);
 

@@ -34,6 +34,7 @@ import { waitedForTurnMs } from "../turn.js";
 import { type CachePolicy, cachePolicyOf } from "./cache-control.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
 import { admissionError, rateLimitHeaders } from "./rate-limit-headers.js";
+import type { BodyBudget } from "./body-budget.js";
 import { apiKeyOf, betasOf, type BodyText, checkProviderVersion, contentTypeError, type JsonBody, metadataOf, notUtf8, parseJsonBody, partialBodyOf, readBodyText, refuseOverflowedNumbers, userIdOf } from "./request-input.js";
 import { CachedAnswer, CachedAnswers, type PreparedRequest, PreparedRequests } from "./hit-memo.js";
 import { MAX_LOGGED_BODY_CHARS, RequestTrace } from "./request-trace.js";
@@ -65,6 +66,8 @@ export interface GatewayDeps {
    */
   admitAhead?: boolean;
   maxRequestBytes: number;
+  /** The bytes of bodies coming in, all requests together (SVC_MAX_BODY_BYTES_IN_FLIGHT): body-budget.ts. */
+  bodyBudget?: BodyBudget;
   /** Takes each request's log record (telemetry); must not block or throw. */
   record?: (log: RequestLog) => void;
   /** Whether request and response bodies go into the log records. */
@@ -640,7 +643,7 @@ async function ahead(req: IncomingMessage, s: Surface, deps: GatewayDeps, guess:
     const badType = contentTypeError(req);
     let read: BodyText;
     try {
-      read = await readBodyText(req, deps.maxRequestBytes);
+      read = await readBodyText(req, deps.maxRequestBytes, deps.bodyBudget);
     } catch (e) {
       out.text = partialBodyOf(e);
       throw badType ?? e;
