@@ -107,6 +107,25 @@ describe("ClickHouse telemetry store", function () {
 
     const dayRange = (p: string) => ({ projectId: p, fromSec: T0 / 1000 - 86_400, toSec: T0 / 1000 + 86_400, groupLimit: 10 });
 
+    it("rolls up metadata keys up to 64 and values up to 256 characters counted as JavaScript counts them, not as bytes", async () => {
+      const p = project();
+      const cjk = (n: number) => "中".repeat(n); // 3 bytes, one UTF-16 unit each
+      const emoji = (n: number) => "😀".repeat(n); // 4 bytes, two UTF-16 units each
+      const within = [cjk(256), emoji(128), `${emoji(127)}ab`];
+      const beyond = [cjk(257), emoji(129)];
+      const rows = [...within, ...beyond].map((v, i) => logRow(i, { project_id: p, metadata: { team: v, [cjk(64)]: "k" } }));
+      rows.push(logRow(9, { project_id: p, metadata: { [cjk(65)]: "k" } }));
+      await engine().store.insert("live", rows, token());
+      const groups = async (granularity: "minute" | "hour" | "day", groupBy: string) =>
+        new Set((await engine().store.analytics({ ...dayRange(p), granularity, groupBy: groupBy as never })).groups.map((g) => g.key));
+      assert.deepEqual(await groups("minute", "metadata.team"), new Set([...within, ...beyond]), "the minute series reads the logs");
+      for (const granularity of ["hour", "day"] as const) {
+        assert.deepEqual(await groups(granularity, "metadata.team"), new Set(within), granularity);
+        assert.deepEqual(await groups(granularity, `metadata.${cjk(64)}`), new Set(["k"]), granularity);
+        assert.deepEqual(await groups(granularity, `metadata.${cjk(65)}`), new Set(), granularity);
+      }
+    });
+
     it("stores and counts a batch once, however often it is retried under its token", async () => {
       const p = project();
       const one = logRow(1, { project_id: p });
