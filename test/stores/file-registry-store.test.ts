@@ -55,6 +55,18 @@ describe("file registry store: a change its file cannot take", () => {
     await store.close();
   });
 
+  it("refuses every change of a batch its file cannot take, and applies none of them", async () => {
+    const store = await createFileRegistryStore(dir);
+    await store.createProject(record("proj_a"));
+    breakDir();
+    const key = (id: string) => ({ id, projectId: "proj_a", mode: "live" as const, hash: `h_${id}`, displayPrefix: "p", description: "", createdAt: 1 });
+    const results = await Promise.allSettled([store.createProject(record("proj_b")), store.createKey(key("key_1"), 10), store.createKey(key("key_2"), 10), store.updateProject("proj_a", (p) => ({ ...p, plan: "pro" }))]);
+    for (const r of results) assert.ok(r.status === "rejected" && r.reason instanceof RegistryUnavailableError, JSON.stringify(r));
+    assert.deepEqual((await store.listProjects()).map((p) => [p.id, p.plan]), [["proj_a", "free"]]);
+    assert.deepEqual(await store.listKeys("proj_a"), []);
+    await store.close();
+  });
+
   it("answers the admin call 503 auth_unavailable saying nothing was changed", async () => {
     const store = await createFileRegistryStore(dir);
     const auth = createDirectClient(AuthService, createAuthService({ store }));
@@ -66,5 +78,34 @@ describe("file registry store: a change its file cannot take", () => {
     });
     assert.equal(existsSync(dir), true);
     await store.close();
+  });
+});
+
+describe("file registry store: changes made together", () => {
+  let dir = "";
+  beforeEach(() => (dir = mkdtempSync(join(tmpdir(), "svc-reg-batch-"))));
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("are each worked out on what the ones before them left, and all kept across a reopen", async () => {
+    const store = await createFileRegistryStore(dir);
+    const project: ProjectRecord = { id: "proj_n", name: "n", plan: "free", createdAt: 1 };
+    const key = (i: number) => ({ id: `key_${i}`, projectId: "proj_n", mode: "live" as const, hash: `h_${i}`, displayPrefix: "p", description: "", createdAt: 10 + i });
+    // The project and 30 keys for it at once: the keys see the project, and its limit of 10 holds.
+    const [, ...made] = await Promise.all([store.createProject(project), ...Array.from({ length: 30 }, (_, i) => store.createKey(key(i), (p) => (p.id === "proj_n" ? 10 : 0)))]);
+    assert.equal(made.filter(Boolean).length, 10);
+    assert.deepEqual((await store.listKeys("proj_n")).map((k) => k.id), Array.from({ length: 10 }, (_, i) => `key_${i}`));
+    // Deletes and a plan change at once; a key deleted twice is found once.
+    const [d0, d0again, d1, updated] = await Promise.all([store.deleteKey("key_0"), store.deleteKey("key_0"), store.deleteKey("key_1"), store.updateProject("proj_n", (p, keys) => ({ ...p, plan: "pro", name: `n with ${keys} keys` }))]);
+    assert.equal(d0?.id, "key_0");
+    assert.equal(d0again, undefined);
+    assert.equal(d1?.id, "key_1");
+    assert.equal(updated?.name, "n with 8 keys");
+    assert.equal(await store.findKeyByHash("h_0"), undefined);
+    assert.equal((await store.findKeyByHash("h_2"))?.project?.plan, "pro");
+    await store.close();
+    const again = await createFileRegistryStore(dir);
+    assert.deepEqual((await again.listKeys("proj_n")).map((k) => k.id), Array.from({ length: 8 }, (_, i) => `key_${i + 2}`));
+    assert.equal((await again.getProject("proj_n"))?.name, "n with 8 keys");
+    await again.close();
   });
 });
