@@ -288,6 +288,7 @@ function parseCommandLine(argv: string[]): Parsed | { help: string } {
 }
 
 async function serve(demo: boolean): Promise<void> {
+  serving = true;
   const config = loadConfig();
   const running = await startServer(config, { demo });
   const lines = [
@@ -314,6 +315,21 @@ async function serve(demo: boolean): Promise<void> {
   process.on("SIGHUP", () => void stop("SIGHUP"));
   // Said once the signals are handled: whoever waits for this line may stop it at once.
   process.stdout.write(`${lines.join("\n")}\n`);
+}
+
+/** Set once `svc serve` runs: a closed output pipe then stops nothing. */
+let serving = false;
+/**
+ * A reader that stopped early (`svc projects list | head -1`) closed the pipe: what is left to print
+ * is not wanted. An admin command then stops quietly (exit code 0, as Node's own tools do), where it
+ * died with an unhandled EPIPE and a stack trace; `svc serve` goes on serving, and shuts down
+ * cleanly on its signal, its closed output dropped.
+ */
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on("error", (e: NodeJS.ErrnoException) => {
+    if (e.code !== "EPIPE") throw e;
+    if (!serving) process.exit(0);
+  });
 }
 
 /** The server the admin command talks to, for its error messages. */

@@ -156,7 +156,23 @@ describe("the svc CLI against a running `svc serve --demo`", function () {
     assert.match(gateway.stderr, /gRPC port/);
   });
 
-  it("stops cleanly on SIGTERM", async () => {
+  it("stops quietly when its reader closes the pipe early (svc projects list | head -1)", async () => {
+    for (const args of [["projects", "list"], ["projects", "list", "--json"]]) {
+      const child = spawn(process.execPath, [bin, ...args, "--server", grpcUrl], { env, cwd: dataDir, stdio: ["ignore", "pipe", "pipe"] });
+      child.stdout!.destroy(); // the reader is gone before the listing is written
+      let stderr = "";
+      child.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
+      const code = await new Promise<number | null>((resolve) => child.once("exit", (c) => resolve(c)));
+      assert.equal(stderr, "", args.join(" "));
+      assert.equal(code, 0, args.join(" "));
+    }
+  });
+
+  it("stops cleanly on SIGTERM, its output pipe closed too", async () => {
+    // `svc serve | head -1`: the reader leaves; the server goes on serving, and stops cleanly.
+    server.stdout!.destroy();
+    const live = await svc("projects", "create", "--name", "after-pipe", "--plan", "free", "--json", "--server", grpcUrl);
+    assert.equal(live.code, 0, live.stderr);
     const code = await new Promise<number | null>((resolve) => {
       server.once("exit", (c) => resolve(c));
       server.kill("SIGTERM");
