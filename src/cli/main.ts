@@ -317,18 +317,23 @@ async function serve(demo: boolean): Promise<void> {
   process.stdout.write(`${lines.join("\n")}\n`);
 }
 
-/** Set once `svc serve` runs: a closed output pipe then stops nothing. */
+/** Set once `svc serve` runs: output it cannot write then stops nothing. */
 let serving = false;
 /**
- * A reader that stopped early (`svc projects list | head -1`) closed the pipe: what is left to print
- * is not wanted. An admin command then stops quietly (exit code 0, as Node's own tools do), where it
- * died with an unhandled EPIPE and a stack trace; `svc serve` goes on serving, and shuts down
- * cleanly on its signal, its closed output dropped.
+ * Output that cannot be written: a reader that stopped early (`svc projects list | head -1`, EPIPE),
+ * a full disk or /dev/full (ENOSPC), a terminal hung up (EIO). Each killed the process with an
+ * unhandled error and a stack trace: `svc serve` then died at its next log line, without its clean
+ * shutdown (request logs and charges not yet written were lost). `svc serve` now goes on serving,
+ * and stops cleanly on its signal, what it could not print dropped. An admin command whose reader
+ * left stops quietly (exit code 0, as Node's own tools do); one whose output failed otherwise says
+ * so on stderr, exit code 1.
  */
 for (const stream of [process.stdout, process.stderr]) {
   stream.on("error", (e: NodeJS.ErrnoException) => {
-    if (e.code !== "EPIPE") throw e;
-    if (!serving) process.exit(0);
+    if (serving) return;
+    if (e.code === "EPIPE") process.exit(0);
+    if (stream === process.stdout) process.stderr.write(`error: the output could not be written (${e.message}); the command itself may have taken effect\n`);
+    process.exit(1);
   });
 }
 

@@ -41,10 +41,13 @@ export interface ChdbOptions {
  * What of the gateway's environment the engine's process gets: what Node and the engine read
  * (paths, locale, time zone, temp dirs, Node's and ClickHouse's own settings, the log level),
  * never the gateway's secrets (provider keys, their `apiKeyEnv` variables, the admin token,
- * SVC_REDIS_URL's password), which a process that runs any SQL it is sent has no use for.
+ * SVC_REDIS_URL's password), which a process that runs any SQL it is sent has no use for. Its
+ * time zone is UTC, whatever the gateway's: every time it stores or reads is UTC (the columns say
+ * so), and a TZ the engine cannot load, which Node and `date` take (the POSIX form `JST-9`, a name
+ * not in its tables), kept it from starting at all (logs and analytics 503 for as long as it ran).
  */
-const ENGINE_ENV = /^(PATH|LD_LIBRARY_PATH|HOME|USER|LOGNAME|LANG|LANGUAGE|LC_[A-Z_]+|TZ|TMPDIR|TMP|TEMP|NODE_[A-Z0-9_]+|UV_[A-Z0-9_]+|CHDB_[A-Z0-9_]+|CLICKHOUSE_[A-Z0-9_]+|SVC_LOG_LEVEL)$/;
-export const engineEnv = (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv => Object.fromEntries(Object.entries(env).filter(([k]) => ENGINE_ENV.test(k)));
+const ENGINE_ENV = /^(PATH|LD_LIBRARY_PATH|HOME|USER|LOGNAME|LANG|LANGUAGE|LC_[A-Z_]+|TMPDIR|TMP|TEMP|NODE_[A-Z0-9_]+|UV_[A-Z0-9_]+|CHDB_[A-Z0-9_]+|CLICKHOUSE_[A-Z0-9_]+|SVC_LOG_LEVEL)$/;
+export const engineEnv = (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv => ({ ...Object.fromEntries(Object.entries(env).filter(([k]) => ENGINE_ENV.test(k))), TZ: "UTC" });
 
 /** A password for the engine's HTTP port: 32 random bytes, base64url. */
 export const newChdbPassword = (): string => randomBytes(32).toString("base64url");

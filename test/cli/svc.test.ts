@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -168,6 +168,21 @@ describe("the svc CLI against a running `svc serve --demo`", function () {
     }
   });
 
+  it("says so, exit code 1, when its output cannot be written (a full disk)", async function () {
+    if (!existsSync("/dev/full")) this.skip();
+    const full = openSync("/dev/full", "w");
+    try {
+      const child = spawn(process.execPath, [bin, "projects", "list", "--server", grpcUrl], { env, cwd: dataDir, stdio: ["ignore", full, "pipe"] });
+      let stderr = "";
+      child.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
+      const code = await new Promise<number | null>((resolve) => child.once("exit", (c) => resolve(c)));
+      assert.equal(code, 1);
+      assert.match(stderr, /^error: the output could not be written \(ENOSPC: no space left on device.*\); the command itself may have taken effect\n$/);
+    } finally {
+      closeSync(full);
+    }
+  });
+
   it("stops cleanly on SIGTERM, its output pipe closed too", async () => {
     // `svc serve | head -1`: the reader leaves; the server goes on serving, and stops cleanly.
     server.stdout!.destroy();
@@ -178,5 +193,78 @@ describe("the svc CLI against a running `svc serve --demo`", function () {
       server.kill("SIGTERM");
     });
     assert.equal(code, 0);
+  });
+});
+
+describe("svc serve with a log it cannot write (stderr on a full disk)", function () {
+  this.timeout(60_000);
+
+  it("goes on serving, its log lines dropped, and stops cleanly on SIGTERM with its requests logged", async function () {
+    if (!existsSync("/dev/full")) this.skip();
+    const dataDir = mkdtempSync(join(tmpdir(), "svc-cli-full-"));
+    const full = openSync("/dev/full", "w");
+    const env = { PATH: process.env.PATH, SVC_DATA_DIR: join(dataDir, "data"), SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_LOG_LEVEL: "debug" };
+    const server = spawn(process.execPath, [bin, "serve", "--demo"], { env, cwd: dataDir, stdio: ["ignore", "pipe", full] });
+    try {
+      let out = "";
+      const exited = new Promise<number | null>((resolve) => server.once("exit", (c) => resolve(c)));
+      const [grpcUrl, gatewayUrl] = await new Promise<[string, string]>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`svc serve did not start: ${out}`)), 30_000);
+        server.stdout!.on("data", (d: Buffer) => {
+          out += d.toString();
+          const core = /core gRPC\s+(\S+)/.exec(out);
+          const gw = /gateway\s+(\S+)\/v1/.exec(out);
+          if (core && gw) {
+            clearTimeout(timer);
+            resolve([core[1]!, gw[1]!]);
+          }
+        });
+        void exited.then((code) => reject(new Error(`svc serve exited ${code}: ${out}`)));
+      });
+      const run = (...args: string[]) =>
+        new Promise<Run>((resolve) => execFile(process.execPath, [bin, ...args, "--server", grpcUrl], { env, cwd: dataDir }, (err, stdout, stderr) => resolve({ code: err ? 1 : 0, stdout, stderr })));
+      const project = JSON.parse((await run("projects", "create", "--name", "full", "--plan", "free", "--json")).stdout);
+      const key = JSON.parse((await run("keys", "create", "--project", project.id, "--mode", "live", "--json")).stdout).key;
+      // Each request is a debug log line, and the unknown model a warning: none can be written.
+      for (const model of ["chat-4o-mini", "no-such-model", "chat-4o-mini"]) {
+        const r = await postJson(`${gatewayUrl}/v1/chat/completions`, key, { model, messages: [{ role: "user", content: "hi" }] });
+        assert.equal(r.status, model === "no-such-model" ? 400 : 200, r.text);
+      }
+      assert.equal(server.exitCode, null, "still serving");
+      server.kill("SIGTERM");
+      assert.equal(await exited, 0);
+      // Restarted, it has the requests' logs and the month's spend: the shutdown wrote them.
+      const again = spawn(process.execPath, [bin, "serve", "--demo"], { env, cwd: dataDir, stdio: ["ignore", "pipe", "ignore"] });
+      try {
+        let out2 = "";
+        const grpc2 = await new Promise<string>((resolve, reject) => {
+          const timer = setTimeout(() => reject(new Error(`svc serve did not restart: ${out2}`)), 30_000);
+          again.stdout!.on("data", (d: Buffer) => {
+            out2 += d.toString();
+            const core = /core gRPC\s+(\S+)/.exec(out2);
+            if (core && /gateway\s+\S+\/v1/.test(out2)) {
+              clearTimeout(timer);
+              resolve(core[1]!);
+            }
+          });
+        });
+        const shown = await new Promise<Run>((resolve) => execFile(process.execPath, [bin, "projects", "show", project.id, "--json", "--server", grpc2], { env, cwd: dataDir }, (err, stdout, stderr) => resolve({ code: err ? 1 : 0, stdout, stderr })));
+        assert.equal(shown.code, 0, shown.stderr);
+        // The unknown model is refused before the limits count it.
+        const usage = JSON.parse(shown.stdout).usage;
+        assert.equal(usage.requests_last_day, 2, shown.stdout);
+        assert.ok(Number(usage.spent_usd) > 0, shown.stdout);
+        const management = /management\s+(\S+)\/v1/.exec(out2)![1]!;
+        const logs = await fetch(`${management}/v1/logs`, { headers: { authorization: `Bearer ${key}` } }).then((r) => r.json() as Promise<{ data: Array<{ status: number }> }>);
+        assert.deepEqual(logs.data.map((l) => l.status).sort(), [200, 200, 400]);
+      } finally {
+        again.kill("SIGTERM");
+        await new Promise((r) => again.once("exit", r));
+      }
+    } finally {
+      if (server.exitCode === null) server.kill("SIGKILL");
+      closeSync(full);
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 });

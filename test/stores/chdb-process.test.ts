@@ -80,6 +80,20 @@ describe("the embedded engine's process", function () {
     await work(engine);
   });
 
+  it("runs in UTC whatever the gateway's TZ, so a TZ only Node can read does not keep it from starting", async function () {
+    if (!readdirSync("/proc").includes("self")) this.skip();
+    const before = process.env.TZ;
+    process.env.TZ = "JST-9"; // POSIX form: Node and date(1) take it, the engine's tables do not
+    try {
+      engine = await startChdbProcess(dir);
+    } finally {
+      if (before === undefined) delete process.env.TZ;
+      else process.env.TZ = before;
+    }
+    assert.match(readFileSync(`/proc/${engine.pid}/environ`, "utf8"), /(^|\0)TZ=UTC(\0|$)/);
+    await work(engine);
+  });
+
   it("runs every thread at the nice value asked for, the threads its queries start included", async function () {
     if (!existsSync("/proc/self/task")) this.skip(); // per-thread priorities are read from Linux's /proc
     // Above this process's own (as a CI runner may already be niced): raising it needs no privilege.
