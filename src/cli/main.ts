@@ -290,6 +290,14 @@ function parseCommandLine(argv: string[]): Parsed | { help: string } {
 async function serve(demo: boolean): Promise<void> {
   serving = true;
   const config = loadConfig();
+  // A signal while it starts (a Redis slow to answer holds the start for seconds) is kept and acted
+  // on once it has started: a clean stop, exit code 0, not Node's default death (exit code 143)
+  // half-way through opening the data dir and the log store.
+  let signalled: string | undefined;
+  let onSignal = (signal: string) => void (signalled ??= signal);
+  // SIGHUP: the terminal or ssh session that ran `svc serve` closed: as clean a stop (Node's default
+  // for SIGHUP is to die at once, losing the logs and charges not yet written).
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(signal, () => onSignal(signal));
   const running = await startServer(config, { demo });
   const lines = [
     "svc gateway is running",
@@ -301,18 +309,13 @@ async function serve(demo: boolean): Promise<void> {
   ];
   if (running.demo) lines.push(`  demo provider ${running.demo.url} (every model is answered by the built-in fake provider)`);
   let stopping = false;
-  const stop = async (signal: string) => {
+  onSignal = (signal: string) => {
     if (stopping) return;
     stopping = true;
     process.stdout.write(`received ${signal}, shutting down\n`);
-    await running.close();
-    process.exit(0);
+    void running.close().then(() => process.exit(0));
   };
-  process.on("SIGINT", () => void stop("SIGINT"));
-  process.on("SIGTERM", () => void stop("SIGTERM"));
-  // The terminal or ssh session that ran `svc serve` closed: as clean a stop (Node's default for
-  // SIGHUP is to die at once, losing the logs and charges not yet written).
-  process.on("SIGHUP", () => void stop("SIGHUP"));
+  if (signalled) return onSignal(`${signalled} while starting`);
   // Said once the signals are handled: whoever waits for this line may stop it at once.
   process.stdout.write(`${lines.join("\n")}\n`);
 }

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import net from "node:net";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -37,5 +38,43 @@ describe("svc serve and SIGHUP", function () {
     assert.equal(code, 0, out);
     assert.match(out, /received SIGHUP, shutting down/);
     assert.equal(existsSync(join(data, "svc.pid")), false, "the data dir's lock is released, as on SIGTERM");
+  });
+});
+
+/** A signal while `svc serve` starts is a clean stop once it has started, not Node's default death. */
+describe("svc serve signalled while it starts", function () {
+  this.timeout(60_000);
+  let dir = "";
+  let deaf: net.Server;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), "svc-signals-start-"));
+    // A Redis that takes connections and never answers: the start waits on it for seconds.
+    deaf = net.createServer((s) => s.on("error", () => {}));
+    await new Promise<void>((r) => deaf.listen(0, "127.0.0.1", r));
+  });
+  after(() => {
+    deaf.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("stops cleanly once started: exit code 0, its data dir released", async () => {
+    const data = join(dir, "data");
+    const port = (deaf.address() as net.AddressInfo).port;
+    const env = { PATH: process.env.PATH, SVC_DATA_DIR: data, SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_ADMIN_TOKEN: "signals-admin-token-1234", SVC_REDIS_URL: `redis://127.0.0.1:${port}` };
+    const server = spawn(process.execPath, [bin, "serve", "--demo"], { env, cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    server.stdout.on("data", (d: Buffer) => (out += d));
+    server.stderr.on("data", (d: Buffer) => (out += d));
+    const exited = new Promise<number | null>((resolve) => server.once("exit", (c) => resolve(c)));
+    // Once its data dir is locked, it is well into its start (and still waiting on Redis).
+    for (const end = Date.now() + 20_000; !existsSync(join(data, "svc.pid")); await new Promise((r) => setTimeout(r, 20))) {
+      if (Date.now() > end) throw new Error(`did not start: ${out}`);
+    }
+    assert.doesNotMatch(out, /svc gateway is running/, "still starting");
+    server.kill("SIGTERM");
+    assert.equal(await exited, 0, out);
+    assert.match(out, /received SIGTERM while starting, shutting down/);
+    assert.doesNotMatch(out, /svc gateway is running/);
+    assert.equal(existsSync(join(data, "svc.pid")), false, "the data dir's lock is released");
   });
 });
