@@ -2,7 +2,7 @@ import { type FileHandle, open, rename, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { log } from "../logger.js";
 import { readJsonFile, removeLeftTemps } from "./json-file.js";
-import type { PromptRecord, PromptStore, PromptSummary } from "./prompt-store.js";
+import { type PromptRecord, type PromptStore, PromptsUnavailableError, type PromptSummary } from "./prompt-store.js";
 import { makeDir } from "./make-dir.js";
 
 /** The log of every version, one JSON object a line, appended to and never rewritten. */
@@ -104,7 +104,7 @@ export async function createFilePromptStore(dataDir: string): Promise<PromptStor
 
   /** Appends a batch of puts as one write and one sync; numbers them first. */
   const append = async (batch: Pending[]) => {
-    if (broken) throw broken;
+    if (broken) throw new PromptsUnavailableError(broken.message, { cause: broken, writesRefused: true });
     const next = new Map<string, number>();
     const lines = batch.map(({ p }) => {
       const key = `${p.projectId}\u0000${p.name}`;
@@ -125,7 +125,10 @@ export async function createFilePromptStore(dataDir: string): Promise<PromptStor
         broken = new Error(`the prompt log ${path} could not be restored after a failed write (${(cut as Error).message}); restart the server`, { cause: e });
         log.error("prompt store: a failed append could not be cut off; puts fail until restart", { path, err: String(cut) });
       }
-      throw e;
+      // A full disk, a read-only file: the put is refused, nothing of it kept (503 prompts_unavailable,
+      // as a Redis that refuses writes), where it was an internal error.
+      log.warn("prompt store: the prompt log could not be written: the put is refused and nothing of it stored", { path, err: String((e as Error)?.message ?? e) });
+      throw new PromptsUnavailableError(`cannot write the prompt log ${path}: ${(e as Error)?.message ?? e}`, { cause: e, writesRefused: true });
     }
     let offset = size;
     for (const { record, bytes } of lines) {
