@@ -8,6 +8,25 @@ import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
+// `svc serve` takes SIGINT, SIGTERM and SIGHUP as a clean stop from its first moment: one that comes
+// while its modules load (most of a start) or while it starts is kept, and acted on once it has
+// started (src/cli/main.ts, serve()); a second one before then stops it at once (a start that
+// hangs, on a hung disk, say, is not stuck). Without this, Node's default killed it (exit code 143).
+if (process.argv[2] === "serve" || process.argv[2] === "demo") {
+  const signals = { first: undefined, handler: undefined };
+  globalThis[Symbol.for("svc.serve-signals")] = signals;
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
+    process.on(signal, () => {
+      if (signals.handler) return signals.handler(signal);
+      if (signals.first === undefined) return void (signals.first = signal);
+      process.stderr.write(`received ${signal} again while starting: stopping at once\n`);
+      // Its default action, as if never caught: process.exit would wait on a thread the hung start holds.
+      process.removeAllListeners(signal);
+      process.kill(process.pid, signal);
+    });
+  }
+}
+
 const root = fileURLToPath(new URL("..", import.meta.url));
 const built = join(root, "dist", "src", "cli", "main.js");
 

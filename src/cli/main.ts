@@ -292,12 +292,11 @@ async function serve(demo: boolean): Promise<void> {
   const config = loadConfig();
   // A signal while it starts (a Redis slow to answer holds the start for seconds) is kept and acted
   // on once it has started: a clean stop, exit code 0, not Node's default death (exit code 143)
-  // half-way through opening the data dir and the log store.
-  let signalled: string | undefined;
-  let onSignal = (signal: string) => void (signalled ??= signal);
+  // half-way through opening the data dir and the log store. bin/svc.js catches them from its
+  // first moment (ServeSignals); run otherwise, from here on.
   // SIGHUP: the terminal or ssh session that ran `svc serve` closed: as clean a stop (Node's default
   // for SIGHUP is to die at once, losing the logs and charges not yet written).
-  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(signal, () => onSignal(signal));
+  const signals = serveSignals();
   const running = await startServer(config, { demo });
   const lines = [
     "svc gateway is running",
@@ -309,15 +308,31 @@ async function serve(demo: boolean): Promise<void> {
   ];
   if (running.demo) lines.push(`  demo provider ${running.demo.url} (every model is answered by the built-in fake provider)`);
   let stopping = false;
-  onSignal = (signal: string) => {
+  signals.handler = (signal: string) => {
     if (stopping) return;
     stopping = true;
     process.stdout.write(`received ${signal}, shutting down\n`);
     void running.close().then(() => process.exit(0));
   };
-  if (signalled) return onSignal(`${signalled} while starting`);
+  if (signals.first) return signals.handler(`${signals.first} while starting`);
   // Said once the signals are handled: whoever waits for this line may stop it at once.
   process.stdout.write(`${lines.join("\n")}\n`);
+}
+
+/** The stop signals of `svc serve`, caught by bin/svc.js: the first that came before `handler` was set. */
+interface ServeSignals {
+  first: string | undefined;
+  handler: ((signal: string) => void) | undefined;
+}
+
+/** Those bin/svc.js caught; when run otherwise (the built main.js directly), caught from here on. */
+function serveSignals(): ServeSignals {
+  const key = Symbol.for("svc.serve-signals");
+  const caught = (globalThis as Record<symbol, ServeSignals | undefined>)[key];
+  if (caught) return caught;
+  const signals: ServeSignals = { first: undefined, handler: undefined };
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(signal, () => (signals.handler ? signals.handler(signal) : void (signals.first ??= signal)));
+  return signals;
 }
 
 /** Set once `svc serve` runs: output it cannot write then stops nothing. */

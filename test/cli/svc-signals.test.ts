@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import net from "node:net";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { execFileSync } from "node:child_process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -76,5 +77,65 @@ describe("svc serve signalled while it starts", function () {
     assert.match(out, /received SIGTERM while starting, shutting down/);
     assert.doesNotMatch(out, /svc gateway is running/);
     assert.equal(existsSync(join(data, "svc.pid")), false, "the data dir's lock is released");
+  });
+});
+
+/** From its first moment, and when a start never ends. */
+describe("svc serve signalled early", function () {
+  this.timeout(60_000);
+  let dir = "";
+  let running: ReturnType<typeof spawn> | undefined;
+  beforeEach(() => void (dir = mkdtempSync(join(tmpdir(), "svc-signals-early-"))));
+  afterEach(() => {
+    // One a failed test left (hung on its start): never left behind.
+    if (running && running.exitCode === null && running.signalCode === null) running.kill("SIGKILL");
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const start = (env: Record<string, string> = {}) => {
+    const data = join(dir, "data");
+    const server = spawn(process.execPath, [bin, "serve", "--demo"], {
+      env: { PATH: process.env.PATH, SVC_DATA_DIR: data, SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", ...env },
+      cwd: dir,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    running = server;
+    let out = "";
+    server.stdout.on("data", (d: Buffer) => (out += d));
+    server.stderr.on("data", (d: Buffer) => (out += d));
+    const exited = new Promise<number | null>((resolve) => server.once("exit", (c) => resolve(c)));
+    const killedBy = new Promise<string | null>((resolve) => server.once("exit", (_c, signal) => resolve(signal)));
+    return { server, data, exited, killedBy, out: () => out };
+  };
+
+  it("stops cleanly on a signal that comes while its modules load", async () => {
+    const s = start();
+    await new Promise((r) => setTimeout(r, 250)); // bin/svc.js runs; the modules are still loading
+    s.server.kill("SIGTERM");
+    assert.equal(await s.exited, 0, s.out());
+    assert.match(s.out(), /received SIGTERM/);
+    assert.equal(existsSync(join(s.data, "svc.pid")), false);
+  });
+
+  it("stops at once on a second signal when its start never ends", async function () {
+    // The admin token a FIFO no one writes: reading it never ends, as on a hung disk.
+    const data = join(dir, "data");
+    mkdirSync(data, { mode: 0o700 });
+    try {
+      execFileSync("mkfifo", [join(data, "admin-token")]);
+    } catch {
+      this.skip();
+    }
+    const s = start();
+    for (const end = Date.now() + 20_000; !existsSync(join(data, "svc.pid")); await new Promise((r) => setTimeout(r, 20))) {
+      if (Date.now() > end) throw new Error(`did not start: ${s.out()}`);
+    }
+    await new Promise((r) => setTimeout(r, 500));
+    s.server.kill("SIGTERM");
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal(s.server.exitCode, null, "the first is kept for when it has started");
+    s.server.kill("SIGINT");
+    assert.equal(await s.killedBy, "SIGINT", s.out());
+    assert.match(s.out(), /received SIGINT again while starting: stopping at once/);
   });
 });
