@@ -646,7 +646,8 @@ function bodySizes(env: NodeJS.ProcessEnv, file: JsonObject): { maxRequestBytes:
   if (!env.SVC_MAX_BODY_BYTES_IN_FLIGHT) return { maxRequestBytes, maxBodyBytesInFlight: Math.max(256 * 1024 * 1024, 4 * maxRequestBytes) };
   const maxBodyBytesInFlight = positiveInt(env.SVC_MAX_BODY_BYTES_IN_FLIGHT, "SVC_MAX_BODY_BYTES_IN_FLIGHT");
   if (maxBodyBytesInFlight < maxRequestBytes) {
-    throw new ConfigError(`SVC_MAX_BODY_BYTES_IN_FLIGHT must be at least the largest request body (SVC_MAX_REQUEST_BYTES, ${maxRequestBytes}), got ${maxBodyBytesInFlight}`);
+    const source = env.SVC_MAX_REQUEST_BYTES ? "SVC_MAX_REQUEST_BYTES" : file.maxRequestBytes === undefined ? "SVC_MAX_REQUEST_BYTES's default" : "the config file's maxRequestBytes";
+    throw new ConfigError(`SVC_MAX_BODY_BYTES_IN_FLIGHT must be at least the largest request body (${source}, ${maxRequestBytes}), got ${maxBodyBytesInFlight}`);
   }
   return { maxRequestBytes, maxBodyBytesInFlight };
 }

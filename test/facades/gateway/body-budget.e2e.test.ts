@@ -1,5 +1,8 @@
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { ConfigError, loadConfig } from "../../../src/config.js";
 import { BodyBudget } from "../../../src/facades/gateway/body-budget.js";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
@@ -47,8 +50,22 @@ describe("the budget of request bodies coming in", function () {
       assert.equal(loadConfig({ SVC_MAX_BODY_BYTES_IN_FLIGHT: "8388608" }).maxBodyBytesInFlight, 8388608);
       assert.throws(
         () => loadConfig({ SVC_MAX_BODY_BYTES_IN_FLIGHT: "1000000" }),
-        (e: Error) => e instanceof ConfigError && e.message === "SVC_MAX_BODY_BYTES_IN_FLIGHT must be at least the largest request body (SVC_MAX_REQUEST_BYTES, 4194304), got 1000000",
+        (e: Error) => e instanceof ConfigError && e.message === "SVC_MAX_BODY_BYTES_IN_FLIGHT must be at least the largest request body (SVC_MAX_REQUEST_BYTES's default, 4194304), got 1000000",
       );
+      assert.throws(
+        () => loadConfig({ SVC_MAX_REQUEST_BYTES: "2000000", SVC_MAX_BODY_BYTES_IN_FLIGHT: "1000000" }),
+        (e: Error) => e instanceof ConfigError && e.message.includes("(SVC_MAX_REQUEST_BYTES, 2000000)"),
+      );
+      const dir = mkdtempSync(join(tmpdir(), "svc-budget-config-"));
+      try {
+        writeFileSync(join(dir, "svc.config.json"), JSON.stringify({ maxRequestBytes: 8388608 }));
+        assert.throws(
+          () => loadConfig({ SVC_CONFIG: join(dir, "svc.config.json"), SVC_MAX_BODY_BYTES_IN_FLIGHT: "5000000" }),
+          (e: Error) => e instanceof ConfigError && e.message.includes("(the config file's maxRequestBytes, 8388608)"),
+        );
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
       assert.throws(() => loadConfig({ SVC_MAX_BODY_BYTES_IN_FLIGHT: "lots" }), (e: Error) => e instanceof ConfigError && e.message.startsWith("SVC_MAX_BODY_BYTES_IN_FLIGHT must be a positive integer"));
     });
   });
