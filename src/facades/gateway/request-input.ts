@@ -1,7 +1,7 @@
 import { isUtf8 } from "node:buffer";
 import type { IncomingMessage } from "node:http";
 import { apiError, invalidApiKey, invalidRequest, withRetryGuidance } from "../../core/errors.js";
-import type { BodyBudget } from "./body-budget.js";
+import type { BodyBudget, BodyRead } from "./body-budget.js";
 import { isObject, JSON_ITEMS_COUNTED, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, setOwn } from "../../core/json.js";
 import { startsWithCalendarDate } from "../../core/calendar.js";
 import { bodyBrokenOff, headerLines, refuseRepeatedAuthorization } from "../http-errors.js";
@@ -150,7 +150,10 @@ export function readBodyText(req: IncomingMessage, maxBytes: number, budget?: Bo
       chunks = [];
       reject(err);
     };
-    const account = budget?.open(() => stop(bodiesOverBudget()));
+    // Opened at the body's second part: most bodies come whole in one read of the socket (up to
+    // 64 KiB), and those cost the budget nothing; what one part holds is bounded as a request's
+    // headers are.
+    let account: BodyRead | undefined;
     const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > maxBytes) {
@@ -159,11 +162,16 @@ export function readBodyText(req: IncomingMessage, maxBytes: number, budget?: Bo
         return;
       }
       chunks.push(chunk);
-      account?.take(chunk.length);
+      if (account) account.take(chunk.length);
+      else if (budget && chunks.length === 2) {
+        account = budget.open(() => stop(bodiesOverBudget()));
+        account.take(size);
+      }
     };
     req.on("data", onData);
     // A body that broke off (the client left, or node:http answered its socket: timeout, bad framing):
-    // what had come is kept with the error, for the request's log.
+    // what had come is kept with the error, for the request's log. Every body ends so, or whole
+    // ('end'), or refused: its account is closed in each.
     req.once("error", () => {
       account?.close();
       const err = bodyBrokenOff(req.socket);
@@ -176,7 +184,6 @@ export function readBodyText(req: IncomingMessage, maxBytes: number, budget?: Bo
       const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
       resolve({ text: bytes.toString("utf8"), utf8: isUtf8(bytes) });
     });
-    if (account) req.once("close", () => account.close());
   });
 }
 

@@ -113,10 +113,21 @@ describe("the budget of request bodies coming in", function () {
       const large = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, keys.live, chat(990_000));
       assert.equal(large.status, 200, large.text.slice(0, 300));
 
+      // A body whose client leaves part-way leaves the account too.
+      const leaving = net.connect(port, "127.0.0.1");
+      leaving.on("error", () => {});
+      await new Promise<void>((r) => leaving.write(Buffer.concat([Buffer.from(head), held.subarray(0, 600_000)]), () => r()));
+      await eventually(() => leaving.writableLength === 0, 5000, "the leaving body's bytes sent");
+      await new Promise((r) => setTimeout(r, 300));
+      leaving.destroy();
+      await new Promise((r) => setTimeout(r, 300));
+      const after = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, keys.live, chat(990_000));
+      assert.equal(after.status, 200, after.text.slice(0, 300));
+
       // The dropped request is logged with its error.
       await eventually(async () => {
         const { logs } = await gw.telemetry.listLogs({ projectId: keys.projectId, keyMode: KeyMode.LIVE, pageSize: 10 });
-        return logs.some((l) => l.status === 503 && l.errorCode === "gateway_overloaded") && logs.filter((l) => l.status === 200).length === 2;
+        return logs.some((l) => l.status === 503 && l.errorCode === "gateway_overloaded") && logs.filter((l) => l.status === 200).length === 3;
       }, 5000, "the logs");
     });
   });
