@@ -14,6 +14,28 @@ interface Run {
   stderr: string;
 }
 
+/** Waits for `svc serve`'s banner and reads its addresses from it. */
+function banner(server: ChildProcess): Promise<{ grpcUrl: string; gatewayUrl: string; managementUrl: string }> {
+  let out = "";
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`svc serve did not start: ${out}`)), 30_000);
+    server.stdout!.on("data", (d: Buffer) => {
+      out += d.toString();
+      const core = /core gRPC\s+(\S+)/.exec(out);
+      const gw = /gateway\s+(\S+)\/v1/.exec(out);
+      const management = /management\s+(\S+)\/v1/.exec(out);
+      if (core && gw && management) {
+        clearTimeout(timer);
+        resolve({ grpcUrl: core[1]!, gatewayUrl: gw[1]!, managementUrl: management[1]! });
+      }
+    });
+    server.once("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`svc serve exited ${code}: ${out}`));
+    });
+  });
+}
+
 describe("the svc CLI against a running `svc serve --demo`", function () {
   this.timeout(60_000);
   let dataDir: string;
@@ -33,22 +55,7 @@ describe("the svc CLI against a running `svc serve --demo`", function () {
     dataDir = mkdtempSync(join(tmpdir(), "svc-cli-"));
     env = { PATH: process.env.PATH, SVC_DATA_DIR: join(dataDir, "data"), SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0" };
     server = spawn(process.execPath, [bin, "serve", "--demo"], { env, cwd: dataDir, stdio: ["ignore", "pipe", "pipe"] });
-    let out = "";
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`svc serve did not start: ${out}`)), 30_000);
-      server.stdout!.on("data", (d: Buffer) => {
-        out += d.toString();
-        const core = /core gRPC\s+(\S+)/.exec(out);
-        const gw = /gateway\s+(\S+)\/v1/.exec(out);
-        if (core && gw) {
-          clearTimeout(timer);
-          grpcUrl = core[1]!;
-          gatewayUrl = gw[1]!;
-          resolve();
-        }
-      });
-      server.once("exit", (code) => reject(new Error(`svc serve exited ${code}: ${out}`)));
-    });
+    ({ grpcUrl, gatewayUrl } = await banner(server));
   });
 
   after(() => {
@@ -206,21 +213,8 @@ describe("svc serve with a log it cannot write (stderr on a full disk)", functio
     const env = { PATH: process.env.PATH, SVC_DATA_DIR: join(dataDir, "data"), SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", SVC_LOG_LEVEL: "debug" };
     const server = spawn(process.execPath, [bin, "serve", "--demo"], { env, cwd: dataDir, stdio: ["ignore", "pipe", full] });
     try {
-      let out = "";
       const exited = new Promise<number | null>((resolve) => server.once("exit", (c) => resolve(c)));
-      const [grpcUrl, gatewayUrl] = await new Promise<[string, string]>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`svc serve did not start: ${out}`)), 30_000);
-        server.stdout!.on("data", (d: Buffer) => {
-          out += d.toString();
-          const core = /core gRPC\s+(\S+)/.exec(out);
-          const gw = /gateway\s+(\S+)\/v1/.exec(out);
-          if (core && gw) {
-            clearTimeout(timer);
-            resolve([core[1]!, gw[1]!]);
-          }
-        });
-        void exited.then((code) => reject(new Error(`svc serve exited ${code}: ${out}`)));
-      });
+      const { grpcUrl, gatewayUrl } = await banner(server);
       const run = (...args: string[]) =>
         new Promise<Run>((resolve) => execFile(process.execPath, [bin, ...args, "--server", grpcUrl], { env, cwd: dataDir }, (err, stdout, stderr) => resolve({ code: err ? 1 : 0, stdout, stderr })));
       const project = JSON.parse((await run("projects", "create", "--name", "full", "--plan", "free", "--json")).stdout);
@@ -236,25 +230,13 @@ describe("svc serve with a log it cannot write (stderr on a full disk)", functio
       // Restarted, it has the requests' logs and the month's spend: the shutdown wrote them.
       const again = spawn(process.execPath, [bin, "serve", "--demo"], { env, cwd: dataDir, stdio: ["ignore", "pipe", "ignore"] });
       try {
-        let out2 = "";
-        const grpc2 = await new Promise<string>((resolve, reject) => {
-          const timer = setTimeout(() => reject(new Error(`svc serve did not restart: ${out2}`)), 30_000);
-          again.stdout!.on("data", (d: Buffer) => {
-            out2 += d.toString();
-            const core = /core gRPC\s+(\S+)/.exec(out2);
-            if (core && /gateway\s+\S+\/v1/.test(out2)) {
-              clearTimeout(timer);
-              resolve(core[1]!);
-            }
-          });
-        });
+        const { grpcUrl: grpc2, managementUrl: management } = await banner(again);
         const shown = await new Promise<Run>((resolve) => execFile(process.execPath, [bin, "projects", "show", project.id, "--json", "--server", grpc2], { env, cwd: dataDir }, (err, stdout, stderr) => resolve({ code: err ? 1 : 0, stdout, stderr })));
         assert.equal(shown.code, 0, shown.stderr);
         // The unknown model is refused before the limits count it.
         const usage = JSON.parse(shown.stdout).usage;
         assert.equal(usage.requests_last_day, 2, shown.stdout);
         assert.ok(Number(usage.spent_usd) > 0, shown.stdout);
-        const management = /management\s+(\S+)\/v1/.exec(out2)![1]!;
         const logs = await fetch(`${management}/v1/logs`, { headers: { authorization: `Bearer ${key}` } }).then((r) => r.json() as Promise<{ data: Array<{ status: number }> }>);
         assert.deepEqual(logs.data.map((l) => l.status).sort(), [200, 200, 400]);
       } finally {
