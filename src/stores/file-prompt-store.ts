@@ -99,12 +99,12 @@ export async function createFilePromptStore(dataDir: string): Promise<PromptStor
   let idle: Promise<void> = Promise.resolve();
   let markIdle = () => {};
   /** Set when a failed append could not be cut off: the file's end is unknown, so no more appends. */
-  let broken: Error | undefined;
+  let broken: PromptsUnavailableError | undefined;
   let closed = false;
 
   /** Appends a batch of puts as one write and one sync; numbers them first. */
   const append = async (batch: Pending[]) => {
-    if (broken) throw new PromptsUnavailableError(broken.message, { cause: broken, writesRefused: true });
+    if (broken) throw broken;
     const next = new Map<string, number>();
     const lines = batch.map(({ p }) => {
       const key = `${p.projectId}\u0000${p.name}`;
@@ -122,7 +122,7 @@ export async function createFilePromptStore(dataDir: string): Promise<PromptStor
         await fh.truncate(size);
         await fh.datasync();
       } catch (cut) {
-        broken = new Error(`the prompt log ${path} could not be restored after a failed write (${(cut as Error).message}); restart the server`, { cause: e });
+        broken = new PromptsUnavailableError(`the prompt log ${path} could not be restored after a failed write (${(cut as Error).message}); restart the server`, { cause: e, writesRefused: true });
         log.error("prompt store: a failed append could not be cut off; puts fail until restart", { path, err: String(cut) });
       }
       // A full disk, a read-only file: the put is refused, nothing of it kept (503 prompts_unavailable,

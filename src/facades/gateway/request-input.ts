@@ -143,24 +143,24 @@ export function readBodyText(req: IncomingMessage, maxBytes: number, budget?: Bo
   return new Promise((resolve, reject) => {
     let chunks: Buffer[] = [];
     let size = 0;
+    // Opened at the body's second part: most bodies come whole in one read of the socket (up to
+    // 64 KiB), and those cost the budget nothing; what one part holds is bounded as a request's
+    // headers are.
+    let account: BodyRead | undefined;
+    // Set once the body is refused (too large, or dropped by the budget): its end is then no answer.
+    let stopped = false;
     // Stops reading: the rest of the body is drained unread so the connection stays usable.
     const stop = (err: Error) => {
+      stopped = true;
+      account?.close();
       req.off("data", onData);
       req.resume();
       chunks = [];
       reject(err);
     };
-    // Opened at the body's second part: most bodies come whole in one read of the socket (up to
-    // 64 KiB), and those cost the budget nothing; what one part holds is bounded as a request's
-    // headers are.
-    let account: BodyRead | undefined;
     const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > maxBytes) {
-        account?.close();
-        stop(tooLarge(maxBytes));
-        return;
-      }
+      if (size > maxBytes) return stop(tooLarge(maxBytes));
       chunks.push(chunk);
       if (account) account.take(chunk.length);
       else if (budget && chunks.length === 2) {
@@ -174,13 +174,14 @@ export function readBodyText(req: IncomingMessage, maxBytes: number, budget?: Bo
     // ('end'), or refused: its account is closed in each.
     req.once("error", () => {
       account?.close();
+      if (stopped) return;
       const err = bodyBrokenOff(req.socket);
-      if (size <= maxBytes && !account?.dropped) partialBodies.set(err, Buffer.concat(chunks).toString("utf8"));
+      partialBodies.set(err, Buffer.concat(chunks).toString("utf8"));
       reject(err);
     });
     req.once("end", () => {
       account?.close();
-      if (size > maxBytes || account?.dropped) return;
+      if (stopped) return;
       const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
       resolve({ text: bytes.toString("utf8"), utf8: isUtf8(bytes) });
     });
