@@ -1,7 +1,7 @@
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
 import { LEGACY_PROMPT_FILE, PROMPT_LOG } from "./file-prompt-store.js";
-import { REGISTRY_FILE } from "./file-registry-store.js";
+import { REGISTRY_FILE, REGISTRY_JOURNAL } from "./file-registry-store.js";
 import { LIMITS_SNAPSHOT_FILE } from "./memory-limits-store.js";
 
 /**
@@ -9,7 +9,7 @@ import { LIMITS_SNAPSHOT_FILE } from "./memory-limits-store.js";
  * release's prompts file), the limits' spend and day counts. Cluster mode keeps all of it in Redis
  * and never reads them.
  */
-export const EMBEDDED_DATA_FILES: readonly string[] = [REGISTRY_FILE, PROMPT_LOG, LEGACY_PROMPT_FILE, LIMITS_SNAPSHOT_FILE];
+export const EMBEDDED_DATA_FILES: readonly string[] = [REGISTRY_FILE, REGISTRY_JOURNAL, PROMPT_LOG, LEGACY_PROMPT_FILE, LIMITS_SNAPSHOT_FILE];
 
 /** Those of EMBEDDED_DATA_FILES in `dataDir` that hold something (present and not empty). */
 export async function embeddedDataIn(dataDir: string): Promise<string[]> {

@@ -1,9 +1,10 @@
-import { type FileHandle, open, rename, stat } from "node:fs/promises";
+import { open, rename } from "node:fs/promises";
 import { join } from "node:path";
 import { log } from "../logger.js";
 import { readJsonFile, removeLeftTemps } from "./json-file.js";
 import { type PromptRecord, type PromptStore, PromptsUnavailableError, type PromptSummary } from "./prompt-store.js";
 import { makeDir } from "./make-dir.js";
+import { AppendLog, exists, syncDir, writeAll } from "./append-log.js";
 
 /** The log of every version, one JSON object a line, appended to and never rewritten. */
 export const PROMPT_LOG = "prompts.jsonl";
@@ -63,10 +64,6 @@ export async function createFilePromptStore(dataDir: string): Promise<PromptStor
     log.warn(`prompt store: ${LEGACY_PROMPT_FILE} is ignored: prompts are kept in ${PROMPT_LOG} (it was imported before)`, { dataDir });
   }
 
-  const created = !(await exists(path));
-  const fh = await open(path, "a+", 0o600);
-  if (created) await syncDir(dataDir);
-
   const projects = new Map<string, Project>();
   const versionsOf = (projectId: string, name: string): Entry[] | undefined => projects.get(projectId)?.versions.get(name);
   const index = (meta: PromptSummary, offset: number, length: number) => {
@@ -80,31 +77,26 @@ export async function createFilePromptStore(dataDir: string): Promise<PromptStor
     versions.push({ meta, offset, length });
   };
 
-  // The end of the last whole line: where the next append goes.
-  let size: number;
-  try {
-    size = await load(fh, path, (r, offset, length) => {
-      if (r.version !== (versionsOf(r.projectId, r.name)?.length ?? 0) + 1) return false;
+  const file = await AppendLog.open(
+    path,
+    "prompt log",
+    (r, offset, length) => {
+      if (!isRecord(r) || r.version !== (versionsOf(r.projectId, r.name)?.length ?? 0) + 1) return false;
       const { content: _, ...meta } = r;
       index(meta, offset, length);
       return true;
-    });
-  } catch (e) {
-    await fh.close();
-    throw e;
-  }
+    },
+    (lineNo, offset) => new Error(`cannot read the prompt log ${path}: line ${lineNo} (byte ${offset}) is not a prompt version that follows the lines before it; restore the file from a backup or move it aside`),
+  );
 
   let queue: Pending[] = [];
   let writing = false;
   let idle: Promise<void> = Promise.resolve();
   let markIdle = () => {};
-  /** Set when a failed append could not be cut off: the file's end is unknown, so no more appends. */
-  let broken: PromptsUnavailableError | undefined;
   let closed = false;
 
   /** Appends a batch of puts as one write and one sync; numbers them first. */
   const append = async (batch: Pending[]) => {
-    if (broken) throw broken;
     const next = new Map<string, number>();
     const lines = batch.map(({ p }) => {
       const key = `${p.projectId}\u0000${p.name}`;
@@ -114,29 +106,20 @@ export async function createFilePromptStore(dataDir: string): Promise<PromptStor
       const record: PromptRecord = { projectId: p.projectId, name: p.name, version, description: p.description, createdAt: p.createdAt, content: p.content };
       return { record, bytes: Buffer.from(`${JSON.stringify(record)}\n`) };
     });
-    try {
-      for (const { bytes } of lines) await writeAll(fh, bytes);
-      await fh.datasync();
-    } catch (e) {
-      try {
-        await fh.truncate(size);
-        await fh.datasync();
-      } catch (cut) {
-        broken = new PromptsUnavailableError(`the prompt log ${path} could not be restored after a failed write (${(cut as Error).message}); restart the server`, { cause: e, writesRefused: true });
-        log.error("prompt store: a failed append could not be cut off; puts fail until restart", { path, err: String(cut) });
-      }
-      // A full disk, a read-only file: the put is refused, nothing of it kept (503 prompts_unavailable,
-      // as a Redis that refuses writes), where it was an internal error.
-      log.warn("prompt store: the prompt log could not be written: the put is refused and nothing of it stored", { path, err: String((e as Error)?.message ?? e) });
-      throw new PromptsUnavailableError(`cannot write the prompt log ${path}: ${(e as Error)?.message ?? e}`, { cause: e, writesRefused: true });
-    }
-    let offset = size;
+    // A full disk, a read-only file: the put is refused, nothing of it kept (503 prompts_unavailable,
+    // as a Redis that refuses writes), where it was an internal error.
+    let offset = await file.append(
+      lines.map((l) => l.bytes),
+      (message, cause) => {
+        log.warn("prompt store: the prompt log could not be written: the put is refused and nothing of it stored", { path, err: String((cause as Error)?.message ?? cause) });
+        return new PromptsUnavailableError(message, { cause, writesRefused: true });
+      },
+    );
     for (const { record, bytes } of lines) {
       const { content: _, ...meta } = record;
       index(meta, offset, bytes.length);
       offset += bytes.length;
     }
-    size = offset;
     return lines.map((l) => l.record);
   };
 
@@ -163,16 +146,7 @@ export async function createFilePromptStore(dataDir: string): Promise<PromptStor
     });
   };
 
-  const read = async (e: Entry): Promise<PromptRecord> => {
-    const buf = Buffer.allocUnsafe(e.length);
-    let done = 0;
-    while (done < e.length) {
-      const { bytesRead } = await fh.read(buf, done, e.length - done, e.offset + done);
-      if (bytesRead === 0) throw new Error(`the prompt log ${path} ends before the line at byte ${e.offset}`);
-      done += bytesRead;
-    }
-    return { ...e.meta, content: (JSON.parse(buf.toString("utf8")) as PromptRecord).content };
-  };
+  const read = async (e: Entry): Promise<PromptRecord> => ({ ...e.meta, content: (JSON.parse((await file.read(e.offset, e.length)).toString("utf8")) as PromptRecord).content });
 
   return {
     put(p) {
@@ -198,7 +172,7 @@ export async function createFilePromptStore(dataDir: string): Promise<PromptStor
       if (closed) return;
       closed = true;
       await idle;
-      await fh.close();
+      await file.close();
     },
   };
 }
@@ -223,68 +197,6 @@ const isRecord = (v: unknown): v is PromptRecord => {
     typeof r.content === "string" && typeof r.description === "string" && typeof r.createdAt === "number"
   );
 };
-
-/**
- * Reads the log from the start, handing each line's record, byte offset and length (newline
- * included) to `add`, which answers false for a record that does not follow the ones before it.
- * Only bytes after the last newline are a torn append (each line is written with its newline, and
- * none is acknowledged before the sync): they are truncated away. A whole line that does not read
- * back is damage, last or not, and an error: dropping it would destroy what may be the only copy.
- * Answers the size of the log that was kept.
- */
-async function load(fh: FileHandle, path: string, add: (r: PromptRecord, offset: number, length: number) => boolean): Promise<number> {
-  const chunk = Buffer.allocUnsafe(1 << 20);
-  const parts: Buffer[] = [];
-  let partsLength = 0;
-  let position = 0;
-  let lineStart = 0;
-  let lineNo = 0;
-  for (;;) {
-    const { bytesRead } = await fh.read(chunk, 0, chunk.length, position);
-    if (bytesRead === 0) break;
-    position += bytesRead;
-    const data = chunk.subarray(0, bytesRead);
-    let i = 0;
-    for (;;) {
-      const nl = data.indexOf(10, i);
-      if (nl < 0) {
-        parts.push(Buffer.from(data.subarray(i))); // a copy: `chunk` is read into again
-        partsLength += data.length - i;
-        break;
-      }
-      const tail = data.subarray(i, nl);
-      const line = parts.length ? Buffer.concat([...parts, tail]) : tail;
-      const length = partsLength + tail.length + 1;
-      parts.length = 0;
-      partsLength = 0;
-      lineNo++;
-      let record: unknown;
-      try {
-        record = JSON.parse(line.toString("utf8"));
-      } catch {
-        record = undefined;
-      }
-      if (!(isRecord(record) && add(record, lineStart, length))) throw damaged(path, lineNo, lineStart);
-      lineStart += length;
-      i = nl + 1;
-    }
-  }
-  if (lineStart < position) {
-    log.warn("prompt store: dropped a torn last line of the prompt log (no newline: a put cut short by a crash, never acknowledged)", { path, offset: lineStart, bytes: position - lineStart });
-    await fh.truncate(lineStart);
-    await fh.datasync();
-  }
-  return lineStart;
-}
-
-const damaged = (path: string, lineNo: number, offset: number) =>
-  new Error(`cannot read the prompt log ${path}: line ${lineNo} (byte ${offset}) is not a prompt version that follows the lines before it; restore the file from a backup or move it aside`);
-
-/** Writes all of `bytes` at the end of the file (it is open for appending). */
-async function writeAll(fh: FileHandle, bytes: Buffer): Promise<void> {
-  let done = 0;
-  while (done < bytes.length) done += (await fh.write(bytes, done, bytes.length - done)).bytesWritten;
-}
 
 /**
  * Imports the whole-file store of earlier releases, if there is one, into a new log: written aside,
@@ -324,27 +236,4 @@ async function importLegacy(dataDir: string, path: string): Promise<void> {
   await rename(legacy, join(dataDir, IMPORTED_PROMPT_FILE));
   await syncDir(dataDir);
   log.info(`prompt store: imported ${LEGACY_PROMPT_FILE} into ${PROMPT_LOG}; the old file is kept as ${IMPORTED_PROMPT_FILE} and no longer read`, { dataDir, versions: lines.length });
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await stat(path);
-    return true;
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === "ENOENT") return false;
-    throw e;
-  }
-}
-
-/** Makes a new or renamed entry of `dir` durable; a no-op where directories cannot be synced. */
-async function syncDir(dir: string): Promise<void> {
-  let fh: FileHandle | undefined;
-  try {
-    fh = await open(dir, "r");
-    await fh.sync();
-  } catch {
-    // Not every platform can open or sync a directory.
-  } finally {
-    await fh?.close().catch(() => {});
-  }
 }

@@ -1,6 +1,8 @@
 import { makeDir } from "./make-dir.js";
+import { stat } from "node:fs/promises";
 import { join } from "node:path";
-import { createJsonFileWriter, readJsonFile } from "./json-file.js";
+import { AppendLog } from "./append-log.js";
+import { readJsonFile, removeLeftTemps, tempOf, writeWhole } from "./json-file.js";
 import { log } from "../logger.js";
 import { type KeyRecord, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
 
@@ -10,17 +12,128 @@ interface FileShape {
   keys: KeyRecord[];
 }
 
-/** The registry's records, by id. */
-interface Records {
-  projects: Map<string, ProjectRecord>;
-  keys: Map<string, KeyRecord>;
+/** The journal's lines: a project or key as it now is, or a key deleted. */
+type JournalLine = { project: ProjectRecord } | { key: KeyRecord } | { deleteKey: string };
+
+/** The embedded registry's snapshot in the data dir: every project and key, as of its last compaction. */
+export const REGISTRY_FILE = "registry.json";
+/** The changes since the snapshot, one line each, appended to (see createFileRegistryStore). */
+export const REGISTRY_JOURNAL = "registry.jsonl";
+
+/** Compacted at the latest once the journal is this large, and the snapshot no larger. */
+const MIN_COMPACT_BYTES = 1 << 20;
+
+/** The registry as it is on disk: what every read sees. */
+class Records {
+  readonly projects = new Map<string, ProjectRecord>();
+  readonly keys = new Map<string, KeyRecord>();
+  readonly byHash = new Map<string, KeyRecord>();
+  /** Each project's keys, by id. */
+  readonly keysOf = new Map<string, Map<string, KeyRecord>>();
+
+  setKey(k: KeyRecord): void {
+    this.deleteKey(k.id);
+    this.keys.set(k.id, k);
+    this.byHash.set(k.hash, k);
+    let own = this.keysOf.get(k.projectId);
+    if (!own) this.keysOf.set(k.projectId, (own = new Map()));
+    own.set(k.id, k);
+  }
+
+  deleteKey(id: string): void {
+    const k = this.keys.get(id);
+    if (!k) return;
+    this.keys.delete(id);
+    if (this.byHash.get(k.hash) === k) this.byHash.delete(k.hash);
+    const own = this.keysOf.get(k.projectId);
+    own?.delete(id);
+    if (own?.size === 0) this.keysOf.delete(k.projectId);
+  }
+
+  /** Applies a journal line (idempotent: a line applied twice leaves what applying it once did). */
+  apply(line: JournalLine): void {
+    if ("project" in line) this.projects.set(line.project.id, line.project);
+    else if ("key" in line) this.setKey(line.key);
+    else this.deleteKey(line.deleteKey);
+  }
+
+  /**
+   * The registry as registry.json holds it (FileShape), in parts of a few hundred records each, so
+   * that writing one of 20,000 keys holds the event loop a millisecond at a time, not 20 ms and more
+   * at once. The records must not change until the last part is taken.
+   */
+  *snapshot(): Generator<string> {
+    yield '{"version":1,"projects":[';
+    yield* listed(this.projects.values());
+    yield '],"keys":[';
+    yield* listed(this.keys.values());
+    yield "]}";
+  }
+}
+
+/** The JSON of `items` as the inside of a JSON array (no brackets), in parts of `per` items. */
+function* listed(items: Iterable<unknown>, per = 250): Generator<string> {
+  let part: unknown[] = [];
+  let first = true;
+  const text = () => {
+    const inside = JSON.stringify(part).slice(1, -1);
+    part = [];
+    const t = first ? inside : `,${inside}`;
+    first = false;
+    return t;
+  };
+  for (const item of items) {
+    part.push(item);
+    if (part.length === per) yield text();
+  }
+  if (part.length) yield text();
 }
 
 /**
- * One change, worked out on the staged records it changes: its result, and, when it changed
- * anything, what else takes effect with it once it is on disk (the key index).
+ * A batch's changes, staged over the records on disk: what a change reads here includes those
+ * before it in the batch; `lines` are what the batch appends to the journal.
  */
-type Step<T> = (s: Records) => { result: T; apply?: () => void };
+class Staged {
+  readonly lines: JournalLine[] = [];
+  private readonly projects = new Map<string, ProjectRecord>();
+  /** Keys changed: null for one deleted. */
+  private readonly keys = new Map<string, KeyRecord | null>();
+  /** Each project's key count, less its count on disk. */
+  private readonly counted = new Map<string, number>();
+
+  constructor(private readonly base: Records) {}
+
+  project(id: string): ProjectRecord | undefined {
+    return this.projects.get(id) ?? this.base.projects.get(id);
+  }
+  key(id: string): KeyRecord | undefined {
+    const k = this.keys.get(id);
+    return k === null ? undefined : (k ?? this.base.keys.get(id));
+  }
+  keyCount(projectId: string): number {
+    return (this.base.keysOf.get(projectId)?.size ?? 0) + (this.counted.get(projectId) ?? 0);
+  }
+  setProject(p: ProjectRecord): void {
+    this.projects.set(p.id, p);
+    this.lines.push({ project: p });
+  }
+  addKey(k: KeyRecord): void {
+    if (!this.key(k.id)) this.count(k.projectId, 1);
+    this.keys.set(k.id, k);
+    this.lines.push({ key: k });
+  }
+  deleteKey(k: KeyRecord): void {
+    this.count(k.projectId, -1);
+    this.keys.set(k.id, null);
+    this.lines.push({ deleteKey: k.id });
+  }
+  private count(projectId: string, by: number): void {
+    this.counted.set(projectId, (this.counted.get(projectId) ?? 0) + by);
+  }
+}
+
+/** One change, worked out on the staged records (it stages what it changes): its result. */
+type Step<T> = (s: Staged) => T;
 
 interface Pending<T> {
   step: Step<T>;
@@ -28,23 +141,44 @@ interface Pending<T> {
   reject: (e: unknown) => void;
 }
 
-/** The embedded registry's file in the data dir. */
-export const REGISTRY_FILE = "registry.json";
+const isString = (v: unknown): v is string => typeof v === "string";
+const isProject = (v: unknown): v is ProjectRecord => {
+  const p = v as ProjectRecord;
+  return typeof v === "object" && v !== null && isString(p.id) && isString(p.name) && isString(p.plan) && typeof p.createdAt === "number";
+};
+const isKey = (v: unknown): v is KeyRecord => {
+  const k = v as KeyRecord;
+  return typeof v === "object" && v !== null && [k.id, k.projectId, k.mode, k.hash, k.displayPrefix, k.description].every(isString) && typeof k.createdAt === "number";
+};
+const isJournalLine = (v: unknown): v is JournalLine => {
+  if (typeof v !== "object" || v === null || Object.keys(v).length !== 1) return false;
+  const l = v as Record<string, unknown>;
+  return "project" in l ? isProject(l.project) : "key" in l ? isKey(l.key) : isString(l.deleteKey);
+};
 
 /**
- * The embedded registry: everything in memory, persisted to `<dataDir>/registry.json` on each
- * change by writing a temporary file, syncing it and renaming it over the old one, so a crash
- * leaves either the old or the new file, never half of one. A change takes effect in memory only
- * once it is on disk (`commit`), so one refused (a full disk) is applied nowhere. The changes that
- * come while the file is being written are written together, in one write, next.
+ * The embedded registry: everything in memory, kept in the data dir as a snapshot,
+ * `registry.json`, and a journal of the changes since, `registry.jsonl` (one line each: a project or
+ * key as it now is, or a key deleted). A change appends its lines to the journal and syncs it before
+ * it takes effect in memory (a change refused, as on a full disk, is applied nowhere), so it costs
+ * the size of what it changes, not of the registry. The changes that come while the journal is
+ * being written are appended together next (group commit).
+ *
+ * Once the journal outgrows the snapshot (and 1 MiB), the registry is compacted: a new snapshot is
+ * written (a temporary file synced and renamed over the old one) and the journal emptied, about one
+ * whole write per snapshot's worth of changes. Every line sets a record to what it is, or deletes
+ * one, so a journal read again over a snapshot that already holds it (a crash between the two steps
+ * of a compaction) leaves the same registry. The registry is also compacted when the store closes,
+ * so a clean stop leaves everything in `registry.json` (what releases before the journal read).
+ * At start the snapshot is read, then the journal over it; a torn last line (a crash in the middle
+ * of an append, never acknowledged) is dropped, and any other line that does not read back stops
+ * the start (see AppendLog).
  */
 export async function createFileRegistryStore(dataDir: string): Promise<RegistryStore> {
   await makeDir(dataDir);
   const path = join(dataDir, REGISTRY_FILE);
-  // The records on disk; a batch of changes replaces them with its staged copies once it is written.
-  let projects = new Map<string, ProjectRecord>();
-  let keys = new Map<string, KeyRecord>();
-  const byHash = new Map<string, KeyRecord>();
+  const journalPath = join(dataDir, REGISTRY_JOURNAL);
+  const records = new Records();
 
   let data: FileShape | undefined;
   try {
@@ -54,27 +188,52 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
     // Never started over: an empty registry written over it would lose every project and key.
     throw new Error(`cannot read the registry ${path}: ${(e as Error).message}; restore it from a backup or move it aside`);
   }
-  if (data !== undefined) {
-    for (const p of data.projects) projects.set(p.id, p);
-    for (const k of data.keys) {
-      keys.set(k.id, k);
-      byHash.set(k.hash, k);
-    }
-  }
+  for (const p of data?.projects ?? []) records.projects.set(p.id, p);
+  for (const k of data?.keys ?? []) records.setKey(k);
+  const sizeOf = async (file: string) => (await stat(file).catch(() => undefined))?.size ?? 0;
 
-  // Compact: the file is rewritten whole on each change, and indenting doubled the time it takes.
-  const file = createJsonFileWriter(path);
+  const journal = await AppendLog.open(
+    journalPath,
+    "registry journal",
+    (line) => {
+      if (!isJournalLine(line)) return false;
+      records.apply(line);
+      return true;
+    },
+    (lineNo, offset) => new Error(`cannot read the registry journal ${journalPath}: line ${lineNo} (byte ${offset}) is not a registry change; restore it and ${REGISTRY_FILE} from a backup`),
+  );
+  // The temporary files of snapshots that crashed processes left.
+  await removeLeftTemps(path).catch(() => {});
+  /** The journal's size past which it is compacted next. */
+  let compactAt = Math.max(await sizeOf(path), MIN_COMPACT_BYTES);
 
   /**
-   * Changes the registry. Every change waiting when the file is free is worked out in turn, each
+   * Writes the registry whole as the new snapshot and empties the journal. One that fails (a full
+   * disk) leaves both as they were, which still hold every change, and is tried again once the
+   * journal has grown as much again.
+   */
+  const compact = async () => {
+    try {
+      // Changes wait meanwhile (this runs in drain), so the records hold still while written.
+      await writeWhole(path, records.snapshot(), tempOf(path, process.pid));
+      await journal.clear();
+      compactAt = Math.max(await sizeOf(path), MIN_COMPACT_BYTES);
+    } catch (e) {
+      log.warn("the registry could not be compacted: its journal is kept, which holds every change", { path, err: String((e as Error)?.message ?? e) });
+      compactAt = journal.size * 2;
+    }
+  };
+
+  /**
+   * Changes the registry. Every change waiting when the journal is free is worked out in turn, each
    * on what the ones before it left (`step`, on a staged copy of the records), and the batch is
-   * written to the file once (group commit: a registry saved whole costs its size per write, not
-   * per change); only once they are on disk do they take effect. A write that fails (a full disk, a
-   * read-only file) changes nothing and fails every change of its batch with
+   * appended to the journal once; only once it is on disk does it take effect. A write that fails
+   * (a full disk, a read-only file) changes nothing and fails every change of its batch with
    * RegistryUnavailableError (refused writes), whose caller is told nothing was changed.
    */
   let queue: Array<Pending<unknown>> = [];
   let writing: Promise<void> | undefined;
+  let closed = false;
   const kick = () => {
     if (writing) return;
     // A change queued after drain's last look, before this ends, is drained by the next round.
@@ -83,102 +242,94 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
       if (queue.length) kick();
     });
   };
-  const commit = <T>(step: Step<T>): Promise<T> =>
-    new Promise<T>((resolve, reject) => {
+  const commit = <T>(step: Step<T>): Promise<T> => {
+    if (closed) return Promise.reject(new RegistryUnavailableError("the registry is closed"));
+    return new Promise<T>((resolve, reject) => {
       queue.push({ step, resolve, reject } as Pending<unknown>);
       kick();
     });
+  };
   const drain = async () => {
     while (queue.length) {
       const batch = queue;
       queue = [];
-      const staged: Records = { projects: new Map(projects), keys: new Map(keys) };
-      const done: Array<{ p: Pending<unknown>; result: unknown; apply?: () => void }> = [];
-      let changed = false;
+      const staged = new Staged(records);
+      const done: Array<{ p: Pending<unknown>; result: unknown }> = [];
       for (const p of batch) {
         try {
-          const { result, apply } = p.step(staged);
-          changed ||= apply !== undefined;
-          done.push({ p, result, apply });
+          done.push({ p, result: p.step(staged) });
         } catch (e) {
           p.reject(e);
         }
       }
-      if (changed) {
+      if (staged.lines.length) {
         try {
-          await file.write({ version: 1, projects: [...staged.projects.values()], keys: [...staged.keys.values()] } satisfies FileShape);
+          await journal.append(
+            staged.lines.map((l) => Buffer.from(`${JSON.stringify(l)}\n`)),
+            (message, cause) => new RegistryUnavailableError(message, { writesRefused: true, cause }),
+          );
         } catch (e) {
-          log.warn("the registry could not be saved: the change is refused and not applied", { path, err: String((e as Error)?.message ?? e) });
-          const refused = new RegistryUnavailableError(`cannot write the registry ${path}`, { writesRefused: true, cause: e });
-          for (const d of done) d.p.reject(refused);
+          log.warn("the registry could not be saved: the change is refused and not applied", { path: journalPath, err: String((e as Error)?.cause ?? e) });
+          for (const d of done) d.p.reject(e);
           continue;
         }
-        projects = staged.projects;
-        keys = staged.keys;
+        for (const line of staged.lines) records.apply(line);
       }
-      for (const d of done) {
-        d.apply?.();
-        d.p.resolve(d.result);
-      }
+      for (const d of done) d.p.resolve(d.result);
+      if (journal.size > compactAt) await compact();
     }
   };
 
   const byCreation = <T extends { createdAt: number }>(a: T, b: T) => a.createdAt - b.createdAt;
-  const keyCount = (s: Records, projectId: string) => {
-    let count = 0;
-    for (const k of s.keys.values()) if (k.projectId === projectId) count++;
-    return count;
-  };
 
   return {
-    createProject: (p) =>
-      commit((s) => {
-        s.projects.set(p.id, p);
-        return { result: undefined, apply: () => {} };
-      }),
+    createProject: (p) => commit((s) => void s.setProject(p)),
     async getProject(id) {
-      return projects.get(id);
+      return records.projects.get(id);
     },
     updateProject: (id, change) =>
       commit((s) => {
-        const p = s.projects.get(id);
-        if (!p) return { result: undefined };
-        const next = change(p, keyCount(s, id));
-        s.projects.set(id, next);
-        return { result: next, apply: () => {} };
+        const p = s.project(id);
+        if (!p) return undefined;
+        const next = change(p, s.keyCount(id));
+        s.setProject(next);
+        return next;
       }),
     async listProjects() {
-      return [...projects.values()].sort(byCreation);
+      return [...records.projects.values()].sort(byCreation);
     },
     createKey: (k, maxKeys) =>
       commit((s) => {
         let max: number;
         if (typeof maxKeys === "number") max = maxKeys;
         else {
-          const p = s.projects.get(k.projectId);
+          const p = s.project(k.projectId);
           max = p ? maxKeys(p) : 0;
         }
-        if (keyCount(s, k.projectId) >= max) return { result: false };
-        s.keys.set(k.id, k);
-        return { result: true, apply: () => void byHash.set(k.hash, k) };
+        if (s.keyCount(k.projectId) >= max) return false;
+        s.addKey(k);
+        return true;
       }),
     async listKeys(projectId) {
-      return [...keys.values()].filter((k) => k.projectId === projectId).sort(byCreation);
+      return [...(records.keysOf.get(projectId)?.values() ?? [])].sort(byCreation);
     },
     deleteKey: (id) =>
       commit((s) => {
-        const k = s.keys.get(id);
-        if (!k) return { result: undefined };
-        s.keys.delete(id);
-        return { result: k, apply: () => void byHash.delete(k.hash) };
+        const k = s.key(id);
+        if (k) s.deleteKey(k);
+        return k;
       }),
     async findKeyByHash(hash) {
-      const key = byHash.get(hash);
-      return key && { key, project: projects.get(key.projectId) };
+      const key = records.byHash.get(hash);
+      return key && { key, project: records.projects.get(key.projectId) };
     },
     async close() {
+      if (closed) return;
+      closed = true;
       while (writing) await writing;
-      await file.idle().catch(() => {});
+      // Everything into the snapshot, so a clean stop leaves the journal empty.
+      if (journal.size > 0) await compact();
+      await journal.close();
     },
   };
 }

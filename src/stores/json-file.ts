@@ -42,12 +42,14 @@ export function createJsonFileWriter(path: string, indent?: number): JsonFileWri
 /**
  * Writes a file (mode 0600) under a temporary name `tmp`, syncs it and renames it into place: a
  * crash leaves it whole or absent, and a write that fails (a full disk) leaves no temporary file.
+ * Given as parts, each is made and written in turn, the event loop free between them.
  */
-export async function writeWhole(path: string, text: string, tmp = `${path}.tmp`): Promise<void> {
+export async function writeWhole(path: string, text: string | Iterable<string>, tmp = `${path}.tmp`): Promise<void> {
   try {
     const fh = await open(tmp, "w", 0o600);
     try {
-      await fh.writeFile(text);
+      if (typeof text === "string") await fh.writeFile(text);
+      else for (const part of text) await fh.writeFile(part);
       await fh.sync();
     } finally {
       await fh.close();
@@ -59,7 +61,8 @@ export async function writeWhole(path: string, text: string, tmp = `${path}.tmp`
   }
 }
 
-const tempOf = (path: string, pid: number) => `${path}.${pid}.tmp`;
+/** The temporary file a process writes `path` under (see removeLeftTemps). */
+export const tempOf = (path: string, pid: number) => `${path}.${pid}.tmp`;
 
 /**
  * Removes the temporary files of `path` (`<path>.<pid>.tmp`) that other processes left: one killed
