@@ -27,6 +27,17 @@ if (process.argv[2] === "serve" || process.argv[2] === "demo") {
   }
 }
 
+// A working directory deleted under the shell (`rm -rf` of the directory it stands in) leaves
+// process.cwd() throwing, which a dependency calls as it loads: say so plainly instead of a stack.
+// `svc serve` stops as on a bad setting (its relative paths, ./data by default, mean nothing there).
+try {
+  process.cwd();
+} catch (e) {
+  if (e?.code !== "ENOENT") throw e;
+  process.stderr.write("error: the current directory no longer exists (it was deleted or moved away); run svc from a directory that exists\n");
+  process.exit(process.argv[2] === "serve" || process.argv[2] === "demo" ? 2 : 1);
+}
+
 const root = fileURLToPath(new URL("..", import.meta.url));
 const built = join(root, "dist", "src", "cli", "main.js");
 

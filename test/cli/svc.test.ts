@@ -250,3 +250,25 @@ describe("svc serve with a log it cannot write (stderr on a full disk)", functio
     }
   });
 });
+
+describe("svc run from a working directory that no longer exists", () => {
+  it("says so plainly: exit code 2 for svc serve (as a bad setting), 1 for an admin command", async () => {
+    const root = mkdtempSync(join(tmpdir(), "svc-cli-gone-"));
+    try {
+      for (const [args, code] of [[["serve", "--demo"], 2], [["projects", "list"], 1]] as const) {
+        const gone = join(root, "gone");
+        mkdirSync(gone);
+        // The directory is removed by the shell that then becomes svc, standing in it.
+        const r = await new Promise<Run>((resolve) =>
+          execFile("sh", ["-c", `rmdir "${gone}" && exec "$0" "$@"`, process.execPath, bin, ...args], { cwd: gone, env: { ...process.env, SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0" } }, (err, stdout, stderr) =>
+            resolve({ code: err ? Number((err as { code?: number }).code) : 0, stdout, stderr }),
+          ),
+        );
+        assert.equal(r.code, code, r.stderr);
+        assert.equal(r.stderr, "error: the current directory no longer exists (it was deleted or moved away); run svc from a directory that exists\n");
+      }
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
