@@ -147,12 +147,21 @@ export function readBodyText(req: IncomingMessage, maxBytes: number, budget?: Bo
     // 64 KiB), and those cost the budget nothing; what one part holds is bounded as a request's
     // headers are.
     let account: BodyRead | undefined;
+    // Leaves the budget. A body whose answer went before it was whole (a refusal that came first:
+    // a key used lately and deleted since, whose body was being read while it was verified) gets
+    // neither 'end' nor 'error' when its connection then closes: that close is waited for too.
+    const socket = req.socket;
+    const leave = () => {
+      if (!account) return;
+      account.close();
+      socket.off("close", leave);
+    };
     // Set once the body is refused (too large, or dropped by the budget): its end is then no answer.
     let stopped = false;
     // Stops reading: the rest of the body is drained unread so the connection stays usable.
     const stop = (err: Error) => {
       stopped = true;
-      account?.close();
+      leave();
       req.off("data", onData);
       req.resume();
       chunks = [];
@@ -165,22 +174,23 @@ export function readBodyText(req: IncomingMessage, maxBytes: number, budget?: Bo
       if (account) account.take(chunk.length);
       else if (budget && chunks.length === 2) {
         account = budget.open(() => stop(bodiesOverBudget()));
+        socket.once("close", leave);
         account.take(size);
       }
     };
     req.on("data", onData);
     // A body that broke off (the client left, or node:http answered its socket: timeout, bad framing):
     // what had come is kept with the error, for the request's log. Every body ends so, or whole
-    // ('end'), or refused: its account is closed in each.
+    // ('end'), or refused, or with its connection after its answer: its account is closed in each.
     req.once("error", () => {
-      account?.close();
+      leave();
       if (stopped) return;
       const err = bodyBrokenOff(req.socket);
       partialBodies.set(err, Buffer.concat(chunks).toString("utf8"));
       reject(err);
     });
     req.once("end", () => {
-      account?.close();
+      leave();
       if (stopped) return;
       const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
       resolve({ text: bytes.toString("utf8"), utf8: isUtf8(bytes) });

@@ -130,5 +130,31 @@ describe("the budget of request bodies coming in", function () {
         return logs.some((l) => l.status === 503 && l.errorCode === "gateway_overloaded") && logs.filter((l) => l.status === 200).length === 3;
       }, 5000, "the logs");
     });
+
+    it("lets go of a body whose answer went before it was whole (a key used lately, then deleted) once its client leaves", async () => {
+      const own = await gw.project();
+      const used = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, own.live, chat(10));
+      assert.equal(used.status, 200, "the key is verified lately: its next body is read while it is verified again");
+      await gw.admin.deleteKey({ keyId: own.liveKeyId });
+      const body = Buffer.from(JSON.stringify(chat(900_000)));
+      const port = Number(new URL(gw.gatewayUrl).port);
+      const socket = net.connect(port, "127.0.0.1");
+      socket.on("error", () => {});
+      let got = "";
+      socket.on("data", (d) => (got += d.toString("latin1")));
+      const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${own.live}\r\nContent-Length: ${body.length}\r\n\r\n`;
+      socket.write(Buffer.concat([Buffer.from(head), body.subarray(0, 1000)]));
+      await eventually(() => got.includes("\r\n\r\n{"), 5000, "the 401");
+      assert.match(got, /^HTTP\/1\.1 401 /);
+      // More of the body comes after the answer (more than one part: it has an account), then the client leaves.
+      await new Promise<void>((r) => socket.write(body.subarray(1000, 500_000), () => r()));
+      await eventually(() => socket.writableLength === 0, 5000, "the body's bytes sent");
+      await new Promise((r) => setTimeout(r, 300));
+      socket.destroy();
+      await new Promise((r) => setTimeout(r, 300));
+      // 600,000 bytes and the 500,000 of the body gone would pass the budget: only if that one left it is this served.
+      const after = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, keys.live, chat(600_000));
+      assert.equal(after.status, 200, after.text.slice(0, 300));
+    });
   });
 });
