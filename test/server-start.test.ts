@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { appendFileSync, chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createServer, type AddressInfo } from "node:net";
@@ -332,5 +332,10 @@ describe("cluster mode on a data dir that holds embedded-mode data", function ()
     assert.equal(level, "warn");
     assert.match(msg, new RegExp(`SVC_DATA_DIR ${dir.replace(/[/.]/g, "\\$&")} holds embedded-mode data that cluster mode does not read: registry\\.json, prompts\\.jsonl\\.`));
     assert.doesNotMatch(msg, /limits\.json/, "only the files that are there");
+    // The journal a clean stop left holds its header only; one with changes (a crash left them) holds data.
+    assert.doesNotMatch(msg, /registry\.jsonl/);
+    appendFileSync(join(dir, "registry.jsonl"), `${JSON.stringify({ deleteKey: "key_x" })}\n`);
+    const again = await unreadWarnings();
+    assert.match(again[0] ?? "", /does not read: registry\.json, registry\.jsonl, prompts\.jsonl\./);
   });
 });

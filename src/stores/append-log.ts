@@ -89,12 +89,25 @@ export class AppendLog {
     return buf;
   }
 
-  /** Empties the log (everything in it is kept elsewhere now), synced. */
-  async clear(): Promise<void> {
+  /**
+   * Replaces everything in the log (kept elsewhere now) with `lines`, synced. One that fails leaves
+   * the log's contents unknown: it is broken then, `refused(...)` thrown now and by every append
+   * after, until a restart reads it back.
+   */
+  async reset(lines: readonly Buffer[], refused: (message: string, cause: unknown) => Error): Promise<void> {
     if (this.broken) throw this.broken;
-    await this.fh.truncate(0);
-    this.end = 0;
-    await this.fh.datasync();
+    try {
+      await this.fh.truncate(0);
+      this.end = 0;
+      for (const bytes of lines) {
+        await writeAll(this.fh, bytes);
+        this.end += bytes.length;
+      }
+      await this.fh.datasync();
+    } catch (e) {
+      this.broken = refused(`the ${this.what} ${this.path} could not be started anew (${(e as Error)?.message ?? e}); restart the server`, e);
+      throw this.broken;
+    }
   }
 
   close(): Promise<void> {

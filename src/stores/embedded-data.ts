@@ -1,4 +1,4 @@
-import { stat } from "node:fs/promises";
+import { open, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { LEGACY_PROMPT_FILE, PROMPT_LOG } from "./file-prompt-store.js";
 import { REGISTRY_FILE, REGISTRY_JOURNAL } from "./file-registry-store.js";
@@ -11,10 +11,33 @@ import { LIMITS_SNAPSHOT_FILE } from "./memory-limits-store.js";
  */
 export const EMBEDDED_DATA_FILES: readonly string[] = [REGISTRY_FILE, REGISTRY_JOURNAL, PROMPT_LOG, LEGACY_PROMPT_FILE, LIMITS_SNAPSHOT_FILE];
 
-/** Those of EMBEDDED_DATA_FILES in `dataDir` that hold something (present and not empty). */
+/**
+ * Those of EMBEDDED_DATA_FILES in `dataDir` that hold something: present and not empty, and for the
+ * registry's journal, more than its header (the generation it follows) line.
+ */
 export async function embeddedDataIn(dataDir: string): Promise<string[]> {
-  const found = await Promise.all(EMBEDDED_DATA_FILES.map((f) => stat(join(dataDir, f)).then((s) => s.isFile() && s.size > 0, () => false)));
+  const holds = async (f: string) => {
+    const s = await stat(join(dataDir, f)).catch(() => undefined);
+    if (!s?.isFile() || s.size === 0) return false;
+    if (f !== REGISTRY_JOURNAL) return true;
+    const head = await readHead(join(dataDir, f), 256);
+    const nl = head.indexOf(10);
+    return nl < 0 || s.size > nl + 1;
+  };
+  const found = await Promise.all(EMBEDDED_DATA_FILES.map(holds));
   return EMBEDDED_DATA_FILES.filter((_, i) => found[i]);
+}
+
+/** The first `n` bytes of a file (fewer when it is shorter). */
+async function readHead(path: string, n: number): Promise<Buffer> {
+  const fh = await open(path, "r");
+  try {
+    const buf = Buffer.alloc(n);
+    const { bytesRead } = await fh.read(buf, 0, n, 0);
+    return buf.subarray(0, bytesRead);
+  } finally {
+    await fh.close();
+  }
 }
 
 /**

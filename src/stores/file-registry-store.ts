@@ -8,9 +8,18 @@ import { type KeyRecord, type ProjectRecord, type RegistryStore, RegistryUnavail
 
 interface FileShape {
   version: 1;
+  /** Which journal follows it (see createFileRegistryStore); absent (as before the journal) is 0. */
+  generation?: number;
   projects: ProjectRecord[];
   keys: KeyRecord[];
 }
+
+/** The journal's first line: the generation of the snapshot its changes follow. */
+interface JournalHeader {
+  generation: number;
+}
+const isHeader = (v: unknown): v is JournalHeader =>
+  typeof v === "object" && v !== null && Object.keys(v).length === 1 && Number.isSafeInteger((v as JournalHeader).generation) && (v as JournalHeader).generation >= 0;
 
 /** The journal's lines: a project or key as it now is, or a key deleted. */
 type JournalLine = { project: ProjectRecord } | { key: KeyRecord } | { deleteKey: string };
@@ -62,8 +71,8 @@ class Records {
    * that writing one of 20,000 keys holds the event loop a millisecond at a time, not 20 ms and more
    * at once. The records must not change until the last part is taken.
    */
-  *snapshot(): Generator<string> {
-    yield '{"version":1,"projects":[';
+  *snapshot(generation: number): Generator<string> {
+    yield `{"version":1,"generation":${generation},"projects":[`;
     yield* listed(this.projects.values());
     yield '],"keys":[';
     yield* listed(this.keys.values());
@@ -165,14 +174,20 @@ const isJournalLine = (v: unknown): v is JournalLine => {
  * being written are appended together next (group commit).
  *
  * Once the journal outgrows the snapshot (and 1 MiB), the registry is compacted: a new snapshot is
- * written (a temporary file synced and renamed over the old one) and the journal emptied, about one
- * whole write per snapshot's worth of changes. Every line sets a record to what it is, or deletes
- * one, so a journal read again over a snapshot that already holds it (a crash between the two steps
- * of a compaction) leaves the same registry. The registry is also compacted when the store closes,
- * so a clean stop leaves everything in `registry.json` (what releases before the journal read).
- * At start the snapshot is read, then the journal over it; a torn last line (a crash in the middle
- * of an append, never acknowledged) is dropped, and any other line that does not read back stops
- * the start (see AppendLog).
+ * written (a temporary file synced and renamed over the old one), then the journal started anew,
+ * about one whole write per snapshot's worth of changes. The registry is also compacted when the
+ * store closes, so a clean stop leaves everything in `registry.json` (what releases before the
+ * journal read).
+ *
+ * Each snapshot has a generation, one more at each compaction, and the journal's first line names
+ * the generation its changes follow. At start the snapshot is read, then the journal over it when
+ * they match. A journal of an older generation is one the snapshot already holds (a crash between
+ * the compaction's two steps, or a backup that copied the journal before the snapshot, as it
+ * should, across a compaction): it is left unread and started anew. A journal of a newer one
+ * follows a snapshot that is not there (a backup that copied them the other way round, a snapshot
+ * restored alone): the start stops, rather than serve a registry missing what lay between, a deleted
+ * key brought back say. A torn last line (a crash in the middle of an append, never acknowledged) is
+ * dropped, and any other line that does not read back stops the start (see AppendLog).
  */
 export async function createFileRegistryStore(dataDir: string): Promise<RegistryStore> {
   await makeDir(dataDir);
@@ -184,44 +199,81 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
   try {
     data = await readJsonFile<FileShape>(path);
     if (data !== undefined && (!Array.isArray(data.projects) || !Array.isArray(data.keys))) throw new Error("it has no `projects` and `keys` lists");
+    if (data?.generation !== undefined && !(Number.isSafeInteger(data.generation) && data.generation >= 0)) throw new Error("its `generation` is not a whole number");
   } catch (e) {
     // Never started over: an empty registry written over it would lose every project and key.
     throw new Error(`cannot read the registry ${path}: ${(e as Error).message}; restore it from a backup or move it aside`);
   }
   for (const p of data?.projects ?? []) records.projects.set(p.id, p);
   for (const k of data?.keys ?? []) records.setKey(k);
+  /** The snapshot's generation: the journal's changes follow it. */
+  let generation = data?.generation ?? 0;
   const sizeOf = async (file: string) => (await stat(file).catch(() => undefined))?.size ?? 0;
 
+  /** The journal's generation as read: undefined while none (an empty journal), or once started anew. */
+  let follows: number | undefined;
+  /** Changes in the journal since its header. */
+  let changes = 0;
   const journal = await AppendLog.open(
     journalPath,
     "registry journal",
     (line) => {
+      if (follows === undefined) {
+        if (!isHeader(line)) return false;
+        follows = line.generation;
+        if (follows > generation) {
+          throw new Error(`cannot read the registry: its journal ${journalPath} follows generation ${follows} of ${REGISTRY_FILE}, which is generation ${generation}: the snapshot is older than its journal (a backup copied ${REGISTRY_FILE} before ${REGISTRY_JOURNAL}, or restored one without the other); restore both from one backup, copying ${REGISTRY_JOURNAL} first`);
+        }
+        return true;
+      }
       if (!isJournalLine(line)) return false;
-      records.apply(line);
+      // A journal the snapshot already holds is read through (each line checked) but not applied.
+      if (follows === generation) {
+        records.apply(line);
+        changes++;
+      }
       return true;
     },
-    (lineNo, offset) => new Error(`cannot read the registry journal ${journalPath}: line ${lineNo} (byte ${offset}) is not a registry change; restore it and ${REGISTRY_FILE} from a backup`),
+    (lineNo, offset) => new Error(`cannot read the registry journal ${journalPath}: line ${lineNo} (byte ${offset}) is not ${lineNo === 1 ? "its header" : "a registry change"}; restore it and ${REGISTRY_FILE} from a backup`),
   );
+  const refused = (message: string, cause: unknown) => new RegistryUnavailableError(message, { writesRefused: true, cause });
+  const header = () => Buffer.from(`${JSON.stringify({ generation } satisfies JournalHeader)}\n`);
+  if (follows !== generation) {
+    if (follows !== undefined) log.info("registry: its journal is of a generation registry.json already holds (a compaction cut short): started anew", { path: journalPath, journal: follows, snapshot: generation });
+    try {
+      await journal.reset([header()], (_message, cause) => new Error(`cannot start the registry journal ${journalPath}: ${(cause as Error)?.message ?? cause}`, { cause }));
+    } catch (e) {
+      await journal.close();
+      throw e;
+    }
+  }
   // The temporary files of snapshots that crashed processes left.
   await removeLeftTemps(path).catch(() => {});
   /** The journal's size past which it is compacted next. */
   let compactAt = Math.max(await sizeOf(path), MIN_COMPACT_BYTES);
 
   /**
-   * Writes the registry whole as the new snapshot and empties the journal. One that fails (a full
-   * disk) leaves both as they were, which still hold every change, and is tried again once the
-   * journal has grown as much again.
+   * Writes the registry whole as the next generation's snapshot, then starts the journal anew for
+   * it. A snapshot that cannot be written (a full disk) leaves both files as they were, which still
+   * hold every change, and is tried again once the journal has grown as much again. A journal that
+   * cannot be started anew after it (its contents then unknown) refuses every change until a
+   * restart, which finds the snapshot holding all of them.
    */
   const compact = async () => {
     try {
       // Changes wait meanwhile (this runs in drain), so the records hold still while written.
-      await writeWhole(path, records.snapshot(), tempOf(path, process.pid));
-      await journal.clear();
-      compactAt = Math.max(await sizeOf(path), MIN_COMPACT_BYTES);
+      await writeWhole(path, records.snapshot(generation + 1), tempOf(path, process.pid));
     } catch (e) {
       log.warn("the registry could not be compacted: its journal is kept, which holds every change", { path, err: String((e as Error)?.message ?? e) });
       compactAt = journal.size * 2;
+      return;
     }
+    generation++;
+    changes = 0;
+    await journal.reset([header()], refused).catch((e) => {
+      log.error("the registry journal could not be started anew after a compaction: changes are refused until a restart (registry.json holds every one so far)", { path: journalPath, err: String((e as Error)?.cause ?? e) });
+    });
+    compactAt = Math.max(await sizeOf(path), MIN_COMPACT_BYTES);
   };
 
   /**
@@ -266,7 +318,7 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
         try {
           await journal.append(
             staged.lines.map((l) => Buffer.from(`${JSON.stringify(l)}\n`)),
-            (message, cause) => new RegistryUnavailableError(message, { writesRefused: true, cause }),
+            refused,
           );
         } catch (e) {
           log.warn("the registry could not be saved: the change is refused and not applied", { path: journalPath, err: String((e as Error)?.cause ?? e) });
@@ -274,6 +326,7 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
           continue;
         }
         for (const line of staged.lines) records.apply(line);
+        changes += staged.lines.length;
       }
       for (const d of done) d.p.resolve(d.result);
       if (journal.size > compactAt) await compact();
@@ -328,7 +381,7 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
       closed = true;
       while (writing) await writing;
       // Everything into the snapshot, so a clean stop leaves the journal empty.
-      if (journal.size > 0) await compact();
+      if (changes > 0) await compact();
       await journal.close();
     },
   };

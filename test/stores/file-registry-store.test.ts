@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { appendFileSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createAuthService } from "../../src/core/auth/auth-service.js";
@@ -15,8 +15,10 @@ const project = (id: string, name = id): ProjectRecord => ({ id, name, plan: "fr
 const key = (i: number, projectId = "proj_n", description = ""): KeyRecord => ({ id: `key_${i}`, projectId, mode: "live", hash: `h_${i}`, displayPrefix: "p", description, createdAt: 10 + i });
 /** A record too large for the last page of a file on a full disk to take. */
 const big = "x".repeat(64 * 1024);
-const lines = (dir: string) => readFileSync(join(dir, REGISTRY_JOURNAL), "utf8").split("\n").filter(Boolean);
-const snapshotOf = (dir: string) => JSON.parse(readFileSync(join(dir, REGISTRY_FILE), "utf8")) as { projects: ProjectRecord[]; keys: KeyRecord[] };
+/** The journal's lines after its header (the generation it follows). */
+const lines = (dir: string) => readFileSync(join(dir, REGISTRY_JOURNAL), "utf8").split("\n").filter(Boolean).slice(1);
+const journalGeneration = (dir: string) => (JSON.parse(readFileSync(join(dir, REGISTRY_JOURNAL), "utf8").split("\n")[0]!) as { generation: number }).generation;
+const snapshotOf = (dir: string) => JSON.parse(readFileSync(join(dir, REGISTRY_FILE), "utf8")) as { generation: number; projects: ProjectRecord[]; keys: KeyRecord[] };
 
 /**
  * The embedded registry on a full disk (a small tmpfs filled up, where this machine lets the test
@@ -133,7 +135,7 @@ describe("file registry store: a change its disk cannot take", function () {
     const again = await createFileRegistryStore(dir);
     assert.equal((await again.listKeys("proj_n")).length, 20);
     await again.close();
-    assert.equal(statSync(join(dir, REGISTRY_JOURNAL)).size, 0, "compacted at the next clean stop");
+    assert.deepEqual(lines(dir), [], "compacted at the next clean stop");
     assert.equal(snapshotOf(dir).keys.length, 20);
   });
 });
@@ -221,7 +223,7 @@ describe("file registry store: its journal", () => {
     await crashed.close();
   });
 
-  it("reads a journal again over a snapshot that already holds it (a crash inside a compaction) to the same registry", async () => {
+  it("leaves unread a journal of a generation the snapshot already holds (a crash inside a compaction), and starts it anew", async () => {
     const store = await open();
     await store.createProject(project("proj_n"));
     await Promise.all([store.createKey(key(1), 100), store.createKey(key(2), 100)]);
@@ -229,13 +231,56 @@ describe("file registry store: its journal", () => {
     await store.createKey(key(1, "proj_n", "made again"), 100);
     await store.updateProject("proj_n", (p) => ({ ...p, plan: "enterprise" }));
     const journal = readFileSync(join(dir, REGISTRY_JOURNAL));
-    await store.close(); // compacts
-    assert.equal(statSync(join(dir, REGISTRY_JOURNAL)).size, 0);
-    writeFileSync(join(dir, REGISTRY_JOURNAL), journal); // as if the crash came before the journal was emptied
+    assert.equal(journalGeneration(dir), 0);
+    await store.close(); // compacts: generation 1
+    assert.equal(snapshotOf(dir).generation, 1);
+    assert.equal(journalGeneration(dir), 1);
+    assert.deepEqual(lines(dir), []);
+    writeFileSync(join(dir, REGISTRY_JOURNAL), journal); // as if the crash came before the journal was started anew
     const again = await open();
     assert.deepEqual((await again.listKeys("proj_n")).map((k) => [k.id, k.description]), [["key_1", "made again"], ["key_2", ""]]);
     assert.equal((await again.getProject("proj_n"))?.plan, "enterprise");
     assert.equal((await again.findKeyByHash("h_1"))?.key.description, "made again");
+    assert.equal(journalGeneration(dir), 1, "started anew for the snapshot's generation");
+    assert.deepEqual(lines(dir), []);
+  });
+
+  it("restores a backup that copied the journal, then the snapshot, across a compaction: a key deleted meanwhile stays deleted", async () => {
+    const store = await open();
+    await store.createProject(project("proj_n"));
+    await store.createKey(key(1), 100);
+    await store.createKey(key(2), 100);
+    const backup = mkdtempSync(join(tmpdir(), "svc-reg-backup-"));
+    try {
+      copyFileSync(join(dir, REGISTRY_JOURNAL), join(backup, REGISTRY_JOURNAL)); // the journal first: it creates key_1
+      await store.deleteKey("key_1");
+      await store.close(); // a compaction between the two copies
+      copyFileSync(join(dir, REGISTRY_FILE), join(backup, REGISTRY_FILE));
+      const restored = await createFileRegistryStore(backup);
+      assert.deepEqual((await restored.listKeys("proj_n")).map((k) => k.id), ["key_2"], "the older journal is not read over the newer snapshot");
+      assert.equal(await restored.findKeyByHash("h_1"), undefined, "the deleted key does not come back");
+      await restored.close();
+    } finally {
+      rmSync(backup, { recursive: true, force: true });
+    }
+  });
+
+  it("refuses to start on a journal newer than its snapshot (a backup copied the other way round), and leaves both files as they are", async () => {
+    const store = await open();
+    await store.createProject(project("proj_n"));
+    await store.close(); // generation 1
+    const oldSnapshot = readFileSync(join(dir, REGISTRY_FILE), "utf8");
+    const s2 = await open();
+    await s2.createKey(key(1), 100);
+    await s2.close(); // generation 2
+    const s3 = await open();
+    await s3.deleteKey("key_1");
+    await s3.createKey(key(2), 100);
+    writeFileSync(join(dir, REGISTRY_FILE), oldSnapshot); // generation 1, under a journal that follows 2
+    const journal = readFileSync(join(dir, REGISTRY_JOURNAL), "utf8");
+    await assert.rejects(createFileRegistryStore(dir), (e: Error) => e.message.includes(join(dir, REGISTRY_JOURNAL)) && /follows generation 2 .* which is generation 1/.test(e.message) && e.message.includes("restore both from one backup"));
+    assert.equal(readFileSync(join(dir, REGISTRY_JOURNAL), "utf8"), journal);
+    assert.equal(readFileSync(join(dir, REGISTRY_FILE), "utf8"), oldSnapshot);
   });
 
   it("drops a torn last line (no newline: never acknowledged) and appends after the last whole one", async () => {
@@ -260,12 +305,15 @@ describe("file registry store: its journal", () => {
     const path = join(dir, REGISTRY_JOURNAL);
     const good = readFileSync(path, "utf8");
     const snapshot = readFileSync(join(dir, REGISTRY_FILE), "utf8");
-    for (const bad of ["{not json\n", '{"project":{"id":"p"}}\n', '{"drop":"everything"}\n', '{"deleteKey":"key_1","key":{}}\n', "\n"]) {
+    for (const bad of ["{not json\n", '{"project":{"id":"p"}}\n', '{"drop":"everything"}\n', '{"deleteKey":"key_1","key":{}}\n', '{"generation":1}\n', "\n"]) {
       writeFileSync(path, good + bad);
-      await assert.rejects(createFileRegistryStore(dir), (e: Error) => e.message.includes(path) && e.message.includes("line 2") && e.message.includes("backup"), JSON.stringify(bad));
+      await assert.rejects(createFileRegistryStore(dir), (e: Error) => e.message.includes(path) && e.message.includes("line 3") && e.message.includes("backup"), JSON.stringify(bad));
       assert.equal(readFileSync(path, "utf8"), good + bad, "the journal left as it was");
       assert.equal(readFileSync(join(dir, REGISTRY_FILE), "utf8"), snapshot, "the snapshot left as it was");
     }
+    // A journal without its header is damage too.
+    writeFileSync(path, good.slice(good.indexOf("\n") + 1));
+    await assert.rejects(createFileRegistryStore(dir), (e: Error) => e.message.includes("line 1") && e.message.includes("not its header"));
     writeFileSync(path, good);
   });
 
@@ -278,6 +326,6 @@ describe("file registry store: its journal", () => {
     await store.close();
     // What a release before the journal reads after a clean stop: all of it.
     assert.deepEqual(snapshotOf(dir).keys.map((k) => k.id), ["key_1", "key_2"]);
-    assert.equal(statSync(join(dir, REGISTRY_JOURNAL)).size, 0);
+    assert.deepEqual(lines(dir), []);
   });
 });
