@@ -1,5 +1,4 @@
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { appendFileSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -10,6 +9,7 @@ import { AuthService, Plan } from "../../src/gen/svc/auth/v1/auth_service_pb.js"
 import { KeyMode } from "../../src/gen/svc/common/v1/key_mode_pb.js";
 import { createFileRegistryStore, REGISTRY_FILE, REGISTRY_JOURNAL } from "../../src/stores/file-registry-store.js";
 import { type KeyRecord, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "../../src/stores/registry-store.js";
+import { smallDisk } from "../support/small-disk.js";
 
 const project = (id: string, name = id): ProjectRecord => ({ id, name, plan: "free", createdAt: Date.now() });
 const key = (i: number, projectId = "proj_n", description = ""): KeyRecord => ({ id: `key_${i}`, projectId, mode: "live", hash: `h_${i}`, displayPrefix: "p", description, createdAt: 10 + i });
@@ -26,39 +26,18 @@ const snapshotOf = (dir: string) => JSON.parse(readFileSync(join(dir, REGISTRY_F
  */
 describe("file registry store: a change its disk cannot take", function () {
   this.timeout(60_000);
-  let mnt = "";
-  let mounted = false;
+  const disk = smallDisk("512k", "svc-reg-full-");
+  const { fill, unfill } = disk;
   let dir = "";
-  before(function () {
-    mnt = mkdtempSync(join(tmpdir(), "svc-reg-full-"));
-    try {
-      execFileSync("mount", ["-t", "tmpfs", "-o", "size=512k", "tmpfs", mnt], { stdio: "ignore" });
-      mounted = true;
-    } catch {
-      this.skip(); // no privilege to mount here
-    }
-  });
-  after(() => {
-    if (mounted) execFileSync("umount", [mnt]);
-    rmSync(mnt, { recursive: true, force: true });
-  });
   let n = 0;
   beforeEach(() => {
-    dir = join(mnt, `data${++n}`);
+    dir = join(disk.path, `data${++n}`);
     mkdirSync(dir);
   });
   afterEach(() => {
-    rmSync(join(mnt, "fill"), { force: true });
+    unfill();
     rmSync(dir, { recursive: true, force: true });
   });
-  const fill = () => {
-    try {
-      writeFileSync(join(mnt, "fill"), Buffer.alloc(1024 * 1024));
-    } catch {
-      // full
-    }
-  };
-  const unfill = () => rmSync(join(mnt, "fill"), { force: true });
   const refused = (e: Error) => e instanceof RegistryUnavailableError && e.writesRefused && /ENOSPC/.test(e.message);
 
   it("refuses it as unavailable (refused writes) and keeps it out of memory and off disk", async () => {
