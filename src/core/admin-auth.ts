@@ -32,16 +32,28 @@ export function adminAuthInterceptor(token: string): Interceptor {
  * Answers a call without the admin token before its body is read (Connect reads a unary call's whole
  * body before any interceptor runs, so a caller without the token could make the port buffer a
  * large one): UNAUTHENTICATED in the shape of the call's protocol, as Connect itself would answer
- * it. gRPC: a trailers-only answer; gRPC-Web: the status in the headers; Connect streaming: an
- * end-stream message; Connect unary and anything else: HTTP 401 with Connect's JSON error. The rest
- * of the body is read and dropped, never kept: closing the connection (HTTP/1.1) or resetting the
- * stream (HTTP/2) instead fails a client still writing its body (EPIPE, "premature close") before
- * it reads the answer. A body that trickles in is cut by the request timeout.
+ * it (refuseCall).
  */
 export function refuseUnauthenticated(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse): void {
+  refuseCall(req, res, Code.Unauthenticated, REFUSED);
+}
+
+/** The HTTP status of a Connect unary error, by code (the Connect protocol's table), for those refuseCall gives. */
+const CONNECT_HTTP_STATUS: Partial<Record<Code, number>> = { [Code.Unauthenticated]: 401, [Code.Unavailable]: 503 };
+
+/**
+ * Answers a call, unrun, with an error in the shape of its protocol, as Connect itself would answer
+ * it. gRPC: a trailers-only answer; gRPC-Web: the status in the headers; Connect streaming: an
+ * end-stream message; Connect unary and anything else: the code's HTTP status with Connect's JSON
+ * error. The rest of the body is read and dropped, never kept: closing the connection (HTTP/1.1) or
+ * resetting the stream (HTTP/2) instead fails a client still writing its body (EPIPE, "premature
+ * close") before it reads the answer. A body that trickles in is cut by the request timeout.
+ */
+export function refuseCall(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, code: Code.Unauthenticated | Code.Unavailable, message: string): void {
   const ct = String(req.headers["content-type"] ?? "");
   const h2 = "stream" in res;
-  const grpcStatus = { "grpc-status": String(Code.Unauthenticated), "grpc-message": encodeURIComponent(REFUSED) };
+  const grpcStatus = { "grpc-status": String(code), "grpc-message": encodeURIComponent(message) };
+  const name = code === Code.Unauthenticated ? "unauthenticated" : "unavailable";
   if (/^application\/grpc-web/i.test(ct)) {
     send(res, 200, { "content-type": ct, ...grpcStatus }, undefined);
   } else if (/^application\/grpc/i.test(ct)) {
@@ -53,14 +65,14 @@ export function refuseUnauthenticated(req: IncomingMessage | Http2ServerRequest,
     }
     send(res, 200, { "content-type": ct, ...grpcStatus }, undefined);
   } else if (/^application\/connect\+/i.test(ct)) {
-    const json = Buffer.from(JSON.stringify({ error: { code: "unauthenticated", message: REFUSED } }));
+    const json = Buffer.from(JSON.stringify({ error: { code: name, message } }));
     const end = Buffer.alloc(5 + json.length);
     end[0] = 0b10; // end-stream flag
     end.writeUInt32BE(json.length, 1);
     json.copy(end, 5);
     send(res, 200, { "content-type": ct }, end);
   } else {
-    send(res, 401, { "content-type": "application/json" }, Buffer.from(JSON.stringify({ code: "unauthenticated", message: REFUSED })));
+    send(res, CONNECT_HTTP_STATUS[code]!, { "content-type": "application/json" }, Buffer.from(JSON.stringify({ code: name, message })));
   }
   drain(req);
 }

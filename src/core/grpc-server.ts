@@ -1,9 +1,9 @@
 import http from "node:http";
 import http2 from "node:http2";
 import net from "node:net";
-import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
+import { Code, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { refuseUnauthenticated } from "./admin-auth.js";
+import { refuseCall, refuseUnauthenticated } from "./admin-auth.js";
 import { bounded, MAX_ERROR_MESSAGE_CHARS } from "./errors.js";
 import { isObject } from "./json.js";
 import { applyClientTimeouts, clientTimeouts, type ClientTimeouts } from "../client-timeouts.js";
@@ -72,7 +72,17 @@ export function createCoreServer(routes: (router: ConnectRouter) => void, interc
       }
     : served;
   const h2 = http2.createServer({}, handler);
-  const h1 = http.createServer(handler);
+  // A call that comes in on an HTTP/1.1 connection once the shutdown has begun (a keep-alive
+  // client's next call, sent as its connection was being closed) is not run: its answer could not
+  // be sent on a connection the port has ended, and one that ran unanswered (a key created) would
+  // be lost to its client. It is refused, UNAVAILABLE (safe to retry elsewhere), where the
+  // connection can still take it, with `Connection: close`; HTTP/2 clients get GOAWAY instead.
+  const h1 = http.createServer((req, res) => {
+    if (!closing) return handler(req, res);
+    if (req.socket.writableEnded) return void req.socket.destroy();
+    res.shouldKeepAlive = false;
+    refuseCall(req, res, Code.Unavailable, "the server is shutting down; retry the call (it was not run)");
+  });
   applyClientTimeouts(h1, t);
   h1.on("clientError", (err: Error, socket) => answerClientError(err, socket));
   const sessions = new Set<http2.ServerHttp2Session>();
@@ -85,10 +95,15 @@ export function createCoreServer(routes: (router: ConnectRouter) => void, interc
     h1Sockets.add(socket);
     socket.once("close", () => h1Sockets.delete(socket));
   });
+  // The answers being made on HTTP/1.1: those whose headers have not gone out at the shutdown say
+  // `Connection: close`, so their clients send no next call on the connection.
+  const answering = new Set<http.ServerResponse>();
   h1.on("request", (req, res) => {
     busy.add(req.socket);
+    answering.add(res);
     res.once("close", () => {
       busy.delete(req.socket);
+      answering.delete(res);
       if (closing) req.socket.end();
     });
   });
@@ -155,6 +170,7 @@ export function createCoreServer(routes: (router: ConnectRouter) => void, interc
     close: () =>
       new Promise<void>((resolve) => {
         closing = true;
+        for (const res of answering) if (!res.headersSent) res.shouldKeepAlive = false;
         server.close(() => resolve());
         for (const s of sessions) s.close();
         for (const s of h1Sockets) if (!busy.has(s)) s.end();
