@@ -60,7 +60,10 @@ async function receiveSecret(): Promise<string> {
       clearTimeout(timer);
       resolve(m?.secret);
     });
-    process.send!({ want: "secret" });
+    // A parent gone before it answered (killed as this started) sends nothing: leave at once.
+    process.once("disconnect", () => resolve(undefined));
+    if (process.connected) process.send!({ want: "secret" });
+    else resolve(undefined);
   });
   if (typeof got !== "string" || got.length < 32) {
     process.stderr.write("chdb-server: no password came from the parent\n");

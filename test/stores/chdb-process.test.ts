@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { fork } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -139,6 +141,20 @@ describe("the embedded engine's process", function () {
       assert.equal(e.message, `chDB was killed (SIGKILL) on ${dir} before it was ready`);
       return true;
     });
+  });
+
+  it("leaves at once when its gateway goes before handing it the password (killed as the engine started)", async () => {
+    const script = fileURLToPath(new URL("../../src/stores/chdb-server.ts", import.meta.url));
+    const child = fork(script, ["0", dir, "0"], { execArgv: ["--import", "tsx"], stdio: ["ignore", "ignore", "pipe", "ipc"] });
+    let stderr = "";
+    child.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
+    await new Promise<void>((r) => child.once("message", () => r())); // it asks for the password
+    const t0 = Date.now();
+    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+    child.disconnect(); // as a gateway killed then: its end of the channel closes
+    assert.equal(await exited, 2);
+    assert.ok(Date.now() - t0 < 5_000, `left after ${Date.now() - t0} ms (it waited 30 s for the password)`);
+    assert.match(stderr, /no password came from the parent/);
   });
 
   it("leaves the priority alone at nice 0", async function () {
