@@ -30,6 +30,7 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import { readdirSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { setPriority } from "node:os";
+import { Worker } from "node:worker_threads";
 import { createChdbConnection } from "chdb/connection";
 
 const [port, dir, nice = "0"] = process.argv.slice(2) as [string, string, string?];
@@ -317,13 +318,22 @@ server.listen(Number(port), "127.0.0.1", () => {
   process.stdout.write(`ready ${bound}\n`);
   process.send?.({ ready: bound });
 });
+/**
+ * Ends this process without running chDB's exit handlers: after a session whose work was cut off
+ * (its gateway killed mid-insert) one of them can wait for ever on a lock a thread of chDB holds,
+ * which left the process hung inside exit(), holding the data directory, its gateway long gone.
+ * What chDB took is on disk as each insert lands; nothing is owed to its destructors.
+ */
+const leave = () => process.kill(process.pid, "SIGKILL");
 let stopping = false;
 const stop = () => {
   if (stopping) return;
   stopping = true;
+  // Leaves within 5 s whatever holds the main thread (a call into chDB that does not return): the
+  // timer runs on a thread of its own.
+  new Worker(`setTimeout(() => process.kill(${process.pid}, "SIGKILL"), 5000)`, { eval: true }).unref();
   server.closeAllConnections();
-  server.close(() => conn.close().then(() => process.exit(0), () => process.exit(0)));
-  setTimeout(() => process.exit(0), 5_000).unref();
+  server.close(() => conn.close().then(leave, leave));
 };
 process.on("SIGTERM", stop);
 // Ctrl-C, and a closing terminal's SIGHUP, reach the whole process group: the gateway flushes its
