@@ -1,7 +1,7 @@
 import { makeDir } from "./make-dir.js";
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
-import { AppendLog } from "./append-log.js";
+import { AppendLog, syncDir } from "./append-log.js";
 import { readJsonFile, removeLeftTemps, tempOf, writeWhole } from "./json-file.js";
 import { log } from "../logger.js";
 import { type KeyRecord, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
@@ -263,6 +263,9 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
     try {
       // Changes wait meanwhile (this runs in drain), so the records hold still while written.
       await writeWhole(path, records.snapshot(generation + 1), tempOf(path, process.pid));
+      // The rename durable before the journal is started anew: a power cut must not leave the old
+      // snapshot under a journal of the new generation.
+      await syncDir(dataDir);
     } catch (e) {
       log.warn("the registry could not be compacted: its journal is kept, which holds every change", { path, err: String((e as Error)?.message ?? e) });
       compactAt = journal.size * 2;
