@@ -210,6 +210,16 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
   let generation = data?.generation ?? 0;
   const sizeOf = async (file: string) => (await stat(file).catch(() => undefined))?.size ?? 0;
 
+  /**
+   * A snapshot without a generation under a journal that names one was written by a release before
+   * the journal after this one ran: a rollback (those releases rewrite registry.json whole and never
+   * read the journal). After a clean stop, as the README asks, the journal holds nothing but its
+   * header and the snapshot everything: it is taken as the journal's generation. One whose journal holds
+   * changes (no clean stop before going back) stops the start: those changes and the earlier
+   * release's may disagree, and which to keep is the operator's call.
+   */
+  const written = data !== undefined && data.generation === undefined;
+  let rolledBack = false;
   /** The journal's generation as read: undefined while none (an empty journal), or once started anew. */
   let follows: number | undefined;
   /** Changes in the journal since its header. */
@@ -222,11 +232,17 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
         if (!isHeader(line)) return false;
         follows = line.generation;
         if (follows > generation) {
-          throw new Error(`cannot read the registry: its journal ${journalPath} follows generation ${follows} of ${REGISTRY_FILE}, which is generation ${generation}: the snapshot is older than its journal (a backup copied ${REGISTRY_FILE} before ${REGISTRY_JOURNAL}, or restored one without the other); restore both from one backup, copying ${REGISTRY_JOURNAL} first`);
+          if (!written) {
+            throw new Error(`cannot read the registry: its journal ${journalPath} follows generation ${follows} of ${REGISTRY_FILE}, which is generation ${generation}: the snapshot is older than its journal (a backup copied ${REGISTRY_FILE} before ${REGISTRY_JOURNAL}, or restored one without the other); restore both from one backup, copying ${REGISTRY_JOURNAL} first`);
+          }
+          rolledBack = true;
         }
         return true;
       }
       if (!isJournalLine(line)) return false;
+      if (rolledBack) {
+        throw new Error(`cannot read the registry: ${REGISTRY_FILE} was written by a release before the journal (a rollback), and its journal ${journalPath} holds changes that release never saw (the gateway was not stopped cleanly before going back): move ${REGISTRY_JOURNAL} aside to keep ${REGISTRY_FILE} as that release left it, without them, or restore both files from a backup`);
+      }
       // A journal the snapshot already holds is read through (each line checked) but not applied.
       if (follows === generation) {
         records.apply(line);
@@ -236,6 +252,10 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
     },
     (lineNo, offset) => new Error(`cannot read the registry journal ${journalPath}: line ${lineNo} (byte ${offset}) is not ${lineNo === 1 ? "its header" : "a registry change"}; restore it and ${REGISTRY_FILE} from a backup`),
   );
+  if (rolledBack) {
+    log.info(`registry: ${REGISTRY_FILE} was written by a release before the journal (a rollback); taken as generation ${follows}`, { path });
+    generation = follows!;
+  }
   const refused = (message: string, cause: unknown) => new RegistryUnavailableError(message, { writesRefused: true, cause });
   const header = () => Buffer.from(`${JSON.stringify({ generation } satisfies JournalHeader)}\n`);
   if (follows !== generation) {

@@ -296,6 +296,35 @@ describe("file registry store: its journal", () => {
     writeFileSync(path, good);
   });
 
+  it("opens a data dir taken back to a release before the journal after a clean stop, and back again: what that release changed is kept", async () => {
+    const store = await open();
+    await store.createProject(project("proj_n"));
+    await store.createKey(key(1), 10);
+    await store.close(); // generation 1, the journal its header only
+    // The earlier release: reads registry.json alone, and rewrites it whole (no generation) on a change.
+    const earlier = snapshotOf(dir);
+    writeFileSync(join(dir, REGISTRY_FILE), JSON.stringify({ version: 1, projects: earlier.projects, keys: [...earlier.keys, key(2)] }));
+    const again = await open();
+    assert.deepEqual((await again.listKeys("proj_n")).map((k) => k.id), ["key_1", "key_2"]);
+    await again.createKey(key(3), 10);
+    await again.close();
+    assert.equal(snapshotOf(dir).generation, 2);
+    const third = await open();
+    assert.deepEqual((await third.listKeys("proj_n")).map((k) => k.id), ["key_1", "key_2", "key_3"]);
+  });
+
+  it("refuses a data dir taken back to a release before the journal without a clean stop (the journal holds changes that release never saw), naming the choices", async () => {
+    const store = await open();
+    await store.createProject(project("proj_n"));
+    await store.close(); // generation 1
+    const s2 = await open();
+    await s2.createKey(key(1), 10); // in the journal; then a crash (no close)
+    writeFileSync(join(dir, REGISTRY_FILE), JSON.stringify({ version: 1, projects: [project("proj_n")], keys: [key(2)] }));
+    const journal = readFileSync(join(dir, REGISTRY_JOURNAL), "utf8");
+    await assert.rejects(createFileRegistryStore(dir), (e: Error) => /written by a release before the journal \(a rollback\)/.test(e.message) && e.message.includes(`move ${REGISTRY_JOURNAL} aside`));
+    assert.equal(readFileSync(join(dir, REGISTRY_JOURNAL), "utf8"), journal, "left as it was");
+  });
+
   it("opens the registry.json of earlier releases (no journal), and leaves everything in it at a clean stop", async () => {
     // As releases before the journal wrote it: indented, every project and key in one file.
     writeFileSync(join(dir, REGISTRY_FILE), JSON.stringify({ version: 1, projects: [project("proj_n")], keys: [key(1)] }, null, 2));
