@@ -218,7 +218,7 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
    * changes (no clean stop before going back) stops the start: those changes and the earlier
    * release's may disagree, and which to keep is the operator's call.
    */
-  const written = data !== undefined && data.generation === undefined;
+  const legacySnapshot = data !== undefined && data.generation === undefined;
   let rolledBack = false;
   /** The journal's generation as read: undefined while none (an empty journal), or once started anew. */
   let follows: number | undefined;
@@ -232,7 +232,7 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
         if (!isHeader(line)) return false;
         follows = line.generation;
         if (follows > generation) {
-          if (!written) {
+          if (!legacySnapshot) {
             throw new Error(`cannot read the registry: its journal ${journalPath} follows generation ${follows} of ${REGISTRY_FILE}, which is generation ${generation}: the snapshot is older than its journal (a backup copied ${REGISTRY_FILE} before ${REGISTRY_JOURNAL}, or restored one without the other); restore both from one backup, copying ${REGISTRY_JOURNAL} first`);
           }
           rolledBack = true;
