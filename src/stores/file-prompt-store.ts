@@ -108,13 +108,16 @@ export async function createFilePromptStore(dataDir: string): Promise<PromptStor
     });
     // A full disk, a read-only file: the put is refused, nothing of it kept (503 prompts_unavailable,
     // as a Redis that refuses writes), where it was an internal error.
-    let offset = await file.append(
-      lines.map((l) => l.bytes),
-      (message, cause) => {
-        log.warn("prompt store: the prompt log could not be written: the put is refused and nothing of it stored", { path, err: String((cause as Error)?.message ?? cause) });
-        return new PromptsUnavailableError(message, { cause, writesRefused: true });
-      },
-    );
+    let offset: number;
+    try {
+      offset = await file.append(
+        lines.map((l) => l.bytes),
+        (message, cause) => new PromptsUnavailableError(message, { cause, writesRefused: true }),
+      );
+    } catch (e) {
+      log.warn("prompt store: the prompt log could not be written: the put is refused and nothing of it stored", { path, err: String((e as Error)?.cause ?? e) });
+      throw e;
+    }
     for (const { record, bytes } of lines) {
       const { content: _, ...meta } = record;
       index(meta, offset, bytes.length);
