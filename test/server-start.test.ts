@@ -318,6 +318,8 @@ describe("cluster mode on a data dir that holds embedded-mode data", function ()
 
   it("warns once at start, naming the files it does not read; says nothing where there are none", async () => {
     assert.deepEqual(await unreadWarnings(), [], "a fresh data dir: nothing to warn of");
+    await (await start()).close();
+    assert.deepEqual(await unreadWarnings(), [], "an embedded run that changed nothing left nothing to warn of");
     // An embedded run stores a project (registry.json); a prompts log is there too.
     const embedded = await start();
     try {

@@ -19,13 +19,27 @@ export async function embeddedDataIn(dataDir: string): Promise<string[]> {
   const holds = async (f: string) => {
     const s = await stat(join(dataDir, f)).catch(() => undefined);
     if (!s?.isFile() || s.size === 0) return false;
-    if (f !== REGISTRY_JOURNAL) return true;
-    const head = await readHead(join(dataDir, f), 256);
-    const nl = head.indexOf(10);
-    return nl < 0 || s.size > nl + 1;
+    if (f === REGISTRY_JOURNAL) {
+      const head = await readHead(join(dataDir, f), 256);
+      const nl = head.indexOf(10);
+      return nl < 0 || s.size > nl + 1;
+    }
+    // The registry's snapshot is written at an embedded gateway's first start, empty until a change.
+    if (f === REGISTRY_FILE && s.size < 256) return !isEmptyRegistry((await readHead(join(dataDir, f), 256)).toString("utf8"));
+    return true;
   };
   const found = await Promise.all(EMBEDDED_DATA_FILES.map(holds));
   return EMBEDDED_DATA_FILES.filter((_, i) => found[i]);
+}
+
+/** Whether a registry.json holds no project and no key. */
+function isEmptyRegistry(text: string): boolean {
+  try {
+    const r = JSON.parse(text) as { projects?: unknown; keys?: unknown };
+    return Array.isArray(r.projects) && r.projects.length === 0 && Array.isArray(r.keys) && r.keys.length === 0;
+  } catch {
+    return false;
+  }
 }
 
 /** The first `n` bytes of a file (fewer when it is shorter). */

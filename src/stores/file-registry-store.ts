@@ -258,9 +258,18 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
   }
   const refused = (message: string, cause: unknown) => new RegistryUnavailableError(message, { writesRefused: true, cause });
   const header = () => Buffer.from(`${JSON.stringify({ generation } satisfies JournalHeader)}\n`);
-  if (follows !== generation) {
-    if (follows !== undefined) log.info("registry: its journal is of a generation registry.json already holds (a compaction cut short): started anew", { path: journalPath, journal: follows, snapshot: generation });
+  if (follows !== generation || generation === 0) {
+    if (follows !== undefined && follows !== generation) log.info("registry: its journal is of a generation registry.json already holds (a compaction cut short): started anew", { path: journalPath, journal: follows, snapshot: generation });
     try {
+      // A registry without a generation yet (a new data dir, or one of a release before the
+      // journal) is written as generation 1 first: from then on a registry.json without one is
+      // always an earlier release's rewrite (a rollback), never this one's.
+      if (generation === 0) {
+        await writeWhole(path, records.snapshot(1), tempOf(path, process.pid));
+        await syncDir(dataDir);
+        generation = 1;
+        changes = 0;
+      }
       await journal.reset([header()], (_message, cause) => new Error(`cannot start the registry journal ${journalPath}: ${(cause as Error)?.message ?? cause}`, { cause }));
     } catch (e) {
       await journal.close();

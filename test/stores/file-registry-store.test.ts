@@ -108,7 +108,7 @@ describe("file registry store: a change its disk cannot take", function () {
     // The last change's lines fit; the snapshot of the whole registry does not.
     await store.close();
     assert.equal(lines(dir).length, 21, "the journal is kept whole");
-    assert.equal(existsSync(join(dir, REGISTRY_FILE)), false, "no snapshot, nor part of one");
+    assert.equal(snapshotOf(dir).keys.length, 0, "the snapshot is still the one written at open: no part of a new one");
     assert.deepEqual(readdirSync(dir).filter((f) => f.endsWith(".tmp")), [], "no temporary file left");
     unfill();
     const again = await createFileRegistryStore(dir);
@@ -210,17 +210,17 @@ describe("file registry store: its journal", () => {
     await store.createKey(key(1, "proj_n", "made again"), 100);
     await store.updateProject("proj_n", (p) => ({ ...p, plan: "enterprise" }));
     const journal = readFileSync(join(dir, REGISTRY_JOURNAL));
-    assert.equal(journalGeneration(dir), 0);
-    await store.close(); // compacts: generation 1
-    assert.equal(snapshotOf(dir).generation, 1);
-    assert.equal(journalGeneration(dir), 1);
+    assert.equal(journalGeneration(dir), 1, "a new registry is generation 1 from its start");
+    await store.close(); // compacts: generation 2
+    assert.equal(snapshotOf(dir).generation, 2);
+    assert.equal(journalGeneration(dir), 2);
     assert.deepEqual(lines(dir), []);
     writeFileSync(join(dir, REGISTRY_JOURNAL), journal); // as if the crash came before the journal was started anew
     const again = await open();
     assert.deepEqual((await again.listKeys("proj_n")).map((k) => [k.id, k.description]), [["key_1", "made again"], ["key_2", ""]]);
     assert.equal((await again.getProject("proj_n"))?.plan, "enterprise");
     assert.equal((await again.findKeyByHash("h_1"))?.key.description, "made again");
-    assert.equal(journalGeneration(dir), 1, "started anew for the snapshot's generation");
+    assert.equal(journalGeneration(dir), 2, "started anew for the snapshot's generation");
     assert.deepEqual(lines(dir), []);
   });
 
@@ -247,17 +247,17 @@ describe("file registry store: its journal", () => {
   it("refuses to start on a journal newer than its snapshot (a backup copied the other way round), and leaves both files as they are", async () => {
     const store = await open();
     await store.createProject(project("proj_n"));
-    await store.close(); // generation 1
+    await store.close(); // generation 2
     const oldSnapshot = readFileSync(join(dir, REGISTRY_FILE), "utf8");
     const s2 = await open();
     await s2.createKey(key(1), 100);
-    await s2.close(); // generation 2
+    await s2.close(); // generation 3
     const s3 = await open();
     await s3.deleteKey("key_1");
     await s3.createKey(key(2), 100);
-    writeFileSync(join(dir, REGISTRY_FILE), oldSnapshot); // generation 1, under a journal that follows 2
+    writeFileSync(join(dir, REGISTRY_FILE), oldSnapshot); // generation 2, under a journal that follows 3
     const journal = readFileSync(join(dir, REGISTRY_JOURNAL), "utf8");
-    await assert.rejects(createFileRegistryStore(dir), (e: Error) => e.message.includes(join(dir, REGISTRY_JOURNAL)) && /follows generation 2 .* which is generation 1/.test(e.message) && e.message.includes("restore both from one backup"));
+    await assert.rejects(createFileRegistryStore(dir), (e: Error) => e.message.includes(join(dir, REGISTRY_JOURNAL)) && /follows generation 3 .* which is generation 2/.test(e.message) && e.message.includes("restore both from one backup"));
     assert.equal(readFileSync(join(dir, REGISTRY_JOURNAL), "utf8"), journal);
     assert.equal(readFileSync(join(dir, REGISTRY_FILE), "utf8"), oldSnapshot);
   });
@@ -300,7 +300,7 @@ describe("file registry store: its journal", () => {
     const store = await open();
     await store.createProject(project("proj_n"));
     await store.createKey(key(1), 10);
-    await store.close(); // generation 1, the journal its header only
+    await store.close(); // generation 2, the journal its header only
     // The earlier release: reads registry.json alone, and rewrites it whole (no generation) on a change.
     const earlier = snapshotOf(dir);
     writeFileSync(join(dir, REGISTRY_FILE), JSON.stringify({ version: 1, projects: earlier.projects, keys: [...earlier.keys, key(2)] }));
@@ -308,7 +308,7 @@ describe("file registry store: its journal", () => {
     assert.deepEqual((await again.listKeys("proj_n")).map((k) => k.id), ["key_1", "key_2"]);
     await again.createKey(key(3), 10);
     await again.close();
-    assert.equal(snapshotOf(dir).generation, 2);
+    assert.equal(snapshotOf(dir).generation, 3);
     const third = await open();
     assert.deepEqual((await third.listKeys("proj_n")).map((k) => k.id), ["key_1", "key_2", "key_3"]);
   });
@@ -316,7 +316,7 @@ describe("file registry store: its journal", () => {
   it("refuses a data dir taken back to a release before the journal without a clean stop (the journal holds changes that release never saw), naming the choices", async () => {
     const store = await open();
     await store.createProject(project("proj_n"));
-    await store.close(); // generation 1
+    await store.close(); // generation 2
     const s2 = await open();
     await s2.createKey(key(1), 10); // in the journal; then a crash (no close)
     writeFileSync(join(dir, REGISTRY_FILE), JSON.stringify({ version: 1, projects: [project("proj_n")], keys: [key(2)] }));
@@ -330,7 +330,17 @@ describe("file registry store: its journal", () => {
     writeFileSync(join(dir, REGISTRY_FILE), JSON.stringify({ version: 1, projects: [project("proj_n")], keys: [key(1)] }, null, 2));
     const store = await open();
     assert.deepEqual((await store.listKeys("proj_n")).map((k) => k.id), ["key_1"]);
-    await store.createKey(key(2), 10);
+    assert.equal(snapshotOf(dir).generation, 1, "written as generation 1 at once: a registry.json without one is from then on an earlier release's rewrite");
+    // Taken back to the earlier release right away, without a clean stop: its rewrite is told from this one's.
+    const crashedCopy = mkdtempSync(join(tmpdir(), "svc-reg-early-"));
+    try {
+      await store.createKey(key(2), 10);
+      copyFileSync(join(dir, REGISTRY_JOURNAL), join(crashedCopy, REGISTRY_JOURNAL));
+      writeFileSync(join(crashedCopy, REGISTRY_FILE), JSON.stringify({ version: 1, projects: [project("proj_n")], keys: [key(1), key(3)] }));
+      await assert.rejects(createFileRegistryStore(crashedCopy), /a release before the journal \(a rollback\)/);
+    } finally {
+      rmSync(crashedCopy, { recursive: true, force: true });
+    }
     await store.close();
     // What a release before the journal reads after a clean stop: all of it.
     assert.deepEqual(snapshotOf(dir).keys.map((k) => k.id), ["key_1", "key_2"]);
