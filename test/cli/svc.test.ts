@@ -5,36 +5,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { postJson } from "../support/http.js";
+import { banner, type Run } from "../support/svc-cli.js";
 
 const bin = fileURLToPath(new URL("../../bin/svc.js", import.meta.url));
-
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-/** Waits for `svc serve`'s banner and reads its addresses from it. */
-function banner(server: ChildProcess): Promise<{ grpcUrl: string; gatewayUrl: string; managementUrl: string }> {
-  let out = "";
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`svc serve did not start: ${out}`)), 30_000);
-    server.stdout!.on("data", (d: Buffer) => {
-      out += d.toString();
-      const core = /core gRPC\s+(\S+)/.exec(out);
-      const gw = /gateway\s+(\S+)\/v1/.exec(out);
-      const management = /management\s+(\S+)\/v1/.exec(out);
-      if (core && gw && management) {
-        clearTimeout(timer);
-        resolve({ grpcUrl: core[1]!, gatewayUrl: gw[1]!, managementUrl: management[1]! });
-      }
-    });
-    server.once("exit", (code) => {
-      clearTimeout(timer);
-      reject(new Error(`svc serve exited ${code}: ${out}`));
-    });
-  });
-}
 
 describe("the svc CLI against a running `svc serve --demo`", function () {
   this.timeout(60_000);

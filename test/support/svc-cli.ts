@@ -49,25 +49,36 @@ function run(args: string[], env: NodeJS.ProcessEnv, cwd?: string): Promise<Run>
   });
 }
 
-/** Starts `svc serve --demo` in a child process with a private data dir and free ports; `extraEnv` adds settings. */
-export async function startSvcServe(extraEnv: Record<string, string> = {}, dataDir = mkdtempSync(join(tmpdir(), "svc-cli-"))): Promise<SvcServe> {
-  const env = { PATH: process.env.PATH, SVC_DATA_DIR: join(dataDir, "data"), SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", ...extraEnv };
-  const server: ChildProcess = spawn(process.execPath, [bin, "serve", "--demo"], { env, cwd: dataDir, stdio: ["ignore", "pipe", "pipe"] });
+/**
+ * Waits for `svc serve`'s banner and reads its addresses from it; `output()` is all it has printed
+ * so far (read on after the banner too).
+ */
+export function banner(server: ChildProcess): Promise<{ grpcUrl: string; gatewayUrl: string; managementUrl: string; output: () => string }> {
   let out = "";
-  const [grpcUrl, gatewayUrl, managementUrl] = await new Promise<[string, string, string]>((resolve, reject) => {
+  return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`svc serve did not start: ${out}`)), 30_000);
     server.stdout!.on("data", (d: Buffer) => {
       out += d.toString();
       const core = /core gRPC\s+(\S+)/.exec(out);
       const gw = /gateway\s+(\S+)\/v1/.exec(out);
-      const mgmt = /management\s+(\S+)\/v1/.exec(out);
-      if (core && gw && mgmt) {
+      const management = /management\s+(\S+)\/v1/.exec(out);
+      if (core && gw && management) {
         clearTimeout(timer);
-        resolve([core[1]!, gw[1]!, mgmt[1]!]);
+        resolve({ grpcUrl: core[1]!, gatewayUrl: gw[1]!, managementUrl: management[1]!, output: () => out });
       }
     });
-    server.once("exit", (code) => reject(new Error(`svc serve exited ${code}: ${out}`)));
+    server.once("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`svc serve exited ${code}: ${out}`));
+    });
   });
+}
+
+/** Starts `svc serve --demo` in a child process with a private data dir and free ports; `extraEnv` adds settings. */
+export async function startSvcServe(extraEnv: Record<string, string> = {}, dataDir = mkdtempSync(join(tmpdir(), "svc-cli-"))): Promise<SvcServe> {
+  const env = { PATH: process.env.PATH, SVC_DATA_DIR: join(dataDir, "data"), SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", ...extraEnv };
+  const server: ChildProcess = spawn(process.execPath, [bin, "serve", "--demo"], { env, cwd: dataDir, stdio: ["ignore", "pipe", "pipe"] });
+  const { grpcUrl, gatewayUrl, managementUrl, output } = await banner(server);
   const kill = async (signal: NodeJS.Signals) => {
     if (server.exitCode !== null || server.signalCode !== null) return;
     const exited = new Promise((r) => server.once("exit", r));
@@ -83,7 +94,7 @@ export async function startSvcServe(extraEnv: Record<string, string> = {}, dataD
     svcWithServeEnv: (...args) => run(args, env, dataDir),
     async restart() {
       await kill("SIGTERM");
-      if (server.exitCode !== 0) throw new Error(`svc serve exited ${server.exitCode ?? server.signalCode} on SIGTERM: ${out}`);
+      if (server.exitCode !== 0) throw new Error(`svc serve exited ${server.exitCode ?? server.signalCode} on SIGTERM: ${output()}`);
       return startSvcServe(extraEnv, dataDir);
     },
     async stop() {

@@ -81,29 +81,33 @@ describe("the budget of request bodies coming in", function () {
 
     const content = (n: number) => "x".repeat(n);
     const chat = (n: number) => ({ model: "chat-4o-mini", messages: [{ role: "user", content: content(n) }] });
+    /** A raw connection for a chat request whose body is then sent by hand: its head, and what came back so far. */
+    const rawChat = (key: string, bodyLength: number) => {
+      const socket = net.connect(Number(new URL(gw.gatewayUrl).port), "127.0.0.1");
+      socket.on("error", () => {});
+      let got = "";
+      socket.on("data", (d) => (got += d.toString("latin1")));
+      const head = Buffer.from(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${key}\r\nContent-Length: ${bodyLength}\r\n\r\n`);
+      return { socket, head, got: () => got };
+    };
 
     it("drops a body held back part-way with 503 gateway_overloaded when another's bytes pass the budget; the other is served", async () => {
       // A body of 950,000 bytes, all but its last 50,000 sent, and then held back.
       const whole = JSON.stringify(chat(950_000 - 80));
       const held = Buffer.from(whole);
-      const port = Number(new URL(gw.gatewayUrl).port);
-      const socket = net.connect(port, "127.0.0.1");
-      socket.on("error", () => {});
-      let got = "";
-      socket.on("data", (d) => (got += d.toString("latin1")));
-      const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${keys.live}\r\nContent-Length: ${held.length}\r\n\r\n`;
-      await new Promise<void>((r) => socket.write(Buffer.concat([Buffer.from(head), held.subarray(0, held.length - 50_000)]), () => r()));
+      const { socket, head, got } = rawChat(keys.live, held.length);
+      await new Promise<void>((r) => socket.write(Buffer.concat([head, held.subarray(0, held.length - 50_000)]), () => r()));
       await eventually(() => socket.writableLength === 0, 5000, "the held body's bytes sent");
       await new Promise((r) => setTimeout(r, 500));
-      assert.equal(got, "", "a body within the budget is waited on");
+      assert.equal(got(), "", "a body within the budget is waited on");
 
       // A whole body of 200,000 bytes takes the bodies coming in past 1,000,000: the held one, the largest, goes.
       const other = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, keys.live, chat(200_000));
       assert.equal(other.status, 200, other.text.slice(0, 300));
-      await eventually(() => got.includes("\r\n\r\n{"), 5000, "the held body's answer");
-      assert.match(got, /^HTTP\/1\.1 503 /);
-      assert.match(got, /\r\nretry-after: 1\r\n/i);
-      const error = JSON.parse(got.slice(got.indexOf("\r\n\r\n") + 4)).error;
+      await eventually(() => got().includes("\r\n\r\n{"), 5000, "the held body's answer");
+      assert.match(got(), /^HTTP\/1\.1 503 /);
+      assert.match(got(), /\r\nretry-after: 1\r\n/i);
+      const error = JSON.parse(got().slice(got().indexOf("\r\n\r\n") + 4)).error;
       assert.equal(error.type, "api_error");
       assert.equal(error.code, "gateway_overloaded");
       assert.match(error.message, /request bodies/);
@@ -114,9 +118,8 @@ describe("the budget of request bodies coming in", function () {
       assert.equal(large.status, 200, large.text.slice(0, 300));
 
       // A body whose client leaves part-way leaves the account too.
-      const leaving = net.connect(port, "127.0.0.1");
-      leaving.on("error", () => {});
-      await new Promise<void>((r) => leaving.write(Buffer.concat([Buffer.from(head), held.subarray(0, 600_000)]), () => r()));
+      const { socket: leaving } = rawChat(keys.live, held.length);
+      await new Promise<void>((r) => leaving.write(Buffer.concat([head, held.subarray(0, 600_000)]), () => r()));
       await eventually(() => leaving.writableLength === 0, 5000, "the leaving body's bytes sent");
       await new Promise((r) => setTimeout(r, 300));
       leaving.destroy();
@@ -137,15 +140,10 @@ describe("the budget of request bodies coming in", function () {
       assert.equal(used.status, 200, "the key is verified lately: its next body is read while it is verified again");
       await gw.admin.deleteKey({ keyId: own.liveKeyId });
       const body = Buffer.from(JSON.stringify(chat(900_000)));
-      const port = Number(new URL(gw.gatewayUrl).port);
-      const socket = net.connect(port, "127.0.0.1");
-      socket.on("error", () => {});
-      let got = "";
-      socket.on("data", (d) => (got += d.toString("latin1")));
-      const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${own.live}\r\nContent-Length: ${body.length}\r\n\r\n`;
-      socket.write(Buffer.concat([Buffer.from(head), body.subarray(0, 1000)]));
-      await eventually(() => got.includes("\r\n\r\n{"), 5000, "the 401");
-      assert.match(got, /^HTTP\/1\.1 401 /);
+      const { socket, head, got } = rawChat(own.live, body.length);
+      socket.write(Buffer.concat([head, body.subarray(0, 1000)]));
+      await eventually(() => got().includes("\r\n\r\n{"), 5000, "the 401");
+      assert.match(got(), /^HTTP\/1\.1 401 /);
       // More of the body comes after the answer (more than one part: it has an account), then the client leaves.
       await new Promise<void>((r) => socket.write(body.subarray(1000, 500_000), () => r()));
       await eventually(() => socket.writableLength === 0, 5000, "the body's bytes sent");
