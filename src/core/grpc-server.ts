@@ -89,20 +89,18 @@ export function createCoreServer(routes: (router: ConnectRouter) => void, interc
   // HTTP/1 sockets handed over by the sniffer are not tracked by `h1` (it never listens), so
   // idle keep-alive connections are tracked here to close them at shutdown.
   const h1Sockets = new Set<net.Socket>();
-  const busy = new Set<net.Socket>();
   let closing = false;
   h1.on("connection", (socket: net.Socket) => {
     h1Sockets.add(socket);
     socket.once("close", () => h1Sockets.delete(socket));
   });
-  // The answers being made on HTTP/1.1: those whose headers have not gone out at the shutdown say
-  // `Connection: close`, so their clients send no next call on the connection.
+  // The answers being made on HTTP/1.1, whose connections are busy: at the shutdown those whose
+  // headers have not gone out say `Connection: close`, so their clients send no next call on the
+  // connection, and the connections without one are closed at once.
   const answering = new Set<http.ServerResponse>();
   h1.on("request", (req, res) => {
-    busy.add(req.socket);
     answering.add(res);
     res.once("close", () => {
-      busy.delete(req.socket);
       answering.delete(res);
       if (closing) req.socket.end();
     });
@@ -173,6 +171,7 @@ export function createCoreServer(routes: (router: ConnectRouter) => void, interc
         for (const res of answering) if (!res.headersSent) res.shouldKeepAlive = false;
         server.close(() => resolve());
         for (const s of sessions) s.close();
+        const busy = new Set([...answering].map((res) => res.req.socket));
         for (const s of h1Sockets) if (!busy.has(s)) s.end();
         // Calls still running after a grace period are cut.
         setTimeout(() => {

@@ -256,6 +256,14 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
     log.info(`registry: ${REGISTRY_FILE} was written by a release before the journal (a rollback); taken as generation ${follows}`, { path });
     generation = follows!;
   }
+  /**
+   * Writes the records as registry.json of `gen`, and makes its rename durable before the journal is
+   * started anew for it: a power cut must not leave the old snapshot under a journal of the new one.
+   */
+  const writeSnapshot = async (gen: number) => {
+    await writeWhole(path, records.snapshot(gen), tempOf(path, process.pid));
+    await syncDir(dataDir);
+  };
   const refused = (message: string, cause: unknown) => new RegistryUnavailableError(message, { writesRefused: true, cause });
   const header = () => Buffer.from(`${JSON.stringify({ generation } satisfies JournalHeader)}\n`);
   if (follows !== generation || generation === 0) {
@@ -265,8 +273,7 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
       // journal) is written as generation 1 first: from then on a registry.json without one is
       // always an earlier release's rewrite (a rollback), never this one's.
       if (generation === 0) {
-        await writeWhole(path, records.snapshot(1), tempOf(path, process.pid));
-        await syncDir(dataDir);
+        await writeSnapshot(1);
         generation = 1;
         changes = 0;
       }
@@ -291,10 +298,7 @@ export async function createFileRegistryStore(dataDir: string): Promise<Registry
   const compact = async () => {
     try {
       // Changes wait meanwhile (this runs in drain), so the records hold still while written.
-      await writeWhole(path, records.snapshot(generation + 1), tempOf(path, process.pid));
-      // The rename durable before the journal is started anew: a power cut must not leave the old
-      // snapshot under a journal of the new generation.
-      await syncDir(dataDir);
+      await writeSnapshot(generation + 1);
     } catch (e) {
       log.warn("the registry could not be compacted: its journal is kept, which holds every change", { path, err: String((e as Error)?.message ?? e) });
       compactAt = journal.size * 2;
