@@ -132,6 +132,11 @@ export interface Config {
   demoPort: number;
   dataDir: string;
   redisUrl: string | undefined;
+  /**
+   * SVC_REDIS_CLUSTER: whether SVC_REDIS_URL names a node of a Redis Cluster (true) or a single
+   * server (false); undefined: asked of the server at start (`cluster_enabled`).
+   */
+  redisCluster: boolean | undefined;
   adminToken: string | undefined;
   /** Largest accepted request body, in bytes. */
   maxRequestBytes: number;
@@ -669,6 +674,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     demoPort: portSetting(env, "SVC_DEMO_PORT", 0),
     dataDir,
     redisUrl: redisUrl(env.SVC_REDIS_URL),
+    redisCluster: (env.SVC_REDIS_CLUSTER ?? "").trim() === "" ? undefined : flag(env, "SVC_REDIS_CLUSTER"),
     adminToken: env.SVC_ADMIN_TOKEN ? checkAdminToken(env.SVC_ADMIN_TOKEN, "SVC_ADMIN_TOKEN") : undefined,
     ...bodySizes(env, file),
     streamKeepAliveMs: streamKeepAlive(env.SVC_STREAM_KEEPALIVE_MS),

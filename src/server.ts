@@ -43,7 +43,7 @@ import { embeddedDataIn, embeddedDataWarning } from "./stores/embedded-data.js";
 import { removeLeftTemps } from "./stores/json-file.js";
 import { createFileRegistryStore } from "./stores/file-registry-store.js";
 import { createRedisRegistryStore, REVOKED } from "./stores/redis-registry-store.js";
-import { checkRedisSettings } from "./stores/redis-connection.js";
+import { inspectRedis, type RedisTarget } from "./stores/redis-connection.js";
 import { dirProblem, makeDir } from "./stores/make-dir.js";
 
 export interface ServeOptions {
@@ -78,6 +78,29 @@ export interface RunningServer {
 export const coreReadMaxBytes = (config: Config): number => 2 * Math.max(config.maxRequestBytes, config.cache.maxEntryBytes) + 1024 * 1024;
 
 /**
+ * Whether SVC_REDIS_URL is to be used as a node of a Redis Cluster: what SVC_REDIS_CLUSTER says
+ * (`setting`), checked against what the server said of itself at start (`seen`, undefined when it
+ * did not say: not reached, or its user may not run INFO); unset, what the server said. A setting the
+ * server contradicts is a configuration error: a cluster's node answers a single server's client
+ * MOVED for most keys, and a cluster's client cannot use a single server at all.
+ */
+function redisCluster(setting: boolean | undefined, seen: boolean | undefined): boolean {
+  if (setting === true && seen === false) {
+    throw new ConfigError("SVC_REDIS_CLUSTER=1, but the Redis that SVC_REDIS_URL names is not a Redis Cluster node (its INFO says cluster_enabled:0): name a node of the cluster, or unset SVC_REDIS_CLUSTER for a single Redis server");
+  }
+  if (setting === false && seen === true) {
+    throw new ConfigError("SVC_REDIS_URL names a node of a Redis Cluster (its INFO says cluster_enabled:1), but SVC_REDIS_CLUSTER=0 asks for a single Redis server, whose client that node would refuse most keys (MOVED): unset SVC_REDIS_CLUSTER, or set it to 1");
+  }
+  if (setting !== undefined) return setting;
+  if (seen === undefined) {
+    log.warn("could not ask Redis at start whether SVC_REDIS_URL names a Redis Cluster node (not reached, or its user may not run INFO): it is used as a single Redis server; set SVC_REDIS_CLUSTER=1 if it is a cluster node, SVC_REDIS_CLUSTER=0 to silence this");
+    return false;
+  }
+  if (seen) log.info("SVC_REDIS_URL names a node of a Redis Cluster: the gateway learns the other nodes from it and follows the slots as they move");
+  return seen;
+}
+
+/**
  * Starts the whole service in this process: the core services, served over gRPC for internal
  * callers and called in-process by the HTTP facades (gateway and management).
  */
@@ -85,11 +108,13 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
   // Settings only the machine can judge are checked before anything starts (the data dir's lock,
   // the telemetry store's migrations, the demo provider), each a ConfigError naming the setting.
   await checkHost(config.host);
+  let redis: RedisTarget | undefined;
   if (config.redisUrl) {
     // A database or credentials Redis refuses would otherwise pass for an outage (and a refused
     // database leave the connections on database 0): stopped here, while it is a setting to fix.
-    const refused = await checkRedisSettings(config.redisUrl, "SVC_REDIS_URL", undefined, { channel: REVOKED });
-    if (refused) throw new ConfigError(refused);
+    const seen = await inspectRedis(config.redisUrl, "SVC_REDIS_URL", undefined, { channel: REVOKED });
+    if (seen.refused) throw new ConfigError(seen.refused);
+    redis = { url: config.redisUrl, cluster: redisCluster(config.redisCluster, seen.cluster) };
   }
   await makeDataDir(config.dataDir);
   const cleanups: Array<() => Promise<void>> = [];
@@ -128,7 +153,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
 
     let store;
     if (config.redisUrl) {
-      store = createRedisRegistryStore(config.redisUrl);
+      store = createRedisRegistryStore(redis!);
     } else {
       store = await createFileRegistryStore(config.dataDir);
     }
@@ -144,10 +169,10 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     const proxyImpl = createProxyService({ models: config.models, providers: config.providers, adapters, http });
     const heapWarning = cacheHeapWarning(config, getHeapStatistics().heap_size_limit);
     if (heapWarning) log.warn(heapWarning);
-    const cacheBackend = createCacheBackend(config.redisUrl, config.cache);
+    const cacheBackend = createCacheBackend(redis, config.cache);
     cleanups.push(() => cacheBackend.close());
     // Embedded, the month's spend and the day windows are kept in the data dir; closing writes them.
-    const limitsBackend = await createLimitsBackend(config.redisUrl, config.limits, store, config.dataDir);
+    const limitsBackend = await createLimitsBackend(redis, config.limits, store, config.dataDir);
     cleanups.push(() => limitsBackend.close());
     const auth = createDirectClient(AuthService, authImpl);
     /** Resolves when the project exists; rejects with 404 project_not_found otherwise. */
@@ -155,7 +180,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
     // Closed after the HTTP servers (cleanups run in reverse), so the logs of the last requests are
     // flushed, or spooled, before exit. The prompt calls file and read prompts only under a project
     // that exists: 404 project_not_found otherwise, as CreateKey answers.
-    const telemetryBackend = await createTelemetryBackend(config, async (projectId) => {
+    const telemetryBackend = await createTelemetryBackend({ ...config, redisUrl: redis }, async (projectId) => {
       await projectExists(projectId);
     });
     cleanups.push(() => telemetryBackend.close());

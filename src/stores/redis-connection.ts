@@ -1,5 +1,16 @@
-import { Redis, type RedisOptions } from "ioredis";
+import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis";
 import { atMostEvery, log } from "../logger.js";
+
+/**
+ * Where the gateway's Redis is: a URL (SVC_REDIS_URL) of a single server, or of one node of a Redis
+ * Cluster (`cluster: true`, decided at start: SVC_REDIS_CLUSTER, else what the node says of itself).
+ * A cluster's client learns the other nodes from that one and follows slots as they move. Every key
+ * the gateway writes carries a hash tag, so each of its scripts and transactions stays on one slot.
+ */
+export type RedisTarget = string | { url: string; cluster: boolean };
+
+const urlOf = (t: RedisTarget): string => (typeof t === "string" ? t : t.url);
+const isCluster = (t: RedisTarget): boolean => typeof t !== "string" && t.cluster;
 
 /**
  * A Redis connection for the hot path (cache, limits): commands fail fast while Redis is down
@@ -114,7 +125,48 @@ export function pingWhileIdle(redis: Redis, everyMs = IDLE_PING_MS): Redis {
  * A Redis client for `url` that never runs a command on a database other than the URL's (see
  * stayOnConfiguredDb), and pings while idle (pingWhileIdle).
  */
-export const openRedis = (url: string, options: RedisOptions): Redis => pingWhileIdle(stayOnConfiguredDb(new Redis(url, options)));
+export const openRedis = (target: RedisTarget, options: RedisOptions): Redis =>
+  pingWhileIdle(stayOnConfiguredDb(isCluster(target) ? openCluster(urlOf(target), options) : new Redis(urlOf(target), options)));
+
+/**
+ * How long a command on a Redis Cluster waits, in all, for a cluster that is moving (a failover, a
+ * node down, a slot migrating) before it fails: its retries at these delays, at most MAX_REDIRECTIONS
+ * of them. Kept short for the same reason as `enableOfflineQueue: false`: a request is served without
+ * the cache, or admitted failing open, rather than held (ioredis's defaults wait up to 1.6 s).
+ */
+const CLUSTER_RETRY_DELAY_MS = 50;
+const MAX_REDIRECTIONS = 4;
+
+/**
+ * A client of the Redis Cluster one node of which `url` names, with the options a single server's
+ * client would get: the URL's user, password and TLS go to every node's connection, as do the
+ * timeouts; reconnecting (the whole cluster, and each node) backs off as RECONNECT_OPTIONS says.
+ * Typed as a single server's client: the commands the gateway sends are the same on both, and every
+ * one of them names keys of one slot (or none).
+ */
+function openCluster(url: string, options: RedisOptions): Redis {
+  const u = new URL(url);
+  const tls = u.protocol === "rediss:";
+  const { retryStrategy, enableOfflineQueue, lazyConnect, ...nodeOptions } = options;
+  const clusterOptions: ClusterOptions = {
+    enableOfflineQueue,
+    lazyConnect,
+    clusterRetryStrategy: retryStrategy === undefined ? RECONNECT_OPTIONS.retryStrategy : (retryStrategy as ClusterOptions["clusterRetryStrategy"]),
+    clusterNodeRetryStrategy: retryStrategy === null ? undefined : (retryStrategy ?? RECONNECT_OPTIONS.retryStrategy),
+    maxRedirections: MAX_REDIRECTIONS,
+    retryDelayOnFailover: CLUSTER_RETRY_DELAY_MS,
+    retryDelayOnClusterDown: CLUSTER_RETRY_DELAY_MS,
+    retryDelayOnTryAgain: CLUSTER_RETRY_DELAY_MS,
+    redisOptions: {
+      ...nodeOptions,
+      ...(u.username ? { username: decodeURIComponent(u.username) } : {}),
+      ...(u.password ? { password: decodeURIComponent(u.password) } : {}),
+      ...(tls ? { tls: {} } : {}),
+    },
+  };
+  const host = u.hostname.replace(/^\[(.*)\]$/, "$1");
+  return new Cluster([{ host, port: Number(u.port || 6379) }], clusterOptions) as unknown as Redis;
+}
 
 /**
  * A TLS error of a certificate the client does not trust (self-signed, a private CA Node does not
@@ -159,17 +211,26 @@ async function missingRight(redis: Redis, needs: RedisNeeds): Promise<Error | un
   return undefined;
 }
 
+/** What `inspectRedis` learnt of SVC_REDIS_URL at start. */
+export interface RedisInspection {
+  /** Why Redis refuses the URL's settings, a message naming the setting; undefined: accepted, or not reached. */
+  refused?: string;
+  /** Whether the server is a node of a Redis Cluster (`cluster_enabled:1`); undefined: not reached. */
+  cluster?: boolean;
+}
+
 /**
  * Connects to `url` once, at start, to check what only Redis can judge of it: the database it names,
  * the credentials it gives, the user's right to the commands and the channel the gateway uses
- * (`needs`), and, for `rediss://`, that the server's certificate is trusted. Resolves with a message
+ * (`needs`), and, for `rediss://`, that the server's certificate is trusted. `refused` is a message
  * naming `setting` when Redis refuses any (a configuration error: retrying would not help, and a
- * connection carrying on would use database 0, or fail every request), and undefined when it
- * accepts them or cannot be reached within `waitMs` (an outage, which the connections ride out as
- * at any other time).
+ * connection carrying on would use database 0, or fail every request); undefined when it accepts
+ * them or cannot be reached within `waitMs` (an outage, which the connections ride out as at any
+ * other time). It also asks whether the server is a Redis Cluster node (`cluster`).
  */
-export async function checkRedisSettings(url: string, setting: string, waitMs = 3_000, needs: RedisNeeds = {}): Promise<string | undefined> {
+export async function inspectRedis(url: string, setting: string, waitMs = 3_000, needs: RedisNeeds = {}): Promise<RedisInspection> {
   const redis = new Redis(url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, connectTimeout: RECONNECT_OPTIONS.connectTimeout, retryStrategy: () => null, commandTimeout: waitMs });
+  let cluster: boolean | undefined;
   try {
     const refused = await new Promise<{ what: RedisRefusal | "certificate"; err: Error } | undefined>((resolve) => {
       const timer = setTimeout(() => resolve(undefined), waitMs);
@@ -182,33 +243,54 @@ export async function checkRedisSettings(url: string, setting: string, waitMs = 
         if (what) done({ what, err });
       });
       redis.on("ready", () => {
-        missingRight(redis, needs).then((err) => done(err && { what: "permission", err }), () => done(undefined));
+        // Asked first: SUBSCRIBE (missingRight) leaves the connection able to run nothing else.
+        clusterEnabled(redis)
+          .then((c) => (cluster = c))
+          .then(() => missingRight(redis, needs))
+          .then((err) => done(err && { what: "permission", err }), () => done(undefined));
       });
       redis.on("end", () => done(undefined));
       redis.connect().catch(() => {});
     });
-    if (!refused) return undefined;
-    const why = refused.err.message;
-    const u = new URL(url);
-    if (refused.what === "certificate") {
-      return `Redis's TLS certificate is not trusted (${why}): give Node the CA that signed it (NODE_EXTRA_CA_CERTS=/path/to/ca.pem in the gateway's environment), or use a certificate Node's CAs trust`;
-    }
-    if (refused.what === "permission") {
-      const channel = needs.channel === undefined ? "" : ` and the channel ${needs.channel} (\`&${needs.channel}\`: Redis 7 gives an ACL user no channel unless granted)`;
-      return `Redis refuses the user that ${setting} gives a command or channel it needs (${why}): grant that user the gateway's commands (\`+@all\`, or at least SELECT, the read and write commands, EVAL, EVALSHA, SCRIPT, PUBLISH and SUBSCRIBE) on every key (\`~*\`)${channel}, or use another user`;
-    }
-    // Redis asked before it was given the password (the client selects the database first) says
-    // NOAUTH even when the URL has one: then the password is what it refuses.
-    if (refused.what === "no-credentials" && u.password !== "") refused.what = "credentials";
-    if (refused.what === "database") {
-      const db = u.pathname.replace(/^\//, "") || u.searchParams.get("db");
-      return `Redis refuses database ${db} that ${setting} names (${why}): name one it has, from 0 to its \`databases\` setting less one (0-15 by default; a Redis Cluster has only 0), or none for 0`;
-    }
-    if (refused.what === "credentials") return `Redis refuses the user name or password that ${setting} gives (${why}): correct them (redis://:password@host:port for the default user, redis://user:password@host:port for an ACL user)`;
-    return `Redis requires a password and ${setting} gives none (${why}): add it (redis://:password@host:port for the default user, redis://user:password@host:port for an ACL user)`;
+    if (!refused) return { cluster };
+    return { refused: refusalMessage(url, setting, refused.what, refused.err, needs), cluster };
   } finally {
     redis.disconnect();
   }
+}
+
+/** `inspectRedis`'s refusal alone. */
+export const checkRedisSettings = async (url: string, setting: string, waitMs = 3_000, needs: RedisNeeds = {}): Promise<string | undefined> =>
+  (await inspectRedis(url, setting, waitMs, needs)).refused;
+
+/** Whether the server says it is a Redis Cluster node; undefined when it does not say (no answer, or a user refused INFO). */
+async function clusterEnabled(redis: Redis): Promise<boolean | undefined> {
+  try {
+    return /^cluster_enabled:1\b/m.test(await redis.info("cluster"));
+  } catch {
+    return undefined;
+  }
+}
+
+function refusalMessage(url: string, setting: string, what: RedisRefusal | "certificate", err: Error, needs: RedisNeeds): string {
+  const why = err.message;
+  const u = new URL(url);
+  if (what === "certificate") {
+    return `Redis's TLS certificate is not trusted (${why}): give Node the CA that signed it (NODE_EXTRA_CA_CERTS=/path/to/ca.pem in the gateway's environment), or use a certificate Node's CAs trust`;
+  }
+  if (what === "permission") {
+    const channel = needs.channel === undefined ? "" : ` and the channel ${needs.channel} (\`&${needs.channel}\`: Redis 7 gives an ACL user no channel unless granted)`;
+    return `Redis refuses the user that ${setting} gives a command or channel it needs (${why}): grant that user the gateway's commands (\`+@all\`, or at least SELECT, the read and write commands, EVAL, EVALSHA, SCRIPT, PUBLISH and SUBSCRIBE) on every key (\`~*\`)${channel}, or use another user`;
+  }
+  // Redis asked before it was given the password (the client selects the database first) says
+  // NOAUTH even when the URL has one: then the password is what it refuses.
+  if (what === "no-credentials" && u.password !== "") what = "credentials";
+  if (what === "database") {
+    const db = u.pathname.replace(/^\//, "") || u.searchParams.get("db");
+    return `Redis refuses database ${db} that ${setting} names (${why}): name one it has, from 0 to its \`databases\` setting less one (0-15 by default; a Redis Cluster has only 0), or none for 0`;
+  }
+  if (what === "credentials") return `Redis refuses the user name or password that ${setting} gives (${why}): correct them (redis://:password@host:port for the default user, redis://user:password@host:port for an ACL user)`;
+  return `Redis requires a password and ${setting} gives none (${why}): add it (redis://:password@host:port for the default user, redis://user:password@host:port for an ACL user)`;
 }
 
 /** Longest wait at shutdown for Redis to answer a QUIT; one that answers at all does in a millisecond. */
@@ -232,8 +314,8 @@ export async function quitRedis(redis: Redis, waitMs = QUIT_WAIT_MS): Promise<vo
   if (redis.status !== "end") redis.disconnect();
 }
 
-export function createRedisConnection(url: string, opts: RedisConnectionOptions): RedisConnection {
-  const redis = openRedis(url, {
+export function createRedisConnection(target: RedisTarget, opts: RedisConnectionOptions): RedisConnection {
+  const redis = openRedis(target, {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     commandTimeout: opts.commandTimeoutMs ?? 1_000,
@@ -289,14 +371,18 @@ export function createRedisConnection(url: string, opts: RedisConnectionOptions)
  * Returns a function that PINGs `redis` after a second, one PING at a time however often it is
  * called: `answered` when Redis answers, `failed` when not (which may probe again). For a connection
  * that stays open but answers nothing (a stall), where no "ready" event will say when it is back.
+ * A Redis Cluster's client stays ready while a node is down (its other nodes answer a PING, and say
+ * CLUSTERDOWN to every command while the cluster fails), so there the probe asks every master
+ * instead: `answered` once each answers and says the cluster is ok (`clusterServes`).
  */
 export function createProbe(redis: Redis, answered: () => void, failed: (err: unknown) => void): () => void {
   let probing = false;
+  const ask = (redis as unknown) instanceof Cluster ? () => clusterServes(redis as unknown as Cluster) : () => redis.ping();
   return () => {
     if (probing) return;
     probing = true;
     setTimeout(() => {
-      redis.ping().then(
+      ask().then(
         () => {
           probing = false;
           answered();
@@ -308,6 +394,23 @@ export function createProbe(redis: Redis, answered: () => void, failed: (err: un
       );
     }, PROBE_INTERVAL_MS).unref();
   };
+}
+
+/**
+ * Resolves when every master node of the cluster answers within PROBE_INTERVAL_MS and says
+ * `cluster_state:ok` (every slot served); rejects otherwise.
+ */
+async function clusterServes(cluster: Cluster): Promise<void> {
+  const masters = cluster.nodes("master");
+  if (masters.length === 0) throw new Error("no Redis Cluster node is known yet");
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`a Redis Cluster node did not answer within ${PROBE_INTERVAL_MS} ms`)), PROBE_INTERVAL_MS)));
+  try {
+    const states = await Promise.race([Promise.all(masters.map((m) => m.call("CLUSTER", "INFO"))), late]);
+    if (!states.every((s) => /^cluster_state:ok\b/m.test(String(s)))) throw new Error("CLUSTERDOWN the Redis Cluster is not serving every slot");
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /**

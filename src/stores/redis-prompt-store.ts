@@ -1,4 +1,4 @@
-import { execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS } from "./redis-connection.js";
+import { execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, type RedisTarget } from "./redis-connection.js";
 import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "./prompt-store.js";
 
 /**
@@ -33,12 +33,12 @@ interface Stored {
   createdAt: number;
 }
 
-export function createRedisPromptStore(url: string): PromptStore {
+export function createRedisPromptStore(target: RedisTarget): PromptStore {
   // No retries: while Redis is unreachable a call fails at once (503 prompts_unavailable), as an
   // admin call to the registry does, rather than after ioredis's retries (10-15 s) as an internal
   // error. Only the first connection's calls wait for it (the server may be asked before it is
   // up); once it has been up, a call made while it is down is refused without being sent.
-  const redis = openRedis(url, { ...RECONNECT_OPTIONS, maxRetriesPerRequest: 0 });
+  const redis = openRedis(target, { ...RECONNECT_OPTIONS, maxRetriesPerRequest: 0 });
   let beenUp = false;
   redis.on("ready", () => (beenUp = true));
   redis.on("error", () => {}); // the registry's connection logs outages; calls here fail and say why

@@ -1,7 +1,7 @@
 import { Redis } from "ioredis";
 import { Lru } from "../core/lru.js";
 import { atMostEvery, log } from "../logger.js";
-import { createProbe, execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, stayOnConfiguredDb, watchWrites } from "./redis-connection.js";
+import { createProbe, execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, type RedisTarget, stayOnConfiguredDb, watchWrites } from "./redis-connection.js";
 import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
 
 /**
@@ -115,12 +115,13 @@ function isOutage(e: unknown): boolean {
   return PASSING_REPLY.test(err.message);
 }
 
-export function createRedisRegistryStore(url: string): RegistryStore {
+export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
   // No command timeout: an admin write that timed out would still be applied once Redis answers,
   // behind the caller's back (a key created after its creator was told it failed). Only reads, which
   // change nothing, are given up on (`read` below). It reconnects as the cache's and the limits'
   // connections do, so a key never verified is served as soon as they are back.
-  const redis = openRedis(url, { ...RECONNECT_OPTIONS, lazyConnect: false, maxRetriesPerRequest: 2 }) as ScriptedRedis;
+  const options = { ...RECONNECT_OPTIONS, lazyConnect: false, maxRetriesPerRequest: 2 };
+  const redis = openRedis(target, options) as ScriptedRedis;
   // Requests must keep flowing while Redis is unreachable (cache and limits step aside too): the
   // keys and projects this replica verified last are served from memory until Redis is back. A key
   // cannot be deleted during the outage either, so this only ever serves what was valid when Redis
@@ -143,7 +144,9 @@ export function createRedisRegistryStore(url: string): RegistryStore {
   // a reconnect (autoResubscribe): a refusal of that one was an unhandled rejection, which ended
   // the process (Redis 7 drops the subscribers of a user whose channel is taken away). It is asked
   // for at each connection, and every SUBSCRIBE_RETRY_MS while refused.
-  const revocations = stayOnConfiguredDb(redis.duplicate({ autoResubscribe: false }));
+  // On a Redis Cluster the subscription is made on the node SVC_REDIS_URL names, through a client of
+  // its own: a PUBLISH, the delete script's too, reaches every node's subscribers.
+  const revocations = stayOnConfiguredDb(typeof target === "string" || !target.cluster ? redis.duplicate({ autoResubscribe: false }) : new Redis(target.url, { ...options, autoResubscribe: false }));
   let heardBefore = false;
   let subscribed = false;
   let subscribing = false;

@@ -18,16 +18,21 @@ export interface TestRedis {
   port: number;
   /** The server's process id (SIGSTOP / SIGCONT stall it). */
   pid: number;
+  /** Its working directory. */
+  dir: string;
+  /** Kills it (SIGKILL); its directory goes with it unless it was started with `keepDir`. */
   stop(): Promise<void>;
+  /** Removes its directory (for one started with `keepDir`). */
+  removeDir(): Promise<void>;
 }
 
 /**
  * Starts a private `redis-server` on a free port, keeping nothing on disk, so tests never touch
  * the machine's own Redis or each other's data. `args` are more of its settings (`--requirepass x`).
  */
-export async function startRedis(port?: number, args: string[] = []): Promise<TestRedis> {
+export async function startRedis(port?: number, args: string[] = [], opts: { keepDir?: boolean; dir?: string } = {}): Promise<TestRedis> {
   const p = port ?? (await freePort());
-  const dir = mkdtempSync(join(tmpdir(), "svc-redis-"));
+  const dir = opts.dir ?? mkdtempSync(join(tmpdir(), "svc-redis-"));
   const child: ChildProcess = spawn("redis-server", ["--port", String(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, ...args], { stdio: ["ignore", "pipe", "pipe"] });
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("redis-server did not start in 10 s")), 10_000);
@@ -46,14 +51,16 @@ export async function startRedis(port?: number, args: string[] = []): Promise<Te
     url: `redis://127.0.0.1:${p}`,
     port: p,
     pid: child.pid!,
+    dir,
     stop: () =>
       new Promise<void>((resolve) => {
         if (child.exitCode !== null || child.signalCode !== null) return resolve();
         child.once("exit", () => {
-          rmSync(dir, { recursive: true, force: true });
+          if (!opts.keepDir) rmSync(dir, { recursive: true, force: true });
           resolve();
         });
         child.kill("SIGKILL");
       }),
+    removeDir: async () => rmSync(dir, { recursive: true, force: true }),
   };
 }

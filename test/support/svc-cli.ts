@@ -31,6 +31,8 @@ export interface SvcServe {
   managementUrl: string;
   /** The server's process id. */
   pid: number;
+  /** What it has logged (stderr) so far. */
+  logged(): string;
   /** Runs the `svc` command against this server (SVC_SERVER_URL names it; a --server given overrides it). */
   svc(...args: string[]): Promise<Run>;
   /** Runs the `svc` command with the server's own settings only (no SVC_SERVER_URL): the CLI finds the server from them. */
@@ -78,6 +80,9 @@ export function banner(server: ChildProcess): Promise<{ grpcUrl: string; gateway
 export async function startSvcServe(extraEnv: Record<string, string> = {}, dataDir = mkdtempSync(join(tmpdir(), "svc-cli-"))): Promise<SvcServe> {
   const env = { PATH: process.env.PATH, SVC_DATA_DIR: join(dataDir, "data"), SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", ...extraEnv };
   const server: ChildProcess = spawn(process.execPath, [bin, "serve", "--demo"], { env, cwd: dataDir, stdio: ["ignore", "pipe", "pipe"] });
+  // Read as it comes, so a server that logs much never blocks on a full pipe.
+  let logged = "";
+  server.stderr!.on("data", (d: Buffer) => (logged += d.toString()));
   const { grpcUrl, gatewayUrl, managementUrl, output } = await banner(server);
   const kill = async (signal: NodeJS.Signals) => {
     if (server.exitCode !== null || server.signalCode !== null) return;
@@ -90,6 +95,7 @@ export async function startSvcServe(extraEnv: Record<string, string> = {}, dataD
     gatewayUrl,
     managementUrl,
     pid: server.pid!,
+    logged: () => logged,
     svc: (...args) => run(args, { ...env, SVC_SERVER_URL: grpcUrl }, dataDir),
     svcWithServeEnv: (...args) => run(args, env, dataDir),
     async restart() {

@@ -3,7 +3,7 @@ import type { CacheConfig } from "../../config.js";
 import type { CacheService } from "../../gen/svc/cache/v1/cache_service_pb.js";
 import { createMemoryCacheStore } from "../../stores/memory-cache-store.js";
 import { createRedisCacheStore } from "../../stores/redis-cache-store.js";
-import { createRedisConnection } from "../../stores/redis-connection.js";
+import { createRedisConnection, type RedisTarget } from "../../stores/redis-connection.js";
 import { createCacheService } from "./cache-service.js";
 
 /** The CacheService of this process and how to release what it holds. */
@@ -16,7 +16,7 @@ export interface CacheBackend {
  * Chooses the cache's store by deployment mode: Redis, shared by every replica, when `redisUrl` is
  * set (cluster); process memory under a byte budget otherwise (embedded).
  */
-export function createCacheBackend(redisUrl: string | undefined, config: CacheConfig): CacheBackend {
+export function createCacheBackend(redisUrl: RedisTarget | undefined, config: CacheConfig): CacheBackend {
   const deps = { defaultTtlSeconds: config.ttlSeconds, maxEntryBytes: config.maxEntryBytes };
   if (!redisUrl) {
     return { impl: createCacheService({ ...deps, store: createMemoryCacheStore({ maxBytes: config.maxBytes }) }), close: async () => {} };

@@ -2,7 +2,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { LimitsConfig } from "../../config.js";
 import type { LimitsService } from "../../gen/svc/limits/v1/limits_service_pb.js";
 import { createMemoryLimitsStore, openMemoryLimitsStore } from "../../stores/memory-limits-store.js";
-import { createRedisConnection } from "../../stores/redis-connection.js";
+import { createRedisConnection, type RedisTarget } from "../../stores/redis-connection.js";
 import { createRedisLimitsStore } from "../../stores/redis-limits-store.js";
 import type { RegistryStore } from "../../stores/registry-store.js";
 import { effectiveLimits } from "../auth/project-limits.js";
@@ -23,7 +23,7 @@ const READY_WAIT_MS = 2_000;
  * kept in `<dataDir>/limits.json` across restarts when a `dataDir` is given (written within a second
  * of a change and by `close`). An AdmitRequest without limits has them read from the registry.
  */
-export async function createLimitsBackend(redisUrl: string | undefined, config: LimitsConfig, registry: RegistryStore, dataDir?: string): Promise<LimitsBackend> {
+export async function createLimitsBackend(redisUrl: RedisTarget | undefined, config: LimitsConfig, registry: RegistryStore, dataDir?: string): Promise<LimitsBackend> {
   const deps = {
     failClosed: config.failClosed,
     reservationTtlMs: config.reservationTtlMs,

@@ -9,6 +9,7 @@ import { createClickHouseTelemetryStore } from "../../stores/clickhouse-telemetr
 import { createFilePromptStore } from "../../stores/file-prompt-store.js";
 import { dirProblem } from "../../stores/make-dir.js";
 import type { PromptStore } from "../../stores/prompt-store.js";
+import type { RedisTarget } from "../../stores/redis-connection.js";
 import { createRedisPromptStore } from "../../stores/redis-prompt-store.js";
 import type { TelemetryStore } from "../../stores/telemetry-store.js";
 import { openLogSpool } from "./log-spool.js";
@@ -37,7 +38,7 @@ export interface TelemetryBackend {
  * in server.ts): rejects with 404 `project_not_found` when it does not.
  */
 export async function createTelemetryBackend(
-  opts: { dataDir: string; redisUrl: string | undefined; telemetry: TelemetryConfig },
+  opts: { dataDir: string; redisUrl: RedisTarget | undefined; telemetry: TelemetryConfig },
   checkProject: (projectId: string) => Promise<void>,
 ): Promise<TelemetryBackend> {
   const { telemetry: config } = opts;
