@@ -147,9 +147,12 @@ const MAX_REDIRECTIONS = 4;
 function openCluster(url: string, options: RedisOptions): Redis {
   const u = new URL(url);
   const tls = u.protocol === "rediss:";
-  const { retryStrategy, enableOfflineQueue, lazyConnect, ...nodeOptions } = options;
+  const { retryStrategy, enableOfflineQueue: _queue, lazyConnect, ...nodeOptions } = options;
   const clusterOptions: ClusterOptions = {
-    enableOfflineQueue,
+    // A cluster's client queues commands while it is not ready with no bound (a cluster failing as
+    // the gateway started held every admin call for good): it keeps none; those that would wait
+    // for a first connection wait for it, bounded, first (`clusterReady`).
+    enableOfflineQueue: false,
     lazyConnect,
     clusterRetryStrategy: retryStrategy === undefined ? RECONNECT_OPTIONS.retryStrategy : (retryStrategy as ClusterOptions["clusterRetryStrategy"]),
     clusterNodeRetryStrategy: retryStrategy === null ? undefined : (retryStrategy ?? RECONNECT_OPTIONS.retryStrategy),
@@ -166,6 +169,26 @@ function openCluster(url: string, options: RedisOptions): Redis {
   };
   const host = u.hostname.replace(/^\[(.*)\]$/, "$1");
   return new Cluster([{ host, port: Number(u.port || 6379) }], clusterOptions) as unknown as Redis;
+}
+
+/** Whether `redis` is a Redis Cluster's client (`openRedis` of a cluster target). */
+export const isClusterClient = (redis: Redis): boolean => (redis as unknown) instanceof Cluster;
+
+/**
+ * Waits, at most `ms`, for a Redis Cluster's client that is not ready to be (a single server's client
+ * has its own queue for that): the commands sent after fail at once if it is still not ready.
+ */
+export function clusterReady(redis: Redis, ms: number): Promise<void> {
+  if (redis.status === "ready" || !isClusterClient(redis)) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      redis.off("ready", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    redis.once("ready", done);
+  });
 }
 
 /**
@@ -377,7 +400,7 @@ export function createRedisConnection(target: RedisTarget, opts: RedisConnection
  */
 export function createProbe(redis: Redis, answered: () => void, failed: (err: unknown) => void): () => void {
   let probing = false;
-  const ask = (redis as unknown) instanceof Cluster ? () => clusterServes(redis as unknown as Cluster) : () => redis.ping();
+  const ask = isClusterClient(redis) ? () => clusterServes(redis as unknown as Cluster) : () => redis.ping();
   return () => {
     if (probing) return;
     probing = true;

@@ -1,4 +1,4 @@
-import { execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, type RedisTarget } from "./redis-connection.js";
+import { clusterReady, execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, type RedisTarget } from "./redis-connection.js";
 import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "./prompt-store.js";
 
 /**
@@ -50,6 +50,8 @@ export function createRedisPromptStore(target: RedisTarget): PromptStore {
    */
   const call = async <T>(fn: () => Promise<T>): Promise<T> => {
     if (beenUp && redis.status !== "ready") throw new PromptsUnavailableError(`redis is unreachable (${redis.status})`);
+    // A Redis Cluster's client keeps no queue: a call made before it is first ready waits for it here.
+    if (redis.status !== "ready") await clusterReady(redis, 2_000);
     try {
       return await fn();
     } catch (e) {

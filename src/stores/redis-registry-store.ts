@@ -1,7 +1,7 @@
 import { Redis } from "ioredis";
 import { Lru } from "../core/lru.js";
 import { atMostEvery, log } from "../logger.js";
-import { createProbe, execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, type RedisTarget, stayOnConfiguredDb, watchWrites } from "./redis-connection.js";
+import { clusterReady, createProbe, execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, type RedisTarget, stayOnConfiguredDb, watchWrites } from "./redis-connection.js";
 import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
 
 /**
@@ -92,6 +92,9 @@ interface Known<V> {
 
 /** Longest wait for a read; one that takes longer counts as Redis stalled. */
 const READ_TIMEOUT_MS = 1_000;
+
+/** Longest wait of a call for a Redis Cluster's client to be ready (ready, or said not to be, in 2 s as a single server's client is). */
+const FIRST_READY_WAIT_MS = 2_000;
 
 /** A read given up on: Redis did not answer within READ_TIMEOUT_MS. */
 class ReadTimeout extends Error {}
@@ -228,6 +231,8 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
    */
   async function call<T>(commands: () => Promise<T>): Promise<T> {
     if (stalled || (outage && redis.status !== "ready")) throw new RegistryUnavailableError("redis is unreachable");
+    // A Redis Cluster's client keeps no queue: a call made before it is first ready waits for it here.
+    if (redis.status !== "ready") await clusterReady(redis, FIRST_READY_WAIT_MS);
     try {
       return await commands();
     } catch (e) {

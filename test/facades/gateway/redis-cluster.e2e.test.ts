@@ -153,6 +153,38 @@ describe("cluster mode on a Redis Cluster (three masters), two gateway processes
   });
 });
 
+describe("cluster mode on a Redis Cluster that is failing as the gateway starts", function () {
+  this.timeout(120_000);
+
+  it("refuses admin and prompt calls at once while it fails (they were held for good), and serves them once it is back, with no restart", async () => {
+    const cluster = await startRedisCluster(3);
+    let gw: SvcServe | undefined;
+    try {
+      await cluster.nodes[2]!.stop();
+      const probe = new Redis(cluster.url(0), { maxRetriesPerRequest: 1 });
+      try {
+        await eventually(async () => String(await probe.call("CLUSTER", "INFO")).includes("cluster_state:fail"), 15_000, "the cluster to fail");
+      } finally {
+        probe.disconnect();
+      }
+      gw = await startSvcServe({ SVC_REDIS_URL: cluster.url(0), SVC_ADMIN_TOKEN: TOKEN, SVC_LOG_LEVEL: "error" });
+      for (const args of [["projects", "create", "--name", "down", "--plan", "free"], ["prompts", "list", "--project", "proj_none"]]) {
+        const started = Date.now();
+        const res = await gw.svc(...args);
+        assert.equal(res.code, 1, `${args.join(" ")}: ${res.stdout}${res.stderr}`);
+        assert.match(res.stderr, /cannot be reached|unreachable|unavailable/i, args.join(" "));
+        assert.ok(Date.now() - started < 8_000, `${args.join(" ")} took ${Date.now() - started} ms`);
+      }
+      await cluster.restart(2);
+      const server = gw;
+      await eventually(async () => (await server.svc("projects", "create", "--name", "back", "--plan", "free")).code === 0, 20_000, "a project made once the cluster is back");
+    } finally {
+      await gw?.stop();
+      await cluster.stop();
+    }
+  });
+});
+
 describe("SVC_REDIS_CLUSTER", function () {
   this.timeout(60_000);
 
