@@ -179,15 +179,34 @@ export function withRetryGuidance(err: ConnectError, headers: Record<string, str
   return err;
 }
 
-/** The retry guidance an error carries from its upstream, as response headers; undefined when none. */
-export function retryGuidanceOf(err: unknown): Record<string, string> | undefined {
+/** The longest Retry-After the SDKs are left to wait on: a minute's window, which can read 61 s. */
+export const SDK_RETRY_MAX_SECONDS = 61;
+
+/**
+ * The retry guidance an error carries from its upstream, as response headers; undefined when none.
+ * A wait longer than SDK_RETRY_MAX_SECONDS also gets `x-should-retry: false` (over an upstream's
+ * own `true`): the official SDKs sleep for whatever the wait says before retrying, with no bound
+ * and past their own timeout, so a provider's `retry-after: 100000` held a call for a day. The
+ * wait itself is passed on as the provider gave it, for a client that schedules its own retry.
+ */
+export function retryGuidanceOf(err: unknown, nowMs = Date.now()): Record<string, string> | undefined {
   if (!(err instanceof ConnectError)) return undefined;
   let out: Record<string, string> | undefined;
   for (const [name, valid] of RETRY_HEADERS) {
     const v = err.metadata.get(kRetry + name);
     if (v !== null && valid.test(v)) (out ??= {})[name] = v;
   }
+  if (out && waitSeconds(out, nowMs) > SDK_RETRY_MAX_SECONDS) out["x-should-retry"] = "false";
   return out;
+}
+
+/** The wait retry guidance asks for, in seconds, read as the SDKs read it: `retry-after-ms` first. */
+function waitSeconds(h: Record<string, string>, nowMs: number): number {
+  const ms = h["retry-after-ms"];
+  if (ms !== undefined && Number(ms) > 0) return Number(ms) / 1000;
+  const after = h["retry-after"];
+  if (after === undefined) return 0;
+  return /^\d+$/.test(after) ? Number(after) : (Date.parse(after) - nowMs) / 1000;
 }
 
 /** An error's `details`, when its metadata holds a JSON object there. */

@@ -1,6 +1,6 @@
 import { type AdmitResponse, Decision, LimitWindow } from "../../gen/svc/limits/v1/limits_service_pb.js";
 import { ApiStyle } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
-import { apiError } from "../../core/errors.js";
+import { apiError, SDK_RETRY_MAX_SECONDS } from "../../core/errors.js";
 
 /**
  * The request-limit headers of an admitted or refused live request, in each surface's own
@@ -44,9 +44,6 @@ export function resetInstant(resetSeconds: number, nowMs: number): string {
   const s = resetSeconds > 0 ? Math.floor(nowMs / 1000) + resetSeconds : Math.ceil(nowMs / 1000);
   return new Date(s * 1000).toISOString().replace(".000Z", "Z");
 }
-
-/** The longest Retry-After the SDKs are left to wait on: a minute's window, which can read 61 s. */
-export const SDK_RETRY_MAX_SECONDS = 61;
 
 /** Seconds as a Go-style duration, the form OpenAI's reset headers use: "45s", "6m0s", "2h0m0s". */
 function duration(s: number): string {

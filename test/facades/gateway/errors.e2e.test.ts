@@ -253,8 +253,25 @@ describe("gateway errors: the spec's status and error object for every kind of b
         assert.equal(res.status, status);
         assert.equal(res.headers["retry-after"], seconds);
         assert.equal(res.headers["retry-after-ms"], `${seconds}000`);
+        assert.equal(res.headers["x-should-retry"], undefined, "a short wait is the SDKs' to take");
         assertErrorShape(res.json());
       }
+    });
+
+    it("an upstream's wait of more than a minute is passed on with x-should-retry: false, so the SDKs raise at once instead of sleeping for it", async () => {
+      const res = await postJson(chatUrl, key, chat("[[fake:status=429]] [[fake:retry=100000]]"));
+      assert.equal(res.status, 429);
+      assert.equal(res.headers["retry-after"], "100000", "the wait as the provider gave it");
+      assert.equal(res.headers["x-should-retry"], "false");
+      // The official SDK, with its default retries: it slept the whole wait (a day) before.
+      const client = new OpenAI({ apiKey: key, baseURL: `${gw.gatewayUrl}/v1`, maxRetries: 2 });
+      const started = Date.now();
+      await assert.rejects(client.chat.completions.create(chat("[[fake:status=429]] [[fake:retry=100000]]") as never), (e: unknown) => e instanceof OpenAI.RateLimitError);
+      assert.ok(Date.now() - started < 5_000, `${Date.now() - started} ms`);
+      const anthropic = new Anthropic({ apiKey: key, baseURL: gw.gatewayUrl, maxRetries: 2 });
+      const t = Date.now();
+      await assert.rejects(anthropic.messages.create(msgs("[[fake:status=529]] [[fake:retry=90]]") as never), (e: unknown) => e instanceof Anthropic.APIError && e.status === 502);
+      assert.ok(Date.now() - t < 5_000, `${Date.now() - t} ms`);
     });
 
     it("an upstream 5xx is a 502 without internals", async () => {
