@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { isObject, type JsonObject } from "../core/json.js";
-import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, firstEvents, piecesOf, writeEvents } from "./fake-script.js";
+import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, firstEvents, piecesOf, structuredReply, writeEvents } from "./fake-script.js";
 
 /**
  * The demo provider's messages style (`POST /v1/messages`), shaped like
@@ -40,7 +40,8 @@ export async function serveAnthropicFake(_req: IncomingMessage, res: ServerRespo
   if (d.delayMs) await sleep(d.delayMs);
   if (d.status && d.status >= 400) return sendError(res, d.status, `Scripted failure ${d.status}.`, retryHeaders(d));
 
-  const reply = fakeReply(lastUser, body.max_tokens);
+  const structured = isObject(body.output_config) ? structuredReply(body.output_config.format, lastUser) : undefined;
+  const reply = structured === undefined ? fakeReply(lastUser, body.max_tokens) : { text: structured, truncated: false };
   const tool = d.tool ? firstToolName(body.tools) : undefined;
   const answer: Answer = {
     id: newId("msg_01"),

@@ -13,6 +13,7 @@
  *   [[fake:chunks=N]]     stream the reply in N pieces (default: one piece per word)
  */
 import type { ServerResponse } from "node:http";
+import { isObject, type JsonObject } from "../core/json.js";
 import { drainedOrClosed } from "../drained.js";
 
 export interface FakeDirectives {
@@ -64,6 +65,62 @@ export function fakeReply(lastUserText: string, maxTokens?: number): { text: str
     return { text: space > 0 ? cut.slice(0, space) : cut, truncated: true };
   }
   return { text: full, truncated: false };
+}
+
+/**
+ * The reply when the request asks for structured output (`format`: a chat completion's
+ * `response_format`, or a message's `output_config.format`): JSON an SDK's `parse()` accepts. For
+ * `json_schema`, a value of the schema, each string in it the echo; for `json_object`, `{"echo": ...}`.
+ * Undefined for any other format (plain text). It is never cut at max_tokens (JSON cut short would
+ * not parse).
+ */
+export function structuredReply(format: unknown, lastUserText: string): string | undefined {
+  if (!isObject(format)) return undefined;
+  const echo = fakeReply(lastUserText).text;
+  if (format.type === "json_object") return JSON.stringify({ echo });
+  if (format.type !== "json_schema") return undefined;
+  // chat completions: {type, json_schema: {name, schema}}; messages: {type, schema}.
+  const schema = isObject(format.json_schema) ? format.json_schema.schema : format.schema;
+  return JSON.stringify(valueOf(schema, isObject(schema) ? schema : {}, echo, 0));
+}
+
+/** A value of JSON Schema `schema` (the subset structured outputs use), `root` for its $refs. */
+function valueOf(schema: unknown, root: JsonObject, echo: string, depth: number): unknown {
+  if (!isObject(schema) || depth > 16) return null;
+  if (typeof schema.$ref === "string") {
+    const path = schema.$ref.replace(/^#\/?/, "").split("/").filter(Boolean);
+    let at: unknown = root;
+    for (const part of path) at = isObject(at) ? at[part.replace(/~1/g, "/").replace(/~0/g, "~")] : undefined;
+    return valueOf(at, root, echo, depth + 1);
+  }
+  if ("const" in schema) return schema.const;
+  if (Array.isArray(schema.enum) && schema.enum.length > 0) return schema.enum[0];
+  for (const alt of [schema.anyOf, schema.oneOf, schema.allOf]) {
+    if (Array.isArray(alt) && alt.length > 0) return valueOf(alt.find((a) => !(isObject(a) && a.type === "null")) ?? alt[0], root, echo, depth + 1);
+  }
+  const types = Array.isArray(schema.type) ? schema.type : [schema.type];
+  const type = types.find((t) => t !== "null") ?? types[0] ?? (isObject(schema.properties) ? "object" : undefined);
+  switch (type) {
+    case "object": {
+      const out: JsonObject = {};
+      const props = isObject(schema.properties) ? schema.properties : {};
+      for (const [k, v] of Object.entries(props)) out[k] = valueOf(v, root, echo, depth + 1) as JsonObject[string];
+      return out;
+    }
+    case "array": {
+      const min = typeof schema.minItems === "number" ? Math.min(schema.minItems, 8) : 0;
+      return Array.from({ length: Math.max(min, 1) }, () => valueOf(schema.items, root, echo, depth + 1));
+    }
+    case "string":
+      return echo;
+    case "integer":
+    case "number":
+      return typeof schema.minimum === "number" ? (type === "integer" ? Math.ceil(schema.minimum) : schema.minimum) : 0;
+    case "boolean":
+      return false;
+    default:
+      return null;
+  }
 }
 
 /** Splits a reply into stream pieces: `n` pieces, or one per word (keeping the spaces). */

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { isObject, type JsonObject } from "../core/json.js";
-import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, firstEvents, piecesOf, writeEvents } from "./fake-script.js";
+import { countTokens, fakeReply, parseDirectives, retryHeaders, sleep, firstEvents, piecesOf, structuredReply, writeEvents } from "./fake-script.js";
 
 /**
  * The demo provider's chat-completions style (`POST /v1/chat/completions`), shaped like
@@ -46,7 +46,8 @@ export async function serveOpenAiFake(_req: IncomingMessage, res: ServerResponse
   if (d.status && d.status >= 400) return sendError(res, d.status, `Scripted failure ${d.status}.`, retryHeaders(d));
 
   const limit = typeof body.max_tokens === "number" ? body.max_tokens : typeof body.max_completion_tokens === "number" ? body.max_completion_tokens : undefined;
-  const reply = fakeReply(lastUser, limit);
+  const structured = body.response_format === undefined ? undefined : structuredReply(body.response_format, lastUser);
+  const reply = structured === undefined ? fakeReply(lastUser, limit) : { text: structured, truncated: false };
   const tool = d.tool ? firstTool(body.tools) : undefined;
   const answer: Answer = {
     id: newId("chatcmpl-"),
