@@ -105,3 +105,12 @@ function cutWhenStalled(res: ServerResponse, stallMs: number): () => void {
   }, Math.max(20, Math.min(stallMs / 4, 5000)));
   return () => clearInterval(check);
 }
+
+/** Answers being written as SSE streams, into which a comment may go between events (server.ts, probeGone). */
+const eventStreams = new WeakSet<ServerResponse>();
+
+/** Marks `res` as an SSE stream under way: an SSE comment written between its events is skipped by every reader. */
+export const markEventStream = (res: ServerResponse): void => void eventStreams.add(res);
+
+/** Whether `res` is an SSE stream under way (markEventStream). */
+export const isEventStream = (res: ServerResponse): boolean => eventStreams.has(res);

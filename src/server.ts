@@ -36,7 +36,7 @@ import { CacheService } from "./gen/svc/cache/v1/cache_service_pb.js";
 import { LimitsService } from "./gen/svc/limits/v1/limits_service_pb.js";
 import { ApiStyle, ProxyService } from "./gen/svc/proxy/v1/proxy_service_pb.js";
 import { TelemetryService } from "./gen/svc/telemetry/v1/telemetry_service_pb.js";
-import { setSendStallMs } from "./drained.js";
+import { isEventStream, setSendStallMs } from "./drained.js";
 import { noteWaitingForTurn } from "./facades/turn.js";
 import { log } from "./logger.js";
 import { embeddedDataIn, embeddedDataWarning } from "./stores/embedded-data.js";
@@ -295,6 +295,33 @@ function closesAfter(req: IncomingMessage): boolean {
   return req.httpVersion === "1.0" ? !/\bkeep-alive\b/.test(connection) : /\bclose\b/.test(connection);
 }
 
+/** When a request that asked to close its connection is probed after its client's FIN (probeGone), in ms after the FIN. */
+const GONE_PROBES_MS = [0, 100, 1_000];
+
+/**
+ * A FIN on a request that asked for its connection to close: the client either ended only its
+ * side (it still reads: answered, as `httpAllowHalfOpen` is set for) or closed the connection (it
+ * left: a proxy in front whose client gave up, nginx's default HTTP/1.0 to its upstreams among
+ * them). TCP tells the two apart only once something is sent: a closed client's side answers with
+ * a reset, which the next write meets, and the response's 'close' then cancels the request (its
+ * upstream call aborted, logged 499), as for a keep-alive client that leaves. So a few bytes every
+ * reader skips are sent, a moment apart: an SSE comment in a stream under way, or, before an
+ * HTTP/1.1 answer's head, an interim `100 Continue` (RFC 9110 15.2: a client parses the 1xx
+ * responses it did not ask for). An HTTP/1.0 client may be sent nothing before its answer's head
+ * (no 1xx), nor an answer of any other type anything within it: those are answered whole, as before.
+ */
+function probeGone(res: ServerResponse): void {
+  const probe = () => {
+    if (res.writableFinished || res.destroyed || res.socket?.destroyed !== false) return;
+    if (!res.headersSent) {
+      if (res.req.httpVersion !== "1.0") res.writeContinue();
+    } else if (isEventStream(res) && !res.writableNeedDrain) {
+      res.write(": \n\n");
+    }
+  };
+  for (const ms of GONE_PROBES_MS) setTimeout(probe, ms).unref();
+}
+
 /** Why a listen failed, in words. */
 const listenFailure = (e: NodeJS.ErrnoException): string =>
   e.code === "EADDRINUSE" ? "the port is in use (by another process, or by another of the gateway's own ports)"
@@ -480,7 +507,9 @@ async function serveHttp(
     setSendStallMs(socket, timeouts.sendStallMs);
     socket.on("end", () => {
       const res = answering.get(socket);
-      if (res && !res.writableFinished && !closesAfter(res.req)) socket.destroy();
+      if (!res || res.writableFinished) return;
+      if (!closesAfter(res.req)) socket.destroy();
+      else probeGone(res);
     });
   });
   server.on("clientError", (err: Error, socket) => answerClientError(err, socket, opts.errorHeaders?.(socket)));

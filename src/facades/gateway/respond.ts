@@ -2,7 +2,7 @@ import type { ServerResponse } from "node:http";
 import type { StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { retryGuidanceOf, toErrorBody, toErrorInfo, type ErrorInfo } from "../../core/errors.js";
 import { isCanceled } from "../../core/proxy/proxy-service.js";
-import { drainedOrClosed, endWatched, sendStallMs, WRITE_PART_BYTES, writeInParts } from "../../drained.js";
+import { drainedOrClosed, endWatched, markEventStream, sendStallMs, WRITE_PART_BYTES, writeInParts } from "../../drained.js";
 import { log } from "../../logger.js";
 import { answerBeforeBody, answeredBody, challengeOf } from "../http-errors.js";
 import type { ClientCodec, ParsedChatRequest } from "./codec.js";
@@ -134,6 +134,7 @@ export async function writeStream(
     // read trailers (fetch, the SDKs' withResponse); the trailer still says it.
     ...(svc["X-Svc-Cache"] === "HIT" ? hitCost : undefined),
   });
+  markEventStream(res);
   const renderer = codec.createStreamRenderer(req);
   let cost: string | undefined;
   let failure: ErrorInfo | undefined;
