@@ -357,6 +357,12 @@ export function createRedisConnection(target: RedisTarget, opts: RedisConnection
     failures++;
     if (closed) return;
     if (isWriteRefusal(err)) return writes.refused(err);
+    // One slot on the move (a Redis Cluster resharding it): its commands fail a while, the rest
+    // of Redis is there. Only the failed command's request goes without (fails open, or closed).
+    if (isSlotMoving(err)) {
+      if (slotMovingLogged()) log.info(`redis: a slot is being moved between Redis Cluster nodes (${opts.name}); requests whose keys are in it go without until it has moved`, { err: String((err as Error)?.message ?? err) });
+      return;
+    }
     if (up) {
       up = false;
       log.warn(`redis unreachable (${opts.name}): ${opts.whileDown ?? "continuing without it"} until it is back`, { err: String((err as Error)?.message ?? err) });
@@ -421,20 +427,35 @@ export function createProbe(redis: Redis, answered: () => void, failed: (err: un
 
 /**
  * Resolves when every master node of the cluster answers within PROBE_INTERVAL_MS and says
- * `cluster_state:ok` (every slot served); rejects otherwise.
+ * `cluster_state:ok` (every slot served); rejects otherwise. The masters are the cluster's own
+ * at the time: the client's map of the slots is refreshed first, so a master that failed over to
+ * its replica is no longer asked (asking it kept an outage going for as long as it stayed down).
  */
 async function clusterServes(cluster: Cluster): Promise<void> {
-  const masters = cluster.nodes("master");
-  if (masters.length === 0) throw new Error("no Redis Cluster node is known yet");
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`a Redis Cluster node did not answer within ${PROBE_INTERVAL_MS} ms`)), PROBE_INTERVAL_MS)));
   try {
+    await Promise.race([new Promise<void>((resolve, reject) => cluster.refreshSlotsCache((err) => (err ? reject(err) : resolve()))), late]);
+    const masters = cluster.nodes("master");
+    if (masters.length === 0) throw new Error("no Redis Cluster node is known yet");
     const states = await Promise.race([Promise.all(masters.map((m) => m.call("CLUSTER", "INFO"))), late]);
     if (!states.every((s) => /^cluster_state:ok\b/m.test(String(s)))) throw new Error("CLUSTERDOWN the Redis Cluster is not serving every slot");
   } finally {
     clearTimeout(timer);
   }
 }
+
+/**
+ * Whether a failed command met a Redis Cluster slot being moved (resharding): TRYAGAIN (a
+ * multi-key command while the slot's keys are split between two nodes), or ASK / MOVED
+ * redirections that outran the client's retries. Not an outage: the other slots are served.
+ */
+export function isSlotMoving(e: unknown): boolean {
+  const message = String((e as Error | undefined)?.message ?? "");
+  return /^(?:TRYAGAIN|ASK|MOVED)\b|Last error: (?:ReplyError: )?(?:TRYAGAIN|ASK|MOVED)\b/.test(message);
+}
+
+const slotMovingLogged = atMostEvery(60_000);
 
 /**
  * Redis's refusals of a write by a server that still answers: full (`maxmemory` reached under

@@ -1,7 +1,7 @@
-import { Redis } from "ioredis";
+import { type Cluster, Redis } from "ioredis";
 import { Lru } from "../core/lru.js";
 import { atMostEvery, log } from "../logger.js";
-import { clusterReady, createProbe, execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, type RedisTarget, stayOnConfiguredDb, watchWrites } from "./redis-connection.js";
+import { clusterReady, createProbe, execReplies, isSlotMoving, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, type RedisTarget, stayOnConfiguredDb, watchWrites } from "./redis-connection.js";
 import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
 
 /**
@@ -77,6 +77,9 @@ type ScriptedRedis = Redis & {
   svcFindKey(k1: string, keyPrefix: string, projectPrefix: string): Promise<[string, string | null] | null>;
 };
 
+/** How soon a Redis Cluster's subscription to deletes moves to another node once the one it was on is lost (and not back). */
+const SUBSCRIBER_MOVE_MS = 500;
+
 /** While the deleted keys' channel is refused, how often it is asked for again. */
 const SUBSCRIBE_RETRY_MS = 30_000;
 const subscribeRefusalLogged = atMostEvery(60_000);
@@ -147,17 +150,24 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
   // a reconnect (autoResubscribe): a refusal of that one was an unhandled rejection, which ended
   // the process (Redis 7 drops the subscribers of a user whose channel is taken away). It is asked
   // for at each connection, and every SUBSCRIBE_RETRY_MS while refused.
-  // On a Redis Cluster the subscription is made on the node SVC_REDIS_URL names, through a client of
-  // its own: a PUBLISH, the delete script's too, reaches every node's subscribers.
-  const revocations = stayOnConfiguredDb(typeof target === "string" || !target.cluster ? redis.duplicate({ autoResubscribe: false }) : new Redis(target.url, { ...options, autoResubscribe: false }));
+  // On a Redis Cluster the subscription is made on one node, through a client of its own (a
+  // PUBLISH, the delete script's too, reaches every node's subscribers): first the node
+  // SVC_REDIS_URL names, and, when the one subscribed on is lost, another the cluster's client
+  // reaches (the others take deletes meanwhile), within SUBSCRIBER_MOVE_MS. The copies kept are
+  // cleared once subscribed again, as after any loss of the subscription.
+  const clusterTarget = typeof target !== "string" && target.cluster;
+  const subscriberAt = (url: string) => stayOnConfiguredDb(new Redis(url, { ...options, autoResubscribe: false }));
+  let revocations = clusterTarget ? subscriberAt(target.url) : stayOnConfiguredDb(redis.duplicate({ autoResubscribe: false }));
   let heardBefore = false;
   let subscribed = false;
   let subscribing = false;
   const subscribe = () => {
-    if (subscribing || subscribed || closed || revocations.status !== "ready") return;
+    const on = revocations;
+    if (subscribing || subscribed || closed || on.status !== "ready") return;
     subscribing = true;
-    revocations.subscribe(REVOKED).then(
+    on.subscribe(REVOKED).then(
       () => {
+        if (on !== revocations) return;
         subscribed = true;
         knownKeys.clear(); // none is kept unsubscribed; cleared all the same, should one race in
       },
@@ -166,14 +176,35 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
       },
     ).finally(() => (subscribing = false));
   };
-  revocations.on("error", () => {}); // the registry's own connection reports outages
-  revocations.on("ready", () => {
-    if (heardBefore) knownKeys.clear();
-    heardBefore = true;
-    subscribe();
-  });
-  revocations.on("close", () => (subscribed = false));
-  revocations.on("message", (_channel: string, hash: string) => void knownKeys.delete(hash));
+  /** Moves a cluster's subscription to a node the cluster's client has a connection to, when the one it was on is still lost. */
+  const moveSubscription = () => {
+    if (closed || revocations.status === "ready" || typeof target === "string") return;
+    const nodes = (redis as unknown as Cluster).nodes("all").filter((n) => n.status === "ready");
+    const node = nodes[Math.floor(Math.random() * nodes.length)];
+    if (!node) return void setTimeout(moveSubscription, SUBSCRIBER_MOVE_MS).unref();
+    const u = new URL(target.url);
+    const host = String(node.options.host ?? "127.0.0.1");
+    u.host = `${host.includes(":") ? `[${host}]` : host}:${node.options.port ?? 6379}`;
+    revocations.removeAllListeners();
+    revocations.on("error", () => {});
+    revocations.disconnect();
+    revocations = watchRevocations(subscriberAt(u.toString()));
+  };
+  const watchRevocations = (conn: Redis): Redis => {
+    conn.on("error", () => {}); // the registry's own connection reports outages
+    conn.on("ready", () => {
+      if (heardBefore) knownKeys.clear();
+      heardBefore = true;
+      subscribe();
+    });
+    conn.on("close", () => {
+      subscribed = false;
+      if (clusterTarget) setTimeout(moveSubscription, SUBSCRIBER_MOVE_MS).unref();
+    });
+    conn.on("message", (_channel: string, hash: string) => void knownKeys.delete(hash));
+    return conn;
+  };
+  watchRevocations(revocations);
   const resubscribe = setInterval(subscribe, SUBSCRIBE_RETRY_MS);
   resubscribe.unref();
   /** Remembers the record read as `text` (null: none), reusing the remembered one when it is unchanged. */
@@ -240,6 +271,8 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
         if (!closed) writes.refused(e);
         throw new RegistryUnavailableError(`redis refused a write: ${(e as Error)?.message ?? e}`, { cause: e, writesRefused: true });
       }
+      // A slot on the move (resharding): this call fails, as in an outage, but Redis is there.
+      if (isSlotMoving(e)) throw new RegistryUnavailableError(`redis failed: ${(e as Error)?.message ?? e}`, { cause: e });
       if (!isOutage(e)) throw e;
       if (!closed) {
         down(e);
