@@ -63,11 +63,15 @@ return 1`;
 // KEYS: hash. ARGV: key prefix, project prefix. Verification in one round trip: the key's JSON and
 // its project's JSON (nil when the project is gone), or nil when no key has this hash. The key and
 // project keys are not in KEYS, but they share the hash tag, so they are in the same cluster slot.
+// While that slot moves between Redis Cluster nodes (resharding) the records it reads may already
+// be on the other node, where an undeclared key is not followed: a key found by its hash whose
+// record is not here is answered {'', id}, and its records are then read by name (findKeyByHash),
+// which follows the move; a key is never refused for a record that is only elsewhere.
 const findKeyScript = `
 local id = redis.call('GET', KEYS[1])
 if not id then return false end
 local k = redis.call('GET', ARGV[1] .. id)
-if not k then return false end
+if not k then return {'', id} end
 return {k, redis.call('GET', ARGV[2] .. cjson.decode(k).projectId)}`;
 
 type ScriptedRedis = Redis & {
@@ -390,7 +394,15 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
     async findKeyByHash(hash) {
       const withProject = (key: KeyRecord): KeyWithProject => ({ key, project: knownProjects.get(key.projectId)?.value });
       return read(knownKeys, hash, withProject, async () => {
-        const found = await call(() => redis.svcFindKey(kHash(hash), `${T}:key:`, `${T}:project:`));
+        let found = await call(() => redis.svcFindKey(kHash(hash), `${T}:key:`, `${T}:project:`));
+        if (found && found[0] === "") {
+          const text = await call(() => redis.get(kKey(found![1]!)));
+          found = text === null ? null : [text, null];
+        }
+        if (found && found[1] === null) {
+          const [text] = found;
+          found = [text, await call(() => redis.get(kProject((JSON.parse(text) as KeyRecord).projectId)))];
+        }
         const key = remember(knownKeys, hash, found ? found[0] : null);
         if (!found || !key) return undefined;
         return { key, project: remember(knownProjects, key.projectId, found[1]) };
