@@ -81,22 +81,40 @@ export function structuredReply(format: unknown, lastUserText: string): string |
   if (format.type !== "json_schema") return undefined;
   // chat completions: {type, json_schema: {name, schema}}; messages: {type, schema}.
   const schema = isObject(format.json_schema) ? format.json_schema.schema : format.schema;
-  return JSON.stringify(valueOf(schema, isObject(schema) ? schema : {}, echo, 0));
+  return JSON.stringify(valueOf(schema, isObject(schema) ? schema : {}, echo, 0, { values: MAX_VALUES, chars: MAX_CHARS }));
 }
 
-/** A value of JSON Schema `schema` (the subset structured outputs use), `root` for its $refs. */
-function valueOf(schema: unknown, root: JsonObject, echo: string, depth: number): unknown {
-  if (!isObject(schema) || depth > 16) return null;
+/**
+ * Bounds on the value `structuredReply` builds, all of it together: a schema whose properties refer
+ * back to its root (12 of them: 12^8 values), or arrays nested deep, would otherwise build more than
+ * the process holds (the demo provider runs in the gateway's process). Past them a value is null, a
+ * string empty.
+ */
+const MAX_VALUES = 10_000;
+const MAX_CHARS = 1 << 20;
+
+/** `v` (a schema's const or enum value) when its JSON fits in what is left, else null. */
+function within(v: unknown, left: { chars: number }): unknown {
+  const size = JSON.stringify(v)?.length ?? 0;
+  if (size > left.chars) return null;
+  left.chars -= size;
+  return v;
+}
+
+/** A value of JSON Schema `schema` (the subset structured outputs use), `root` for its $refs, within `left`. */
+function valueOf(schema: unknown, root: JsonObject, echo: string, depth: number, left: { values: number; chars: number }): unknown {
+  if (!isObject(schema) || depth > 16 || left.values <= 0) return null;
+  left.values--;
   if (typeof schema.$ref === "string") {
     const path = schema.$ref.replace(/^#\/?/, "").split("/").filter(Boolean);
     let at: unknown = root;
     for (const part of path) at = isObject(at) ? at[part.replace(/~1/g, "/").replace(/~0/g, "~")] : undefined;
-    return valueOf(at, root, echo, depth + 1);
+    return valueOf(at, root, echo, depth + 1, left);
   }
-  if ("const" in schema) return schema.const;
-  if (Array.isArray(schema.enum) && schema.enum.length > 0) return schema.enum[0];
+  if ("const" in schema) return within(schema.const, left);
+  if (Array.isArray(schema.enum) && schema.enum.length > 0) return within(schema.enum[0], left);
   for (const alt of [schema.anyOf, schema.oneOf, schema.allOf]) {
-    if (Array.isArray(alt) && alt.length > 0) return valueOf(alt.find((a) => !(isObject(a) && a.type === "null")) ?? alt[0], root, echo, depth + 1);
+    if (Array.isArray(alt) && alt.length > 0) return valueOf(alt.find((a) => !(isObject(a) && a.type === "null")) ?? alt[0], root, echo, depth + 1, left);
   }
   const types = Array.isArray(schema.type) ? schema.type : [schema.type];
   const type = types.find((t) => t !== "null") ?? types[0] ?? (isObject(schema.properties) ? "object" : undefined);
@@ -104,15 +122,21 @@ function valueOf(schema: unknown, root: JsonObject, echo: string, depth: number)
     case "object": {
       const out: JsonObject = {};
       const props = isObject(schema.properties) ? schema.properties : {};
-      for (const [k, v] of Object.entries(props)) out[k] = valueOf(v, root, echo, depth + 1) as JsonObject[string];
+      for (const [k, v] of Object.entries(props)) {
+        if (left.values <= 0) break;
+        out[k] = valueOf(v, root, echo, depth + 1, left) as JsonObject[string];
+      }
       return out;
     }
     case "array": {
       const min = typeof schema.minItems === "number" ? Math.min(schema.minItems, 8) : 0;
-      return Array.from({ length: Math.max(min, 1) }, () => valueOf(schema.items, root, echo, depth + 1));
+      return Array.from({ length: Math.max(min, 1) }, () => valueOf(schema.items, root, echo, depth + 1, left));
     }
-    case "string":
+    case "string": {
+      if (echo.length > left.chars) return "";
+      left.chars -= echo.length;
       return echo;
+    }
     case "integer":
     case "number":
       return typeof schema.minimum === "number" ? (type === "integer" ? Math.ceil(schema.minimum) : schema.minimum) : 0;

@@ -51,6 +51,20 @@ describe("demo provider: structured output", () => {
     assert.ok(structuredReply({ type: "json_schema", schema: { $ref: "#" } }, "x"));
   });
 
+  it("bounds what it builds, whatever the schema: one request cannot take the process's memory", () => {
+    const started = Date.now();
+    // Twelve properties, each the root again: 12^8 values without a bound on the whole (tester 35).
+    const bomb = { type: "object", properties: Object.fromEntries(Array.from({ length: 12 }, (_, i) => [`p${i}`, { $ref: "#" }])) };
+    const nested = { type: "array", minItems: 8, items: { $ref: "#" } };
+    const bigConst = { type: "object", properties: { a: { const: "x".repeat(100_000) }, b: { $ref: "#" }, c: { $ref: "#" } } };
+    for (const schema of [bomb, nested, bigConst]) {
+      const text = structuredReply({ type: "json_schema", schema }, "y".repeat(50_000))!;
+      assert.ok(text.length < 4_000_000, `${text.length} characters`);
+      JSON.parse(text);
+    }
+    assert.ok(Date.now() - started < 5_000, `${Date.now() - started} ms`);
+  });
+
   describe("through the gateway, with the official SDKs' parse()", () => {
     const g = gatewayWithProject();
     const schema = { type: "object", properties: { a: { type: "string" }, n: { type: "number" } }, required: ["a", "n"], additionalProperties: false };
