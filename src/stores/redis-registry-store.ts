@@ -178,7 +178,11 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
       (e: unknown) => {
         if (subscribeRefusalLogged()) log.warn("redis: cannot subscribe to deleted keys' channel; no newly verified key is kept for an outage until it can (asked again every 30 s and at each reconnect)", { channel: REVOKED, err: String((e as Error)?.message ?? e) });
       },
-    ).finally(() => (subscribing = false));
+    ).finally(() => {
+      subscribing = false;
+      // Moved to another node meanwhile (moveSubscription): that one is asked now, not in 30 s.
+      if (on !== revocations) subscribe();
+    });
   };
   /** Moves a cluster's subscription to a node the cluster's client has a connection to, when the one it was on is still lost. */
   const moveSubscription = () => {
