@@ -9,8 +9,10 @@ import { atMostEvery, log } from "../logger.js";
  */
 export type RedisTarget = string | { url: string; cluster: boolean };
 
-const urlOf = (t: RedisTarget): string => (typeof t === "string" ? t : t.url);
-const isCluster = (t: RedisTarget): boolean => typeof t !== "string" && t.cluster;
+/** The URL of a target. */
+export const urlOf = (t: RedisTarget): string => (typeof t === "string" ? t : t.url);
+/** Whether a target is a node of a Redis Cluster. */
+export const isCluster = (t: RedisTarget): boolean => typeof t !== "string" && t.cluster;
 
 /**
  * A Redis connection for the hot path (cache, limits): commands fail fast while Redis is down
@@ -174,11 +176,14 @@ function openCluster(url: string, options: RedisOptions): Redis {
 /** Whether `redis` is a Redis Cluster's client (`openRedis` of a cluster target). */
 export const isClusterClient = (redis: Redis): boolean => (redis as unknown) instanceof Cluster;
 
+/** How long a call made before a Redis Cluster's client is first ready waits for it (about what a single server's client's queue gives). */
+const CLUSTER_FIRST_READY_WAIT_MS = 2_000;
+
 /**
  * Waits, at most `ms`, for a Redis Cluster's client that is not ready to be (a single server's client
  * has its own queue for that): the commands sent after fail at once if it is still not ready.
  */
-export function clusterReady(redis: Redis, ms: number): Promise<void> {
+export function clusterReady(redis: Redis, ms = CLUSTER_FIRST_READY_WAIT_MS): Promise<void> {
   if (redis.status === "ready" || !isClusterClient(redis)) return Promise.resolve();
   return new Promise<void>((resolve) => {
     const done = () => {

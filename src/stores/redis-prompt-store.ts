@@ -51,7 +51,7 @@ export function createRedisPromptStore(target: RedisTarget): PromptStore {
   const call = async <T>(fn: () => Promise<T>): Promise<T> => {
     if (beenUp && redis.status !== "ready") throw new PromptsUnavailableError(`redis is unreachable (${redis.status})`);
     // A Redis Cluster's client keeps no queue: a call made before it is first ready waits for it here.
-    if (redis.status !== "ready") await clusterReady(redis, 2_000);
+    if (redis.status !== "ready") await clusterReady(redis);
     try {
       return await fn();
     } catch (e) {

@@ -1,7 +1,7 @@
 import { type Cluster, Redis } from "ioredis";
 import { Lru } from "../core/lru.js";
 import { atMostEvery, log } from "../logger.js";
-import { clusterReady, createProbe, execReplies, isSlotMoving, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, type RedisTarget, stayOnConfiguredDb, watchWrites } from "./redis-connection.js";
+import { clusterReady, createProbe, execReplies, isCluster, isSlotMoving, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, type RedisTarget, stayOnConfiguredDb, urlOf, watchWrites } from "./redis-connection.js";
 import { type KeyRecord, type KeyWithProject, type ProjectRecord, type RegistryStore, RegistryUnavailableError } from "./registry-store.js";
 
 /**
@@ -100,9 +100,6 @@ interface Known<V> {
 /** Longest wait for a read; one that takes longer counts as Redis stalled. */
 const READ_TIMEOUT_MS = 1_000;
 
-/** Longest wait of a call for a Redis Cluster's client to be ready (ready, or said not to be, in 2 s as a single server's client is). */
-const FIRST_READY_WAIT_MS = 2_000;
-
 /** A read given up on: Redis did not answer within READ_TIMEOUT_MS. */
 class ReadTimeout extends Error {}
 
@@ -159,9 +156,9 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
   // SVC_REDIS_URL names, and, when the one subscribed on is lost, another the cluster's client
   // reaches (the others take deletes meanwhile), within SUBSCRIBER_MOVE_MS. The copies kept are
   // cleared once subscribed again, as after any loss of the subscription.
-  const clusterTarget = typeof target !== "string" && target.cluster;
+  const clusterTarget = isCluster(target);
   const subscriberAt = (url: string) => stayOnConfiguredDb(new Redis(url, { ...options, autoResubscribe: false }));
-  let revocations = clusterTarget ? subscriberAt(target.url) : stayOnConfiguredDb(redis.duplicate({ autoResubscribe: false }));
+  let revocations = clusterTarget ? subscriberAt(urlOf(target)) : stayOnConfiguredDb(redis.duplicate({ autoResubscribe: false }));
   let heardBefore = false;
   let subscribed = false;
   let subscribing = false;
@@ -186,11 +183,11 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
   };
   /** Moves a cluster's subscription to a node the cluster's client has a connection to, when the one it was on is still lost. */
   const moveSubscription = () => {
-    if (closed || revocations.status === "ready" || typeof target === "string") return;
+    if (closed || revocations.status === "ready" || !clusterTarget) return;
     const nodes = (redis as unknown as Cluster).nodes("all").filter((n) => n.status === "ready");
     const node = nodes[Math.floor(Math.random() * nodes.length)];
     if (!node) return void setTimeout(moveSubscription, SUBSCRIBER_MOVE_MS).unref();
-    const u = new URL(target.url);
+    const u = new URL(urlOf(target));
     const host = String(node.options.host ?? "127.0.0.1");
     u.host = `${host.includes(":") ? `[${host}]` : host}:${node.options.port ?? 6379}`;
     revocations.removeAllListeners();
@@ -271,7 +268,7 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
   async function call<T>(commands: () => Promise<T>): Promise<T> {
     if (stalled || (outage && redis.status !== "ready")) throw new RegistryUnavailableError("redis is unreachable");
     // A Redis Cluster's client keeps no queue: a call made before it is first ready waits for it here.
-    if (redis.status !== "ready") await clusterReady(redis, FIRST_READY_WAIT_MS);
+    if (redis.status !== "ready") await clusterReady(redis);
     try {
       return await commands();
     } catch (e) {
