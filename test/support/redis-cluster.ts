@@ -1,5 +1,5 @@
 import { Redis } from "ioredis";
-import { startRedis, type TestRedis } from "./redis.js";
+import { freePort, startRedis, type TestRedis } from "./redis.js";
 
 export interface TestRedisCluster {
   /** Its nodes, each a master holding an equal share of the 16384 slots, in slot order. */
@@ -26,8 +26,12 @@ export async function startRedisCluster(n = 3): Promise<TestRedisCluster> {
   const nodes: TestRedis[] = [];
   const dirs: string[] = [];
   // Each keeps its keys across a restart (AOF: written before each reply, so a SIGKILL loses none).
-  const settings = (i: number) => ["--cluster-enabled", "yes", "--cluster-config-file", `nodes-${i}.conf`, "--cluster-node-timeout", "2000", "--appendonly", "yes"];
+  // Each node's cluster bus gets a free port of its own: the default, its port + 10000, may be one
+  // another server or an outgoing connection already holds.
+  const busPorts: number[] = [];
+  const settings = (i: number) => ["--cluster-enabled", "yes", "--cluster-config-file", `nodes-${i}.conf`, "--cluster-port", String(busPorts[i]), "--cluster-node-timeout", "2000", "--appendonly", "yes"];
   for (let i = 0; i < n; i++) {
+    busPorts.push(await freePort());
     const node = await startRedis(undefined, settings(i), { keepDir: true });
     nodes.push(node);
     dirs.push(node.dir);
@@ -39,7 +43,7 @@ export async function startRedisCluster(n = 3): Promise<TestRedisCluster> {
       const to = Math.floor((SLOTS * (i + 1)) / n) - 1;
       await admin[i]!.call("CLUSTER", "ADDSLOTSRANGE", String(from), String(to));
     }
-    for (let i = 1; i < n; i++) await admin[0]!.call("CLUSTER", "MEET", "127.0.0.1", String(nodes[i]!.port));
+    for (let i = 1; i < n; i++) await admin[0]!.call("CLUSTER", "MEET", "127.0.0.1", String(nodes[i]!.port), String(busPorts[i]));
     await clusterOk(admin);
   } finally {
     for (const a of admin) a.disconnect();

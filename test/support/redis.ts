@@ -40,9 +40,17 @@ export async function startRedis(port?: number, args: string[] = [], opts: { kee
       clearTimeout(timer);
       reject(e);
     });
+    let said = "";
+    const onExit = (code: number | null, signal: string | null) => {
+      clearTimeout(timer);
+      reject(new Error(`redis-server on port ${p} exited at start (${signal ?? code}): ${said.trim().split("\n").slice(-3).join(" | ")}`));
+    };
+    child.once("exit", onExit);
     child.stdout!.on("data", (d: Buffer) => {
-      if (d.toString().includes("Ready to accept connections")) {
+      said = (said + d.toString()).slice(-4000);
+      if (said.includes("Ready to accept connections")) {
         clearTimeout(timer);
+        child.off("exit", onExit);
         resolve();
       }
     });
