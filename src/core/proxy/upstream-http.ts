@@ -394,9 +394,10 @@ class Exchange implements Dispatcher.DispatchHandler, UpstreamResponse {
       return Promise.resolve(queued);
     }
     if (this.#ended) return Promise.resolve(queued);
-    if (this.#controller?.paused) this.#resume();
     return new Promise((done, fail) => {
       this.#text = { out: queued, limit, done, fail };
+      // Only now: a resumed connection may hand over the rest of the body, and its end, at once.
+      if (this.#controller?.paused) this.#resume();
     });
   }
 

@@ -28,6 +28,13 @@ describe("upstream HTTP client", () => {
         res.write("data: 1\n\n", () => setTimeout(() => res.destroy(), 20));
       } else if (req.url === "/hangup") {
         req.socket.destroy(); // no response at all
+      } else if (req.url === "/small-chunks") {
+        // An answer of 200 chunks of 3 bytes, written at once: they arrive together with the head,
+        // more than the client takes before it pauses the connection.
+        res.writeHead(503, { "content-type": "text/html" });
+        res.cork();
+        for (let i = 0; i < 200; i++) res.write(String(i % 1000).padStart(3, "0"));
+        res.end();
       } else {
         res.write("data: 1\n\n"); // then nothing: only the total timeout can end it
       }
@@ -48,6 +55,20 @@ describe("upstream HTTP client", () => {
     assert.equal(text, 'data: {"t":"café"}\n\n');
     await client.close();
   });
+
+  for (const read of ["text", "body"] as const) {
+    it(`reads by ${read === "text" ? "text()" : "its body"} an answer whose many small chunks arrive at once (the connection paused and resumed)`, async () => {
+      const client = createUpstreamHttp({ ...timeouts, totalMs: 5000 });
+      const res = await client.send({ url: `${url}/small-chunks`, headers: {}, body: "{}" }, new Cancellation());
+      assert.equal(res.status, 503);
+      await new Promise((r) => setTimeout(r, 50)); // every chunk is in before it is read
+      let text = "";
+      if (read === "text") text = await res.text();
+      else for await (const chunk of res.body) text += chunk;
+      assert.equal(text, Array.from({ length: 200 }, (_, i) => String(i).padStart(3, "0")).join(""));
+      await client.close();
+    });
+  }
 
   it("a connection cut after the response started is 502 upstream_stream_incomplete, before it 502 upstream_unreachable", async () => {
     const client = createUpstreamHttp({ ...timeouts, totalMs: 5000 });
