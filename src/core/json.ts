@@ -30,6 +30,12 @@ export function parseObject(json: string): JsonObject | undefined {
   }
 }
 
+/**
+ * Parses a JSON body an upstream sent, skipping a leading byte order mark (U+FEFF) as `fetch`'s
+ * `json()` does, so an answer the official SDKs read from a provider is read here too.
+ */
+export const parseUpstreamJson = (text: string): unknown => JSON.parse(text.charCodeAt(0) === 0xfeff ? text.slice(1) : text);
+
 /** Parses an `extra_json` text into an object ({} when empty). */
 export const parseExtra = (json: string): JsonObject => (json ? (JSON.parse(json) as JsonObject) : {});
 

@@ -12,6 +12,7 @@ import { cancelOf } from "../cancel.js";
 import { apiError, toErrorInfo, withoutSecrets, withRetryGuidance } from "../errors.js";
 import { newRequestId } from "../ids.js";
 import { atMostEvery, log } from "../../logger.js";
+import { parseUpstreamJson } from "../json.js";
 import { type SseEvent, SseParser } from "../sse.js";
 import { cutMarked } from "../text.js";
 import { completionEvent, localInputTokens, localTokens, nowSeconds, usage as canonicalUsage } from "./canonical.js";
@@ -206,7 +207,7 @@ async function completion(route: Route, req: StreamChatRequest, res: UpstreamRes
   }
   let json: unknown;
   try {
-    json = JSON.parse(text);
+    json = parseUpstreamJson(text);
   } catch {
     throw apiError(502, "api_error", "upstream_invalid_response", "The upstream provider sent a response that is not JSON.");
   }

@@ -100,6 +100,13 @@ describe("ProxyService streams", () => {
     assert.equal((await streamFrom(answer(), false)).id, "chatcmpl-R1");
   });
 
+  it("reads an answer that starts with a byte order mark, as fetch's json() and so the SDKs do", async () => {
+    const answer = JSON.stringify({ id: "chatcmpl-bom", object: "chat.completion", created: 1, model: "gpt-4o", choices: [{ index: 0, message: { role: "assistant", content: "Hi" }, finish_reason: "stop" }] });
+    const { id, error } = await streamFrom(`\ufeff${answer}`, false);
+    assert.equal(error, undefined);
+    assert.equal(id, "chatcmpl-bom");
+  });
+
   it("gives an answer the upstream left undated the gateway's time, so every rendering of it agrees", async () => {
     const dated = await streamFrom(chunk({ content: "Hi" }) + "data: [DONE]\n\n");
     assert.equal(dated.created, 1_700_000_000);

@@ -1,6 +1,6 @@
 import type { ConnectError } from "@connectrpc/connect";
 import { apiError, withRetryGuidance } from "../../../errors.js";
-import { isObject } from "../../../json.js";
+import { isObject, parseUpstreamJson } from "../../../json.js";
 import { clip, passedOnType } from "../openai/error.js";
 import { UPSTREAM_SAID } from "../adapter.js";
 
@@ -30,7 +30,7 @@ const statusByType: Record<string, number> = {
 export function convertMessagesError(status: number, bodyText: string): ConnectError {
   let json: unknown;
   try {
-    json = JSON.parse(bodyText);
+    json = parseUpstreamJson(bodyText);
   } catch {
     json = undefined; // not the API's JSON (a proxy's HTML page): status alone decides
   }

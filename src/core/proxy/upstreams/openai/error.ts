@@ -1,13 +1,13 @@
 import type { ConnectError } from "@connectrpc/connect";
 import { apiError, withRetryGuidance } from "../../../errors.js";
-import { isObject, type JsonObject } from "../../../json.js";
+import { isObject, type JsonObject, parseUpstreamJson } from "../../../json.js";
 import { UPSTREAM_SAID } from "../adapter.js";
 import { cutMarked } from "../../../text.js";
 
 /** The `{error:{message,type,code,param}}` body OpenAI answers errors with, when the text is one. */
 function errorObject(bodyText: string): JsonObject | undefined {
   try {
-    const body: unknown = JSON.parse(bodyText);
+    const body: unknown = parseUpstreamJson(bodyText);
     return isObject(body) && isObject(body.error) ? body.error : undefined;
   } catch {
     return undefined; // an HTML page from a proxy, a truncated body: nothing to reuse
