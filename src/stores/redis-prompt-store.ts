@@ -1,4 +1,4 @@
-import { clusterReady, execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, type RedisTarget } from "./redis-connection.js";
+import { clusterReady, createProbe, execReplies, isWriteRefusal, openRedis, quitRedis, RECONNECT_OPTIONS, type RedisTarget } from "./redis-connection.js";
 import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "./prompt-store.js";
 
 /**
@@ -22,6 +22,15 @@ import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "./
 const kNames = (projectId: string) => `svc:prompts:{${projectId}}:names`;
 const kVersions = (projectId: string, name: string) => `svc:prompts:{${projectId}}:versions:${name}`;
 
+/**
+ * Longest wait for Redis's answer to a prompt call. One that takes longer fails (503
+ * prompts_unavailable) and Redis counts as stalled (a paused or blocked Redis keeps its connection
+ * open and answers nothing, so no error would ever come): later calls are refused at once until a
+ * PING answers. A put given up on may still be stored once Redis answers, as the README says of a
+ * put that failed so: list the versions.
+ */
+export const PROMPT_CALL_TIMEOUT_MS = 1_000;
+
 interface Latest {
   n: number;
   v: string | null;
@@ -40,6 +49,15 @@ export function createRedisPromptStore(target: RedisTarget): PromptStore {
   // up); once it has been up, a call made while it is down is refused without being sent.
   const redis = openRedis(target, { ...RECONNECT_OPTIONS, maxRetriesPerRequest: 0 });
   let beenUp = false;
+  let stalled = false;
+  let closed = false;
+  const probe: () => void = createProbe(
+    redis,
+    () => (stalled = false),
+    () => {
+      if (!closed) probe();
+    },
+  );
   redis.on("ready", () => (beenUp = true));
   redis.on("error", () => {}); // the registry's connection logs outages; calls here fail and say why
   const record = (projectId: string, name: string, version: number, v: string): PromptRecord => ({ projectId, name, version, ...(JSON.parse(v) as Stored) });
@@ -50,11 +68,23 @@ export function createRedisPromptStore(target: RedisTarget): PromptStore {
    */
   const call = async <T>(fn: () => Promise<T>): Promise<T> => {
     if (beenUp && redis.status !== "ready") throw new PromptsUnavailableError(`redis is unreachable (${redis.status})`);
+    if (stalled) throw new PromptsUnavailableError(`redis is not answering (it did not answer a call within ${PROMPT_CALL_TIMEOUT_MS} ms)`);
     // A Redis Cluster's client keeps no queue: a call made before it is first ready waits for it here.
     if (redis.status !== "ready") await clusterReady(redis);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        if (redis.status === "ready" && !closed) {
+          stalled = true;
+          probe();
+        }
+        reject(new PromptsUnavailableError(`redis did not answer within ${PROMPT_CALL_TIMEOUT_MS} ms`));
+      }, PROMPT_CALL_TIMEOUT_MS);
+    });
     try {
-      return await fn();
+      return await Promise.race([fn(), late]);
     } catch (e) {
+      if (e instanceof PromptsUnavailableError) throw e;
       if (isWriteRefusal(e)) {
         // A transaction's refusal is EXECABORT; why is in the refused command's own error.
         const why = ((e as { previousErrors?: Error[] }).previousErrors ?? [e as Error]).map((p) => p.message).find((m) => !m.startsWith("EXECABORT"));
@@ -62,6 +92,8 @@ export function createRedisPromptStore(target: RedisTarget): PromptStore {
       }
       if ((e as Error)?.name === "ReplyError") throw e;
       throw new PromptsUnavailableError(`redis is unreachable: ${(e as Error)?.message ?? e}`, { cause: e });
+    } finally {
+      clearTimeout(timer);
     }
   };
 
@@ -114,6 +146,9 @@ export function createRedisPromptStore(target: RedisTarget): PromptStore {
     put: (p) => call(() => store.put(p)),
     get: (projectId, name, version) => call(() => store.get(projectId, name, version)),
     list: (projectId, page) => call(() => store.list(projectId, page)),
-    close: () => store.close(),
+    close: () => {
+      closed = true;
+      return store.close();
+    },
   };
 }

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { Redis } from "ioredis";
 import { createFilePromptStore, IMPORTED_PROMPT_FILE, LEGACY_PROMPT_FILE, PROMPT_LOG } from "../../src/stores/file-prompt-store.js";
 import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "../../src/stores/prompt-store.js";
-import { createRedisPromptStore } from "../../src/stores/redis-prompt-store.js";
+import { createRedisPromptStore, PROMPT_CALL_TIMEOUT_MS } from "../../src/stores/redis-prompt-store.js";
 import { startRedis, type TestRedis } from "../support/redis.js";
 
 const put = (s: PromptStore, projectId: string, name: string, content: string) => s.put({ projectId, name, content, description: "", createdAt: Date.now() });
@@ -276,6 +276,50 @@ describe("prompt store (redis): a put touches its own keys only", () => {
       assert.deepEqual(keys.sort(), ["svc:prompts:{proj_a}:names", "svc:prompts:{proj_a}:versions:n3"]);
     } finally {
       watcher.disconnect();
+      await store.close();
+    }
+  });
+});
+
+describe("prompt store (redis): a stalled Redis (the connection open, nothing answered)", () => {
+  let redis: TestRedis;
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(async () => {
+    process.kill(redis.pid, "SIGCONT");
+    await redis.stop();
+  });
+
+  it("fails a call within PROMPT_CALL_TIMEOUT_MS, and later ones at once, as PromptsUnavailableError; works again once Redis answers", async () => {
+    const store = createRedisPromptStore(redis.url);
+    try {
+      await put(store, "stall", "a", "a1");
+      process.kill(redis.pid, "SIGSTOP");
+      const calls = [() => store.get("stall", "a"), () => store.list("stall", { after: "", limit: 10 }), () => put(store, "stall", "b", "b1")];
+      let t0 = performance.now();
+      await assert.rejects(calls[0]!(), (e: unknown) => e instanceof PromptsUnavailableError && /did not answer within 1000 ms/.test(e.message));
+      const first = performance.now() - t0;
+      assert.ok(first >= PROMPT_CALL_TIMEOUT_MS - 50 && first < PROMPT_CALL_TIMEOUT_MS + 1500, `the first call failed after ${first} ms`);
+      for (const call of calls) {
+        t0 = performance.now();
+        await assert.rejects(call(), (e: unknown) => e instanceof PromptsUnavailableError && /not answering/.test(e.message));
+        assert.ok(performance.now() - t0 < 500, "refused at once while stalled");
+      }
+      process.kill(redis.pid, "SIGCONT");
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        try {
+          assert.equal((await store.get("stall", "a"))?.content, "a1");
+          break;
+        } catch (e) {
+          if (!(e instanceof PromptsUnavailableError) || Date.now() > deadline) throw e;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
+      assert.equal((await put(store, "stall", "b", "b1")).version, 1);
+    } finally {
+      process.kill(redis.pid, "SIGCONT");
       await store.close();
     }
   });
