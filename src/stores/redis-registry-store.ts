@@ -328,9 +328,16 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
   redis.defineCommand("svcFindKey", { numberOfKeys: 1, lua: findKeyScript });
 
   const parse = <T>(v: string | null): T | undefined => (v === null ? undefined : (JSON.parse(v) as T));
+  /**
+   * A read of the registry's slot before a write that reads nothing first: a stalled Redis (its
+   * connection open, nothing answered) fails it within READ_TIMEOUT_MS, nothing sent, where the
+   * write itself, never given up on (see `options`), would wait until Redis answered.
+   */
+  const answering = () => timed(() => call(() => redis.exists(kProjects)));
 
   return {
     async createProject(p) {
+      await answering();
       await call(() => redis.multi().set(kProject(p.id), JSON.stringify(p)).zadd(kProjects, p.createdAt, p.id).exec());
     },
     async getProject(id) {
@@ -368,8 +375,10 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
       for (let attempt = 0; attempt < 20; attempt++) {
         let max: number;
         let read = "";
-        if (typeof maxKeys === "number") max = maxKeys;
-        else {
+        if (typeof maxKeys === "number") {
+          max = maxKeys;
+          await answering();
+        } else {
           const text = await timed(() => call(() => redis.get(kProject(k.projectId))));
           if (text === null) return false;
           max = maxKeys(JSON.parse(text) as ProjectRecord);
@@ -388,6 +397,7 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
       return values.map((v) => parse<KeyRecord>(v)).filter((k): k is KeyRecord => k !== undefined);
     },
     async deleteKey(id) {
+      await answering();
       const k = parse<KeyRecord>(await call(() => redis.svcDeleteKey(kKey(id), `${T}:keys:`, `${T}:hash:`, REVOKED)));
       if (k) knownKeys.delete(k.hash);
       return k;

@@ -198,6 +198,37 @@ describe("Redis registry store", () => {
     }
   });
 
+  it("fails an admin write that reads nothing first within a second on a stalled Redis, nothing of it applied after (it waited until Redis answered)", async () => {
+    await a.createProject({ id: "proj_wstall", name: "w", plan: "pro", createdAt: 11 });
+    await a.createKey(key("key_wstall", "proj_wstall", 11), 10);
+    // Fresh replicas, so none knows of the stall before its write.
+    const replicas = [createRedisRegistryStore(redis.url), createRedisRegistryStore(redis.url), createRedisRegistryStore(redis.url)];
+    const raw = new Redis(redis.url);
+    try {
+      await Promise.all(replicas.map((r) => r.getProject("proj_wstall")));
+      await captureLog(async () => {
+        await raw.call("CLIENT", "PAUSE", "5000", "ALL");
+        const started = Date.now();
+        const writes = [
+          () => replicas[0]!.createProject({ id: "proj_wstall_new", name: "x", plan: "pro", createdAt: 12 }),
+          () => replicas[1]!.createKey(key("key_wstall_new", "proj_wstall", 12), 10),
+          () => replicas[2]!.deleteKey("key_wstall"),
+        ];
+        const took = await Promise.all(writes.map(async (w) => {
+          await assert.rejects(w(), RegistryUnavailableError);
+          return Date.now() - started;
+        }));
+        assert.ok(took.every((t) => t < 4_000), `the writes failed after ${took.join(", ")} ms (the read timeout is 1 s, the pause 5 s)`);
+      });
+      await eventually(async () => (await a.listProjects().then(() => true, () => false)), 10_000, "Redis answers again");
+      assert.equal(await a.getProject("proj_wstall_new"), undefined, "no project created");
+      assert.deepEqual((await a.listKeys("proj_wstall")).map((k) => k.id), ["key_wstall"], "no key created, none deleted");
+    } finally {
+      raw.disconnect();
+      await Promise.all(replicas.map((r) => r.close()));
+    }
+  });
+
   it("verifies keys from a full Redis, one never verified too, while admin changes fail: logged once, and once more when a write is accepted again", async () => {
     await a.createProject({ id: "proj_full", name: "full", plan: "pro", createdAt: 13 });
     assert.ok(await a.createKey(key("key_full_known", "proj_full", 13), 10));
