@@ -8,6 +8,7 @@ import { createAdminClient } from "../../src/cli/admin-client.js";
 import { Plan } from "../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../../src/gen/svc/common/v1/key_mode_pb.js";
 import { startRedis, type TestRedis } from "./redis.js";
+import { TEST_ENGINE } from "./test-engine.js";
 
 export interface TestGateway extends RunningServer {
   /** Creates a project and returns it with a live and a test key value. */
@@ -27,6 +28,7 @@ export async function startTestGateway(env: Record<string, string> = {}, demo = 
     SVC_GRPC_PORT: "0",
     SVC_DATA_DIR: dataDir,
     SVC_ADMIN_TOKEN: "test-admin-token",
+    ...TEST_ENGINE,
     ...env,
   });
   const running = await startServer(config, { demo, clientTimeouts });

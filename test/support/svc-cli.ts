@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { startRedis, type TestRedis } from "./redis.js";
+import { TEST_ENGINE } from "./test-engine.js";
 
 const bin = fileURLToPath(new URL("../../bin/svc.js", import.meta.url));
 
@@ -78,7 +79,7 @@ export function banner(server: ChildProcess): Promise<{ grpcUrl: string; gateway
 
 /** Starts `svc serve --demo` in a child process with a private data dir and free ports; `extraEnv` adds settings. */
 export async function startSvcServe(extraEnv: Record<string, string> = {}, dataDir = mkdtempSync(join(tmpdir(), "svc-cli-"))): Promise<SvcServe> {
-  const env = { PATH: process.env.PATH, SVC_DATA_DIR: join(dataDir, "data"), SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", ...extraEnv };
+  const env = { PATH: process.env.PATH, SVC_DATA_DIR: join(dataDir, "data"), SVC_GATEWAY_PORT: "0", SVC_MANAGEMENT_PORT: "0", SVC_GRPC_PORT: "0", ...TEST_ENGINE, ...extraEnv };
   const server: ChildProcess = spawn(process.execPath, [bin, "serve", "--demo"], { env, cwd: dataDir, stdio: ["ignore", "pipe", "pipe"] });
   // Read as it comes, so a server that logs much never blocks on a full pipe.
   let logged = "";

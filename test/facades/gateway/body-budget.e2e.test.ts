@@ -131,7 +131,7 @@ describe("the budget of request bodies coming in", function () {
       await eventually(async () => {
         const { logs } = await gw.telemetry.listLogs({ projectId: keys.projectId, keyMode: KeyMode.LIVE, pageSize: 10 });
         return logs.some((l) => l.status === 503 && l.errorCode === "gateway_overloaded") && logs.filter((l) => l.status === 200).length === 3;
-      }, 5000, "the logs");
+      }, 15_000, "the logs");
     });
 
     it("lets go of a body whose answer went before it was whole (a key used lately, then deleted) once its client leaves", async () => {
