@@ -7,17 +7,21 @@ import type { Socket } from "node:net";
  * `stallMs`, a client that takes none of what waits for it that long is cut: its connection is
  * closed (as nginx's `send_timeout`), which resolves the wait too.
  */
-export function drainedOrClosed(res: ServerResponse, stallMs = 0): Promise<void> {
+export function drainedOrClosed(res: ServerResponse, stallMs = 0, wake?: (done: () => void) => () => void): Promise<void> {
   return new Promise((resolve) => {
     const stop = stallMs > 0 ? cutWhenStalled(res, stallMs) : undefined;
+    let unwake: (() => void) | undefined;
     const done = () => {
       stop?.();
+      unwake?.();
       res.off("drain", done);
       res.off("close", done);
       resolve();
     };
     res.on("drain", done);
     res.on("close", done);
+    // Another reason to stop waiting, given by the caller (`wake` calls `done`; what it gives undoes it).
+    unwake = wake?.(done);
   });
 }
 

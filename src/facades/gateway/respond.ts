@@ -105,6 +105,14 @@ const done = Promise.resolve();
  * `cutShort` tells a cancellation with the client still there (the shutdown's cut) from one of a
  * client that left: the error event it gives is sent.
  */
+/** When a stream is read on from its upstream without waiting for its client (writeStream). */
+export interface ReadAhead {
+  /** Whether to read on now, the client's socket full or not. */
+  now(): boolean;
+  /** While the stream waits on its client: calls `wake` when `now()` may have become true; gives its undo. */
+  watch(wake: () => void): () => void;
+}
+
 export async function writeStream(
   res: ServerResponse,
   svc: SvcHeaders,
@@ -117,6 +125,7 @@ export async function writeStream(
   partialCost?: () => string,
   cutShort?: (err: unknown) => ErrorInfo | undefined,
   keepAliveMs = 0,
+  readAhead?: ReadAhead,
 ): Promise<ErrorInfo | undefined> {
   // HTTP/1.0 has no chunked framing and so no trailers (node:http refuses them there): such a
   // stream ends when the connection closes, and its live cost reaches only its log.
@@ -192,9 +201,14 @@ export async function writeStream(
       if (res.destroyed) break;
       // A client that reads slower than the upstream sends: the upstream is not read further (and
       // is paused in turn: core/proxy/upstream-http.ts) until the client's socket takes what is
-      // written, so a slow or stalled reader holds a bounded buffer, not the whole answer.
-      if (pending.length >= res.writableHighWaterMark) await flushInParts();
-      if (res.writableNeedDrain) await drainedOrClosed(res, stallMs);
+      // written, so a slow or stalled reader holds a bounded buffer, not the whole answer. Unless
+      // `readAhead` says others wait on this answer: it is read on, buffered for this client.
+      const ahead = readAhead?.now() === true;
+      if (pending.length >= res.writableHighWaterMark) {
+        if (ahead) flush();
+        else await flushInParts();
+      }
+      if (res.writableNeedDrain && !ahead) await drainedOrClosed(res, stallMs, readAhead?.watch);
     }
   } catch (err) {
     // A client that left has no reader for an error event; its answer is still priced below.

@@ -38,7 +38,7 @@ import type { BodyBudget } from "./body-budget.js";
 import { apiKeyOf, betasOf, type BodyText, checkProviderVersion, contentTypeError, type JsonBody, metadataOf, notUtf8, parseJsonBody, partialBodyOf, readBodyText, refuseOverflowedNumbers, userIdOf } from "./request-input.js";
 import { CachedAnswer, CachedAnswers, type PreparedRequest, PreparedRequests } from "./hit-memo.js";
 import { MAX_LOGGED_BODY_CHARS, RequestTrace } from "./request-trace.js";
-import { type SvcHeaders, svcHeaders, writeCompletion, writeError, writeJson, writeStream } from "./respond.js";
+import { type ReadAhead, type SvcHeaders, svcHeaders, writeCompletion, writeError, writeJson, writeStream } from "./respond.js";
 
 export interface GatewayDeps {
   auth: Client<typeof AuthService>;
@@ -126,6 +126,19 @@ function clientGone(res: ServerResponse): Promise<typeof GONE> {
   return new Promise((resolve) => res.once("close", () => resolve(GONE)));
 }
 type Landed = Completion | undefined | typeof ABANDONED;
+
+/** How many requests wait on each flight now (a flight is read ahead of its own client while any do). */
+const waitersOf = new WeakMap<Promise<Landed>, number>();
+/** What wakes a flight's stream that waits on its client, so it reads on for the waiter that came. */
+const wakersOf = new WeakMap<Promise<Landed>, () => void>();
+
+/**
+ * The most of a stream, written and not yet taken by its client, that a request whose answer
+ * others wait on holds so as to read its upstream on: its waiters get the answer when the upstream
+ * has sent it, not when a slow (or stalled) client has read it. Beyond it the waiters are let go,
+ * each to call the upstream, and the upstream waits on the client again, as any stream's does.
+ */
+export const READ_AHEAD_MAX_CHARS = 8 * 1024 * 1024;
 
 /**
  * Identical requests in flight in this process, by project, key mode and cache key: a second one
@@ -396,7 +409,10 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
             let twin = other();
             while (twin) {
               // A waiter whose own client leaves stops waiting then (logged 499 at once), and never takes over.
-              const shared = await Promise.race([twin, (gone ??= clientGone(res))]);
+              const on = twin;
+              waitersOf.set(on, (waitersOf.get(on) ?? 0) + 1);
+              wakersOf.get(on)?.();
+              const shared = await Promise.race([on, (gone ??= clientGone(res))]).finally(() => waitersOf.set(on, waitersOf.get(on)! - 1));
               if (shared === GONE || res.destroyed) {
                 trace.failed({ status: 499, type: "", code: "" });
                 return;
@@ -448,7 +464,12 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       // Redis, a client that sends the same request on to another replica once it has the answer
       // finds it there (in this process's own cache, just after: store).
       let storing: Promise<void> | undefined;
-      const keep = policy.store ? (c: Completion) => void (storable(c) && (storing ??= store(deps, scope, c, policy))) : undefined;
+      // Its waiters are answered as soon as it is whole too, not once its client has the last bytes.
+      const keep = policy.store || flight ? (c: Completion) => {
+        if (!storable(c)) return;
+        if (policy.store) storing ??= store(deps, scope, c, policy);
+        if (flight) land(c);
+      } : undefined;
       try {
         // A stream that turns out to have no whole form to store (thinking, logprobs, too long)
         // lets its waiters go at once, to call the upstream each: they would get nothing from it.
@@ -456,7 +477,22 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
           land(undefined);
           if (flights.get(flightKey) === flight) flights.delete(flightKey);
         } : undefined;
-        answer = await callUpstream(res, svc, limitHeaders, s, deps, chat, parsed, trace, bodies, keep, unkept);
+        // While others wait on it, a stream is read on ahead of its own client, up to
+        // READ_AHEAD_MAX_CHARS held for it; a client that holds it back beyond that lets them go,
+        // each to call the upstream, rather than keep them waiting on its reading.
+        const readAhead: ReadAhead | undefined = unkept && flight ? {
+          now() {
+            if (!waitersOf.get(flight)) return false;
+            if (res.writableLength < READ_AHEAD_MAX_CHARS) return true;
+            unkept();
+            return false;
+          },
+          watch(wake) {
+            wakersOf.set(flight, wake);
+            return () => wakersOf.delete(flight);
+          },
+        } : undefined;
+        answer = await callUpstream(res, svc, limitHeaders, s, deps, chat, parsed, trace, bodies, keep, unkept, readAhead);
         cost = svc["X-Svc-Cost"];
         trace.costUsd = cost;
       } catch (e) {
@@ -783,6 +819,7 @@ async function callUpstream(
   bodies: boolean,
   keep?: (c: Completion) => void,
   unkept?: () => void,
+  readAhead?: ReadAhead,
 ): Promise<Completion | undefined> {
   const shutdown = deps.shutdown;
   // After the shutdown's cut, no upstream call starts (a request that waited on an identical one
@@ -850,7 +887,7 @@ async function callUpstream(
       const cut = cutByShutdown(e, res, shutdown);
       return cut && toErrorInfo(cut);
     });
-    const failure = await writeStream(res, svc, extra, s.codec, parsed, first.value, events, onEvent, partialCost, cutShort, deps.streamKeepAliveMs);
+    const failure = await writeStream(res, svc, extra, s.codec, parsed, first.value, events, onEvent, partialCost, cutShort, deps.streamKeepAliveMs, readAhead);
     trace.upstreamEnded();
     trace.used(usage);
     const clientGone = res.destroyed && !res.writableFinished;
