@@ -178,12 +178,12 @@ describe("Redis registry store", () => {
         assert.ok(Date.now() - started < 1_800, `the first read waited ${Date.now() - started} ms (the command timeout is 1 s)`);
         started = Date.now();
         for (let i = 0; i < 20; i++) assert.equal((await b.findKeyByHash("hash-key_stall"))?.project?.name, "stall");
-        assert.ok(Date.now() - started < 200, `20 reads of a known key took ${Date.now() - started} ms while stalled`);
+        assert.ok(Date.now() - started < 600, `20 reads of a known key took ${Date.now() - started} ms while stalled`);
         started = Date.now();
         await assert.rejects(b.findKeyByHash("hash-never-seen"), RegistryUnavailableError);
         await assert.rejects(b.createProject({ id: "proj_during_stall", name: "x", plan: "pro", createdAt: 10 }), RegistryUnavailableError);
         await assert.rejects(b.listKeys("proj_stall"), RegistryUnavailableError);
-        assert.ok(Date.now() - started < 200, `known to be stalled, an unknown key and admin calls fail at once (took ${Date.now() - started} ms)`);
+        assert.ok(Date.now() - started < 600, `known to be stalled, an unknown key and admin calls fail at once (took ${Date.now() - started} ms)`);
         // Once Redis answers again, reads go through: a key deleted there is unknown here at once.
         await eventually(async () => {
           await raw.del("{svc:reg}:hash:hash-key_stall");
@@ -323,7 +323,7 @@ describe("Redis registry store while Redis is down", () => {
       await assert.rejects(store.createKey(key("key_d", "proj_d", 3), 10), RegistryUnavailableError);
       await assert.rejects(store.listKeys("proj_d"), RegistryUnavailableError);
       await assert.rejects(store.deleteKey("key_d"), RegistryUnavailableError);
-      assert.ok(Date.now() - started < 200, `calls during a known outage took ${Date.now() - started} ms`);
+      assert.ok(Date.now() - started < 600, `calls during a known outage took ${Date.now() - started} ms`);
     });
     assert.equal(lines.filter((l) => l.includes("redis unreachable (registry)")).length, 1, "logged once per outage");
     redis = await startRedis(redis.port);
