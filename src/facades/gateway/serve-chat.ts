@@ -137,6 +137,7 @@ const wakersOf = new WeakMap<Promise<Landed>, () => void>();
  * others wait on holds so as to read its upstream on: its waiters get the answer when the upstream
  * has sent it, not when a slow (or stalled) client has read it. Beyond it the waiters are let go,
  * each to call the upstream, and the upstream waits on the client again, as any stream's does.
+ * Characters, as node:http counts a response's text not yet sent (`writableLength`).
  */
 export const READ_AHEAD_MAX_CHARS = 8 * 1024 * 1024;
 
