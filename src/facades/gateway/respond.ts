@@ -205,7 +205,9 @@ export async function writeStream(
       // `readAhead` says others wait on this answer: it is read on, buffered for this client.
       const ahead = readAhead?.now() === true;
       if (pending.length >= res.writableHighWaterMark) {
-        if (ahead) flush();
+        // One that others may come to wait on is written whole and waits on its client below,
+        // where a waiter that comes wakes it (flushInParts's waits are not woken).
+        if (readAhead) flush();
         else await flushInParts();
       }
       if (res.writableNeedDrain && !ahead) await drainedOrClosed(res, stallMs, readAhead?.watch);
