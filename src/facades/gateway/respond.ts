@@ -96,6 +96,14 @@ export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, e
 
 const done = Promise.resolve();
 
+/** When a stream is read on from its upstream without waiting for its client (writeStream). */
+export interface ReadAhead {
+  /** Whether to read on now, the client's socket full or not. */
+  now(): boolean;
+  /** While the stream waits on its client: calls `wake` when `now()` may have become true; gives its undo. */
+  watch(wake: () => void): () => void;
+}
+
 /**
  * Writes a streamed answer as SSE. The cost is only known at the end, so it is sent as the HTTP
  * trailer `X-Svc-Cost`, declared up front in `Trailer:` (DESIGN.md), and left in `svc` for the
@@ -105,14 +113,6 @@ const done = Promise.resolve();
  * `cutShort` tells a cancellation with the client still there (the shutdown's cut) from one of a
  * client that left: the error event it gives is sent.
  */
-/** When a stream is read on from its upstream without waiting for its client (writeStream). */
-export interface ReadAhead {
-  /** Whether to read on now, the client's socket full or not. */
-  now(): boolean;
-  /** While the stream waits on its client: calls `wake` when `now()` may have become true; gives its undo. */
-  watch(wake: () => void): () => void;
-}
-
 export async function writeStream(
   res: ServerResponse,
   svc: SvcHeaders,
