@@ -203,14 +203,14 @@ export async function writeStream(
       // is paused in turn: core/proxy/upstream-http.ts) until the client's socket takes what is
       // written, so a slow or stalled reader holds a bounded buffer, not the whole answer. Unless
       // `readAhead` says others wait on this answer: it is read on, buffered for this client.
-      const ahead = readAhead?.now() === true;
       if (pending.length >= res.writableHighWaterMark) {
         // One that others may come to wait on is written whole and waits on its client below,
         // where a waiter that comes wakes it (flushInParts's waits are not woken).
         if (readAhead) flush();
         else await flushInParts();
       }
-      if (res.writableNeedDrain && !ahead) await drainedOrClosed(res, stallMs, readAhead?.watch);
+      // Asked only when the client is behind: no call per event otherwise.
+      if (res.writableNeedDrain && !readAhead?.now()) await drainedOrClosed(res, stallMs, readAhead?.watch);
     }
   } catch (err) {
     // A client that left has no reader for an error event; its answer is still priced below.
