@@ -19,7 +19,7 @@ import { completionEvent, localInputTokens, localTokens, nowSeconds, usage as ca
 import { costPico, formatUsd, type Prices } from "./cost.js";
 import { type ModelRoute, pricesOf, unlimitedOutputTokens, unservedModel } from "./models.js";
 import { SENT_UPSTREAM, type UpstreamHttp, type UpstreamResponse } from "./upstream-http.js";
-import { type StreamConverter, UPSTREAM_SAID, type UpstreamAdapter, type UpstreamTarget } from "./upstreams/adapter.js";
+import { credentialsRefused, type StreamConverter, UPSTREAM_SAID, type UpstreamAdapter, type UpstreamTarget } from "./upstreams/adapter.js";
 
 export interface ProxyDeps {
   models: Map<string, ModelRoute>;
@@ -185,17 +185,11 @@ function redirected(provider: ProviderConfig, status: number, location: string |
   );
 }
 
-/**
- * An upstream's rejection of the gateway's own credentials (401), or of what they may use (403: a
- * model the provider account may not sample, a region it does not serve), is the operator's
- * problem, not the client's: it becomes a 502 rather than a 401 or 403 that would read as "your
- * key is wrong". The upstream's own words are kept in the message, for the operator to act on.
- */
+/** An upstream's error answer (its status and body) as the client's error: see credentialsRefused for 401 and 403. */
 function upstreamError(adapter: UpstreamAdapter, status: number, body: string): ConnectError {
   const passed = adapter.convertError(status, body);
   if (status === 401 || status === 403) {
-    const said = passed.rawMessage.startsWith(UPSTREAM_SAID) ? `: ${passed.rawMessage.slice(UPSTREAM_SAID.length)}` : ".";
-    return withRetryGuidance(apiError(502, "api_error", "upstream_authentication_failed", `The upstream provider refused the gateway's credentials (HTTP ${status})${said}`), noRetry);
+    return credentialsRefused(`HTTP ${status}`, passed.rawMessage.startsWith(UPSTREAM_SAID) ? passed.rawMessage.slice(UPSTREAM_SAID.length) : undefined);
   }
   return passed;
 }

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import Anthropic from "@anthropic-ai/sdk";
 import type http from "node:http";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
@@ -198,6 +199,38 @@ describe("gateway errors: an upstream's words never carry the gateway's provider
         if (prompt === "redirect") assert.match(text, /a redirect to http:\/\/elsewhere\.test\/, /, `${prompt}: ${text}`); // its query (a token) left out
         else if (prompt !== "refused") assert.match(text, /\[redacted\]/, `${prompt}: ${text}`);
       }
+    });
+  }
+});
+
+describe("gateway errors: an upstream that refuses the gateway's credentials in its stream's error event", () => {
+  const on = gatewayOnScriptedUpstream((body: { messages: Array<{ content: string }> }, res) => {
+    const [type, when] = body.messages.at(-1)!.content.split(" ");
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    if (when === "later") {
+      res.write(`event: message_start\ndata: ${JSON.stringify({ type: "message_start", message: { id: "msg_3", type: "message", role: "assistant", model: "claude", content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 1, output_tokens: 1 } } })}\n\n`);
+    }
+    res.end(`event: error\ndata: ${JSON.stringify({ type: "error", error: { type, message: "invalid x-api-key" } })}\n\n`);
+  });
+  const request = (content: string) => ({ model: "assistant-3-5-haiku-20241022", max_tokens: 64, stream: true, messages: [{ role: "user", content }] });
+
+  for (const type of ["authentication_error", "permission_error"]) {
+    it(`${type}: a 502 the SDK does not retry, not the client's own ${type === "authentication_error" ? 401 : 403}; after message_start, the same in the error event`, async () => {
+      const client = new Anthropic({ apiKey: on.key, baseURL: on.gw.gatewayUrl, maxRetries: 2 });
+      await assert.rejects(client.messages.create(request(`${type} first`) as never), (e: unknown) => {
+        assert.ok(e instanceof Anthropic.InternalServerError, String(e));
+        assert.equal((e as InstanceType<typeof Anthropic.APIError>).status, 502);
+        assert.equal(((e as InstanceType<typeof Anthropic.APIError>).error as { error: { code: string } }).error.code, "upstream_authentication_failed");
+        return true;
+      });
+      const first = await postJson(`${on.gw.gatewayUrl}/v1/messages`, on.key, request(`${type} first`));
+      assert.equal(first.headers["x-should-retry"], "false");
+      const later = await postJson(`${on.gw.gatewayUrl}/v1/messages`, on.key, request(`${type} later`));
+      assert.equal(later.status, 200);
+      const last = sseEvents(later.text).at(-1)!;
+      assert.equal(last.event, "error");
+      const err = JSON.parse(last.data).error;
+      assert.deepEqual([err.type, err.code], ["api_error", "upstream_authentication_failed"], later.text);
     });
   }
 });

@@ -1,9 +1,22 @@
 import type { ConnectError } from "@connectrpc/connect";
+import { apiError, withRetryGuidance } from "../../errors.js";
 import type { ApiStyle, Completion, StreamChatRequest, StreamChatResponse } from "../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { SseEvent } from "../../sse.js";
 
 /** How an adapter's error message begins when it carries the upstream's own words after it. */
 export const UPSTREAM_SAID = "Upstream error: ";
+
+/**
+ * An upstream's rejection of the gateway's own credentials (401), or of what they may use (403: a
+ * model the provider account may not sample, a region it does not serve), is the operator's
+ * problem, not the client's: it becomes a 502 rather than a 401 or 403 that would read as "your
+ * key is wrong", and the SDKs are told not to retry. The upstream's own words (`said`) are kept in
+ * the message, for the operator to act on. `how`: how the upstream said it ("HTTP 401", or the
+ * type of an error event in its stream, which comes after a 200).
+ */
+export function credentialsRefused(how: string, said: string | undefined): ConnectError {
+  return withRetryGuidance(apiError(502, "api_error", "upstream_authentication_failed", `The upstream provider refused the gateway's credentials (${how})${said ? `: ${said}` : "."}`), { "x-should-retry": "false" });
+}
 
 /** Where one request goes: the provider's base URL and key, and the provider's model name. */
 export interface UpstreamTarget {

@@ -2,7 +2,7 @@ import type { ConnectError } from "@connectrpc/connect";
 import { apiError, withRetryGuidance } from "../../../errors.js";
 import { isObject, parseUpstreamJson } from "../../../json.js";
 import { clip, passedOnType } from "../openai/error.js";
-import { UPSTREAM_SAID } from "../adapter.js";
+import { credentialsRefused, UPSTREAM_SAID } from "../adapter.js";
 
 /**
  * Messages-style upstream errors (https://docs.anthropic.com/en/api/errors) as the core's error.
@@ -12,12 +12,13 @@ import { UPSTREAM_SAID } from "../adapter.js";
  * ours.
  */
 
-/** The HTTP status the API uses for each error type, for errors that arrive inside a 200 stream. */
+/**
+ * The HTTP status the API uses for each error type, for errors that arrive inside a 200 stream
+ * (authentication_error and permission_error are the gateway's credentials refused: convertStreamError).
+ */
 const statusByType: Record<string, number> = {
   invalid_request_error: 400,
-  authentication_error: 401,
   billing_error: 402,
-  permission_error: 403,
   not_found_error: 404,
   request_too_large: 413,
   rate_limit_error: 429,
@@ -38,9 +39,14 @@ export function convertMessagesError(status: number, bodyText: string): ConnectE
   return upstreamError(status, type, message, details);
 }
 
-/** Converts an `error` event of a stream (its data text), which arrives after a 200 status. */
+/**
+ * Converts an `error` event of a stream (its data text), which arrives after a 200 status. A
+ * refusal of the gateway's credentials is answered as the same refusal made with a 401 or 403 is
+ * (credentialsRefused: a 502, not the client's own 401 or 403).
+ */
 export function convertStreamError(data: unknown): ConnectError {
   const { type, message } = readError(data);
+  if (type === "authentication_error" || type === "permission_error") return credentialsRefused(`an ${type} event in its stream`, message);
   return upstreamError((type && statusByType[type]) || 500, type, message);
 }
 

@@ -1,7 +1,7 @@
 import type { ConnectError } from "@connectrpc/connect";
 import { apiError, withRetryGuidance } from "../../../errors.js";
 import { isObject, type JsonObject, parseUpstreamJson } from "../../../json.js";
-import { UPSTREAM_SAID } from "../adapter.js";
+import { credentialsRefused, UPSTREAM_SAID } from "../adapter.js";
 import { cutMarked } from "../../../text.js";
 
 /** The `{error:{message,type,code,param}}` body OpenAI answers errors with, when the text is one. */
@@ -61,13 +61,16 @@ export function convertOpenAiError(status: number, bodyText: string): ConnectErr
 /**
  * An `{"error":{...}}` object sent inside a stream: a 502, except a rate limit or an account out of
  * quota (compatible servers, and OpenAI at times, refuse in the stream's first event rather than
- * with a 429), answered as the same refusal made with a 429 is.
+ * with a 429), answered as the same refusal made with a 429 is, and a refusal of the gateway's
+ * credentials, answered as one made with a 401 or 403 is (credentialsRefused).
  */
 export function convertOpenAiStreamError(err: JsonObject): ConnectError {
   const said = [err.type, err.code].map((v) => (typeof v === "number" ? String(v) : str(v)));
   if (said.some((v) => v === "429" || v === "rate_limit_error" || v === "rate_limit_exceeded" || v === "insufficient_quota")) {
     return convertOpenAiError(429, JSON.stringify({ error: err }));
   }
+  const refused = said.find((v) => v === "401" || v === "403" || v === "invalid_api_key" || v === "authentication_error" || v === "permission_error");
+  if (refused !== undefined) return credentialsRefused(`${refused} in its stream`, str(err.message) === undefined ? undefined : clip(str(err.message)!));
   const message = str(err.message) ?? "the provider reported an error mid-stream.";
   return apiError(502, "api_error", "upstream_error", `${UPSTREAM_SAID}${clip(message)}`);
 }

@@ -101,6 +101,20 @@ describe("anthropic error conversion", () => {
     assert.throws(() => streamed.push({ event: "error", data: JSON.stringify({ type: "error", error: { type: "billing_error", message: "low" } }) }), (e: unknown) => toErrorInfo(e).code === "upstream_quota_exhausted");
   });
 
+  it("answers an authentication_error or permission_error event in a stream as the same refusal made with a 401 or 403: the gateway's credentials, a 502", () => {
+    for (const type of ["authentication_error", "permission_error"]) {
+      const streamed = adapter.createStreamConverter(create(StreamChatRequestSchema, { model: "m" }));
+      assert.throws(
+        () => streamed.push({ event: "error", data: JSON.stringify({ type: "error", error: { type, message: "invalid x-api-key" } }) }),
+        (e: unknown) => {
+          assert.deepEqual(toErrorInfo(e), { status: 502, type: "api_error", code: "upstream_authentication_failed", message: `The upstream provider refused the gateway's credentials (an ${type} event in its stream): invalid x-api-key` });
+          assert.deepEqual(retryGuidanceOf(e as never), { "x-should-retry": "false" });
+          return true;
+        },
+      );
+    }
+  });
+
   it("cuts a very long upstream message to 500 characters, between characters, ending in …", () => {
     const info = toErrorInfo(adapter.convertError(400, body("invalid_request_error", "x".repeat(5000))));
     assert.equal(info.message, `Upstream error: ${"x".repeat(500)}…`);

@@ -254,7 +254,7 @@ describe("openai stream converter", () => {
     });
   });
 
-  it("answers a rate limit or an account out of quota sent as a stream's error object as the same refusal made with a 429", () => {
+  it("answers a rate limit, an account out of quota or refused credentials sent as a stream's error object as the same refusal made with a 429, 401 or 403", () => {
     const refused = (error: object) => {
       const conv = createOpenAiAdapter().createStreamConverter(req);
       try {
@@ -269,6 +269,9 @@ describe("openai stream converter", () => {
     assert.deepEqual(refused({ message: "Slow down", type: "requests", code: "rate_limit_exceeded" }), [429, "upstream_rate_limited"]);
     assert.deepEqual(refused({ message: "No quota", type: "insufficient_quota", code: "insufficient_quota" }), [502, "upstream_quota_exhausted"]);
     assert.deepEqual(refused({ message: "boom", type: "server_error", code: null }), [502, "upstream_error"]);
+    // A refusal of the gateway's own credentials: the operator's, a 502 as for an HTTP 401 or 403.
+    assert.deepEqual(refused({ message: "Incorrect API key provided", type: "invalid_request_error", code: "invalid_api_key" }), [502, "upstream_authentication_failed"]);
+    assert.deepEqual(refused({ message: "Forbidden", type: "permission_error", code: 403 }), [502, "upstream_authentication_failed"]);
   });
 
   it("ignores choices other than index 0", () => {
