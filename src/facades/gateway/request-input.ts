@@ -2,7 +2,7 @@ import { isUtf8 } from "node:buffer";
 import type { IncomingMessage } from "node:http";
 import { apiError, invalidApiKey, invalidRequest, withRetryGuidance } from "../../core/errors.js";
 import type { BodyBudget, BodyRead } from "./body-budget.js";
-import { isObject, JSON_ITEMS_COUNTED, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, setOwn } from "../../core/json.js";
+import { isObject, JSON_ITEMS_COUNTED, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, overflowedNumberAt, setOwn } from "../../core/json.js";
 import { startsWithCalendarDate } from "../../core/calendar.js";
 import { bodyBrokenOff, headerLines, refuseRepeatedAuthorization } from "../http-errors.js";
 import { BETA_NAME, MAX_BETAS, MAX_USER_ID_CHARS } from "../../core/proxy/request-rules.js";
@@ -63,44 +63,16 @@ export function parseJsonBody(text: string): JsonBody {
 }
 
 /**
- * A number literal JSON.parse may have read as ±Infinity: an exponent of three digits or more, or
- * 309 digits in a row. Bodies without one (nearly all) skip the walk below. The run is only tried
- * where one starts (the lookbehind): tried at every digit, runs just short of 309 made the test
- * quadratic (3.5 s on a 4 MB body of 308-digit numbers, against 41 ms so).
- */
-const MAY_OVERFLOW = /\d[eE]\+?\d{3}|(?<!\d)\d{309}/;
-
-/**
  * Refuses a body holding a number too large for a double anywhere (JSON.parse reads `1e400` as
  * Infinity, and writing the body out again would send the upstream `null` in its place: a field
  * passed through, a tool's schema or input). The fields the codecs name are checked first, with
  * their own messages; this catches every other place. `text` is the body's text, `value` its parse.
  */
 export function refuseOverflowedNumbers(text: string, value: unknown): void {
-  if (!MAY_OVERFLOW.test(text)) return;
-  const path = overflowAt(value, "");
+  const path = overflowedNumberAt(text, value);
   if (path !== undefined) {
     throw invalidRequest("invalid_value", `\`${path || "(body)"}\` is a number too large to represent (beyond ±1.8e308).`);
   }
-}
-
-/** The path of the first non-finite number in `v`, or undefined. */
-function overflowAt(v: unknown, path: string): string | undefined {
-  if (typeof v === "number") return Number.isFinite(v) ? undefined : path;
-  if (typeof v !== "object" || v === null) return undefined;
-  if (Array.isArray(v)) {
-    for (let i = 0; i < v.length; i++) {
-      const at = overflowAt(v[i], `${path}[${i}]`);
-      if (at !== undefined) return at;
-    }
-    return undefined;
-  }
-  const obj = v as Record<string, unknown>;
-  for (const k in obj) {
-    const at = overflowAt(obj[k], path ? `${path}.${k}` : k);
-    if (at !== undefined) return at;
-  }
-  return undefined;
 }
 
 /**
@@ -248,7 +220,7 @@ export function metadataOf(req: IncomingMessage): Record<string, string> {
     throw invalidRequest("invalid_metadata", `X-Svc-Metadata must not nest arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
   }
   // A value is logged as its JSON text, where `1e400` (read as Infinity) would become "null".
-  const overflow = MAY_OVERFLOW.test(text) ? overflowAt(parsed, "") : undefined;
+  const overflow = overflowedNumberAt(text, parsed);
   if (overflow !== undefined) throw invalidRequest("invalid_metadata", `X-Svc-Metadata \`${overflow}\` is a number too large to represent (beyond ±1.8e308).`);
   const out: Record<string, string> = {};
   const pairs = Object.entries(parsed);

@@ -1,6 +1,6 @@
 import { BlockType, type ChatMessage, type ContentBlock, type StreamChatRequest, type ToolDefinition } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { invalidRequest } from "../../../errors.js";
-import { isObject, parseExtra, parseObject, type JsonObject } from "../../../json.js";
+import { isObject, JSON_ITEMS_COUNTED, jsonTextBeyond, MAX_JSON_DEPTH, MAX_JSON_ITEMS, overflowedNumberAt, parseExtra, parseObject, type JsonObject } from "../../../json.js";
 import { isCustomCall } from "../openai/tool-call.js";
 import { blockToWire, toolInput } from "./blocks.js";
 import { cutMarked, quotedWord } from "../../../text.js";
@@ -27,6 +27,7 @@ interface Turn {
 export function chatToMessagesBody(req: StreamChatRequest, defaultMaxTokens: number): JsonObject {
   const extra = parseExtra(req.extraJson);
   refuseAnswerForms(extra, req.model);
+  refuseLegacyFunctions(extra, req.messages, req.model);
   const system: string[] = req.system ? [req.system] : [];
   const turns: Turn[] = [];
   for (const [i, m] of req.messages.entries()) {
@@ -86,6 +87,27 @@ function refuseAnswerForms(extra: JsonObject, model: string): void {
   if ((Array.isArray(extra.modalities) && extra.modalities.includes("audio")) || (extra.audio !== undefined && extra.audio !== null)) refuse(extra.audio != null ? "audio" : "modalities", "answers in text only");
   if (extra.logprobs === true) refuse("logprobs", "gives no log probabilities");
   if (extra.web_search_options !== undefined && extra.web_search_options !== null) refuse("web_search_options", "runs no web search for a chat-completions request; left out, the model would answer without searching");
+}
+
+/**
+ * OpenAI's older form of tools (`functions` and `function_call`, an assistant turn's `function_call`,
+ * a `function` turn with its result): refused, naming the field, rather than left out, which would
+ * send the model no tools and the function's result as the user's own words. The answer's form is
+ * the reason it is not translated: the model's call would come back as `tool_calls`, where a client
+ * of this form reads `function_call`.
+ */
+function refuseLegacyFunctions(extra: JsonObject, messages: ChatMessage[], model: string): void {
+  const refuse = (field: string) => {
+    throw invalidRequest("unsupported_parameter", `\`${field}\` (OpenAI's older form of function calling) is not supported: ${routed(model)}; send the functions as \`tools\` (each {"type": "function", "function": {...}}), calls as \`tool_calls\` and results as \`tool\` messages.`);
+  };
+  for (const field of ["functions", "function_call"]) if (extra[field] !== undefined && extra[field] !== null) refuse(field);
+  messages.forEach((m, i) => {
+    if (m.role === "function") refuse(`messages[${i}].role`);
+    if (m.role === "assistant" && m.extraJson !== "") {
+      const call = parseExtra(m.extraJson).function_call;
+      if (call !== undefined && call !== null) refuse(`messages[${i}].function_call`);
+    }
+  });
 }
 
 /**
@@ -163,6 +185,11 @@ const routed = (model: string) => `the model '${model}' is served by a messages-
 function toolUseFromChat(b: ContentBlock, path: string, model: string): JsonObject {
   let input: unknown = {};
   if (b.toolInputJson !== "") {
+    // Bounded as a body is: parsed and written out again, a text nested thousands of levels deep
+    // overflowed the stack of JSON.stringify (an internal error).
+    const beyond = jsonTextBeyond(b.toolInputJson);
+    if (beyond === "depth") throw invalidRequest("json_too_deep", `\`${path}\` nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
+    if (beyond === "items") throw invalidRequest("json_too_complex", `\`${path}\` holds more than ${MAX_JSON_ITEMS} JSON items in all (${JSON_ITEMS_COUNTED}).`);
     try {
       input = JSON.parse(b.toolInputJson);
     } catch {
@@ -173,6 +200,9 @@ function toolUseFromChat(b: ContentBlock, path: string, model: string): JsonObje
     const shown = JSON.stringify(cutMarked(b.toolInputJson, 80));
     throw invalidRequest("invalid_value", `\`${path}\` must be the text of a JSON object: ${routed(model)}, whose tool calls take an object as their input; got ${shown}.`);
   }
+  // Written out again, a number beyond a double's range would reach the upstream as null.
+  const overflowed = overflowedNumberAt(b.toolInputJson, input);
+  if (overflowed !== undefined) throw invalidRequest("invalid_value", `\`${path}\` holds a number too large to represent (beyond ±1.8e308) at \`${overflowed}\`: ${routed(model)}, whose tool calls take an object as their input.`);
   return { type: "tool_use", id: b.toolCallId, name: b.toolName, input };
 }
 

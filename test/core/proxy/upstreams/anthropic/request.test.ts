@@ -294,6 +294,33 @@ describe("anthropic request: from the chat-completions style", () => {
     });
   }
 
+  it("refuses a tool call's arguments nested past 128 levels or holding a number beyond a double's range (JSON.stringify overflowed its stack, or sent null)", () => {
+    const deep = `{"a":${"[".repeat(5000)}${"]".repeat(5000)}}`;
+    const [status, , code, message] = refusal({ model: "chat-x", messages: [user("hi", C), { role: "assistant", blocks: [callWith(deep)] }] });
+    assert.deepEqual([status, code], [400, "json_too_deep"]);
+    assert.equal(message, "`messages[1].tool_calls[0].function.arguments` nests arrays and objects more than 128 levels deep.");
+    const [s2, , c2, m2] = refusal({ model: "chat-x", messages: [user("hi", C), { role: "assistant", blocks: [callWith('{"n":[1, 1e400]}')] }] });
+    assert.deepEqual([s2, c2], [400, "invalid_value"]);
+    assert.match(String(m2), /^`messages\[1\]\.tool_calls\[0\]\.function\.arguments` holds a number too large to represent \(beyond ±1\.8e308\) at `n\[1\]`/);
+    // 128 levels (the body's own bound) and large finite numbers pass.
+    const ok = chat({ messages: [user("hi", C), { role: "assistant", blocks: [callWith(`{"a":${"[".repeat(126)}1e300${"]".repeat(126)}}`)] }] });
+    assert.equal(JSON.stringify((ok.messages as Array<{ content: Array<{ input: unknown }> }>)[1]!.content[0]!.input).length, 2 * 126 + 12);
+  });
+
+  for (const [what, init, fieldName] of [
+    ["`functions`", { messages: [user("hi", C)], extraJson: '{"functions":[{"name":"get_weather","parameters":{"type":"object"}}]}' }, "functions"],
+    ["`function_call`", { messages: [user("hi", C)], extraJson: '{"function_call":"auto"}' }, "function_call"],
+    ["an assistant turn's `function_call`", { messages: [user("hi", C), { role: "assistant", blocks: [], extraJson: '{"function_call":{"name":"f","arguments":"{}"}}' }] }, "messages[1].function_call"],
+    ["a `function` turn", { messages: [user("hi", C), { role: "function", blocks: [text("18C")], extraJson: '{"name":"f"}' }] }, "messages[1].role"],
+  ] as const) {
+    const field = fieldName;
+    it(`refuses ${what} (OpenAI's older function calling), naming it, rather than sending no tools and the result as the user's words`, () => {
+      const [status, , code, message] = refusal({ model: "chat-x", ...(init as unknown as Omit<Init, "style">) });
+      assert.deepEqual([status, code], [400, "unsupported_parameter"]);
+      assert.ok(String(message).startsWith(`\`${field}\` (OpenAI's older form of function calling) is not supported: the model 'chat-x' is served by a messages-style (Anthropic) upstream; send the functions as \`tools\``), String(message));
+    });
+  }
+
   it("turns a file part holding a PDF data URL into a base64 document block, in place", () => {
     const file = (url: string) => JSON.stringify({ type: "file", file: { file_data: url, filename: "a.pdf" } });
     const b = chat({
