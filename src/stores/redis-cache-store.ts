@@ -41,6 +41,11 @@ export function createRedisCacheStore(conn: RedisConnection): CacheStore {
       try {
         value = await conn.redis.getBuffer(key);
       } catch (err) {
+        // A key of another type than a string (written by something else, or damaged) is an entry
+        // that cannot be read, as a value in another format is: a miss, which the fresh answer's
+        // SET replaces; Redis answered, so it is no outage (which would turn every project's
+        // cache off for a second, and drop that answer's store).
+        if (isWrongType(err)) return unreadable(key);
         conn.failed(err);
         return undefined;
       }
@@ -60,6 +65,9 @@ export function createRedisCacheStore(conn: RedisConnection): CacheStore {
     },
   };
 }
+
+/** Redis's reply to a GET of a key holding a hash, list, set...: `WRONGTYPE Operation against a key holding the wrong kind of value`. */
+const isWrongType = (err: unknown): boolean => (err as Error)?.name === "ReplyError" && String((err as Error).message).startsWith("WRONGTYPE");
 
 const FORMAT = 1;
 const UNREADABLE_LOG_INTERVAL_MS = 60_000;

@@ -55,6 +55,21 @@ describe("Redis cache store", function () {
     assert.match(warned[0]!, /t:bad/);
   });
 
+  it("reads a key of another type than a string as a miss, not an outage, and stores the fresh answer over it", async () => {
+    await peek.hset("t:hash", "f", "v");
+    await store.put("t:other", { payload: allBytes, costUsd: "0" }, 60);
+    const fresh = createRedisCacheStore(conn);
+    const lines = await captureLog(async () => {
+      assert.equal(await fresh.get("t:hash"), undefined);
+      assert.equal(conn.up, true, "Redis answered: the cache stays on for every other entry");
+      assert.deepEqual((await fresh.get("t:other"))?.payload, allBytes);
+      assert.equal(await fresh.put("t:hash", { payload: allBytes, costUsd: "0.25" }, 60), true);
+    });
+    assert.deepEqual(await fresh.get("t:hash"), { payload: allBytes, costUsd: "0.25" });
+    assert.equal(lines.filter((l) => l.includes("could not be read (another format, or damaged)")).length, 1, lines.join(""));
+    assert.equal(lines.filter((l) => l.includes("redis unreachable")).length, 0, lines.join(""));
+  });
+
   it("stores under the scope key, with the project as the hash tag", async () => {
     const cache = createDirectClient(CacheService, createCacheService({ store, defaultTtlSeconds: 60, maxEntryBytes: 1 << 20 }));
     await cache.putEntry({ projectId: "proj_a", keyMode: KeyMode.TEST, cacheKey, payload: allBytes, costUsd: "1" });
