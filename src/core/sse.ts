@@ -7,14 +7,24 @@ export interface SseEvent {
 /**
  * An incremental server-sent-events parser (https://html.spec.whatwg.org/multipage/server-sent-events.html):
  * feed it text chunks as they arrive; it returns the events each chunk completes. Lines may end in
- * LF, CR or CRLF; `data:` lines of one event are joined with "\n"; comments (`:`) are ignored.
+ * LF, CR or CRLF; `data:` lines of one event are joined with "\n"; comments (`:`) are ignored; a
+ * byte order mark that opens the stream is skipped.
  */
 export class SseParser {
   #buf = "";
   #event: string | undefined;
   #data: string[] = [];
+  /** Whether any text has come yet: a byte order mark (U+FEFF) that opens the stream is skipped, as the spec says. */
+  #begun = false;
 
   push(chunk: string): SseEvent[] {
+    if (!this.#begun) {
+      if (chunk === "") return [];
+      this.#begun = true;
+      // Kept, it made the first line's field "\uFEFFdata": that event (an answer's first words, or
+      // all of them) was dropped, and what was left read as a whole answer, cached.
+      if (chunk.charCodeAt(0) === 0xfeff) chunk = chunk.slice(1);
+    }
     const buf = this.#buf ? this.#buf + chunk : chunk;
     const out: SseEvent[] = [];
     // Providers end lines with LF; the per-character scan that CR needs is only paid when one occurs.

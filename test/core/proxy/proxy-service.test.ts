@@ -107,6 +107,13 @@ describe("ProxyService streams", () => {
     assert.equal(id, "chatcmpl-bom");
   });
 
+  it("reads a stream that starts with a byte order mark whole: the mark is skipped, not its first event", async () => {
+    const body = chunk({ role: "assistant", content: "The answer is 42." }) + chunk({}, { choices: [{ index: 0, delta: {}, finish_reason: "stop" }] }) + "data: [DONE]\n\n";
+    const { events, error } = await streamFrom(`\ufeff${body}`);
+    assert.equal(error, undefined);
+    assert.deepEqual(events.slice(0, 3), ["messageStart", "blockStart", "delta:The answer is 42."]);
+  });
+
   it("gives an answer the upstream left undated the gateway's time, so every rendering of it agrees", async () => {
     const dated = await streamFrom(chunk({ content: "Hi" }) + "data: [DONE]\n\n");
     assert.equal(dated.created, 1_700_000_000);
