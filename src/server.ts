@@ -225,6 +225,7 @@ export async function startServer(config: Config, opts: ServeOptions = {}): Prom
         pricing,
         cacheEnabled: config.cache.enabled,
         cacheShared: config.redisUrl !== undefined,
+        cacheTtlSeconds: config.cache.ttlSeconds,
         maxCachedAnswerBytes: config.cache.maxEntryBytes,
         streamKeepAliveMs: config.streamKeepAliveMs,
         admitAhead: config.limits.admitAhead,

@@ -56,6 +56,8 @@ export interface GatewayDeps {
   cacheShared?: boolean;
   /** The largest answer the cache stores, in bytes (SVC_CACHE_MAX_ENTRY_BYTES). */
   maxCachedAnswerBytes?: number;
+  /** Seconds an answer is kept when its request names none (SVC_CACHE_TTL_SECONDS; the cache service's default). */
+  cacheTtlSeconds?: number;
   /** A live stream quiet this long gets an SSE keep-alive comment (SVC_STREAM_KEEPALIVE_MS; 0: none). */
   streamKeepAliveMs?: number;
   /**
@@ -131,6 +133,12 @@ type Landed = Completion | undefined | typeof ABANDONED;
 const waitersOf = new WeakMap<Promise<Landed>, number>();
 /** What wakes a flight's stream that waits on its client, so it reads on for the waiter that came. */
 const wakersOf = new WeakMap<Promise<Landed>, () => void>();
+/**
+ * For how many seconds a flight's answer is stored (0: not at all): its request's own cache
+ * policy. A waiter whose policy keeps it longer (the flight's request sent `no-store` or a short
+ * `max-age`, which apply to that request only) stores it itself.
+ */
+const keptForOf = new WeakMap<Promise<Landed>, number>();
 
 /**
  * The most of a stream, written and not yet taken by its client, that a request whose answer
@@ -419,8 +427,14 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
                 return;
               }
               if (shared === ABANDONED) twin = other();
-              else if (shared) return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
-              else twin = undefined;
+              else if (shared) {
+                const keptFor = keptForOf.get(on) ?? 0;
+                if (keptFor < keptSeconds(policy, deps)) {
+                  keptForOf.set(on, keptSeconds(policy, deps));
+                  void store(deps, scope, shared, policy);
+                }
+                return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
+              } else twin = undefined;
             }
             if (!reservesNothing || !admission) break;
             // The answer waited for did not come (its request failed, or its client left): this one
@@ -460,6 +474,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       const leader = claim !== undefined || (cached && !flights.has(flightKey));
       const flight = claim?.flight ?? (leader ? new Promise<Landed>((r) => (land = r)) : undefined);
       if (flight && !claim) flights.set(flightKey, flight);
+      if (flight) keptForOf.set(flight, keptSeconds(policy, deps));
       let answer: Completion | undefined;
       // The answer is stored as soon as it is whole, before its last bytes go to the client: on
       // Redis, a client that sends the same request on to another replica once it has the answer
@@ -1023,6 +1038,9 @@ function storeNow(deps: GatewayDeps, scope: GetEntryRequest, c: Completion, poli
 }
 
 const stored = Promise.resolve();
+
+/** For how many seconds a request's policy keeps its answer: 0 when it stores none. */
+const keptSeconds = (policy: CachePolicy, deps: GatewayDeps): number => (policy.store ? policy.ttlSeconds || (deps.cacheTtlSeconds ?? 0) : 0);
 
 /** Settles a reservation to the real cost ("0" releases it), off the request's path. */
 function settle(deps: GatewayDeps, projectId: string, reservationId: string, costUsd: string): void {

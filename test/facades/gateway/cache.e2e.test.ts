@@ -242,6 +242,22 @@ for (const mode of ["memory", "redis"] as const) {
       assert.equal(all.filter((r) => r.headers["x-svc-cache"] === "MISS").length, 1);
     });
 
+    it("stores the answer for a request that waited on an identical one sent with no-store or a short max-age (those apply to that request only)", async () => {
+      for (const control of ["no-store", "max-age=1"]) {
+        const p = fresh("[[fake:delay=300]]");
+        const first = postJson(url, keys.live, chat(p), { "X-Svc-Cache-Control": control });
+        await new Promise((r) => setTimeout(r, 100));
+        const waiter = await postJson(url, keys.live, chat(p));
+        assert.equal((await first).headers["x-svc-cache"], "MISS");
+        assert.equal(waiter.headers["x-svc-cache"], "HIT", "served the answer in flight");
+        // Past the first request's max-age: kept for the waiter's own (the default TTL).
+        await new Promise((r) => setTimeout(r, 1_300));
+        const later = await postJson(url, keys.live, chat(p));
+        assert.equal(later.headers["x-svc-cache"], "HIT", `${control}: ${later.headers["x-svc-cache"]}`);
+        assert.equal(upstreamCalls(p), 1, control);
+      }
+    });
+
     it("makes one upstream call for identical requests that keep arriving while the first one ends and is stored", async function () {
       this.timeout(30_000);
       // Started a millisecond apart against an upstream that answers at once: later ones looked in
