@@ -105,31 +105,15 @@ export interface ReadAhead {
 }
 
 /**
- * Writes a streamed answer as SSE. The cost is only known at the end, so it is sent as the HTTP
- * trailer `X-Svc-Cost`, declared up front in `Trailer:` (DESIGN.md), and left in `svc` for the
- * caller. An error after the stream has begun is written as the style's SSE error event, and
- * returned. `onEvent` sees every event written; `partialCost` prices an answer that ended without
- * its final event (the upstream broke off, the client left), which the upstream still bills.
- * `cutShort` tells a cancellation with the client still there (the shutdown's cut) from one of a
- * client that left: the error event it gives is sent.
+ * Begins a streamed answer: its 200 and headers, written once (writeStream calls it; a caller
+ * that commits the stream before its first event, to keep a quiet connection alive, calls it
+ * first). Whether the cost can go as a trailer: HTTP/1.0 has no chunked framing and so no trailers
+ * (node:http refuses them there), and such a stream ends when the connection closes, its live cost
+ * reaching only its log.
  */
-export async function writeStream(
-  res: ServerResponse,
-  svc: SvcHeaders,
-  extra: Record<string, string> | undefined,
-  codec: ClientCodec,
-  req: ParsedChatRequest,
-  first: StreamChatResponse,
-  rest: AsyncIterator<StreamChatResponse>,
-  onEvent?: (ev: StreamChatResponse) => void,
-  partialCost?: () => string,
-  cutShort?: (err: unknown) => ErrorInfo | undefined,
-  keepAliveMs = 0,
-  readAhead?: ReadAhead,
-): Promise<ErrorInfo | undefined> {
-  // HTTP/1.0 has no chunked framing and so no trailers (node:http refuses them there): such a
-  // stream ends when the connection closes, and its live cost reaches only its log.
+export function beginStream(res: ServerResponse, svc: SvcHeaders, extra: Record<string, string> | undefined, codec: ClientCodec): boolean {
   const trailer = res.req?.httpVersion !== "1.0";
+  if (res.headersSent) return trailer;
   res.writeHead(200, {
     ...extra,
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -144,6 +128,34 @@ export async function writeStream(
     ...(svc["X-Svc-Cache"] === "HIT" ? hitCost : undefined),
   });
   markEventStream(res);
+  return trailer;
+}
+
+/**
+ * Writes a streamed answer as SSE. The cost is only known at the end, so it is sent as the HTTP
+ * trailer `X-Svc-Cost`, declared up front in `Trailer:` (DESIGN.md), and left in `svc` for the
+ * caller. An error after the stream has begun is written as the style's SSE error event, and
+ * returned. `onEvent` sees every event written; `partialCost` prices an answer that ended without
+ * its final event (the upstream broke off, the client left), which the upstream still bills.
+ * `cutShort` tells a cancellation with the client still there (the shutdown's cut) from one of a
+ * client that left: the error event it gives is sent. `first` is undefined for a stream begun
+ * before its first event came (beginStream), whose `rest` then gives all of it, or its error.
+ */
+export async function writeStream(
+  res: ServerResponse,
+  svc: SvcHeaders,
+  extra: Record<string, string> | undefined,
+  codec: ClientCodec,
+  req: ParsedChatRequest,
+  first: StreamChatResponse | undefined,
+  rest: AsyncIterator<StreamChatResponse>,
+  onEvent?: (ev: StreamChatResponse) => void,
+  partialCost?: () => string,
+  cutShort?: (err: unknown) => ErrorInfo | undefined,
+  keepAliveMs = 0,
+  readAhead?: ReadAhead,
+): Promise<ErrorInfo | undefined> {
+  const trailer = beginStream(res, svc, extra, codec);
   const renderer = codec.createStreamRenderer(req);
   let cost: string | undefined;
   let failure: ErrorInfo | undefined;
@@ -194,7 +206,7 @@ export async function writeStream(
     pending += text;
   };
   try {
-    emit(first);
+    if (first) emit(first);
     // An event that arrives after the client left is still seen (priced); flush() writes nothing then.
     for (let r = await rest.next(); !r.done; r = await rest.next()) {
       emit(r.value);

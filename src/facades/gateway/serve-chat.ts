@@ -38,7 +38,7 @@ import type { BodyBudget } from "./body-budget.js";
 import { apiKeyOf, betasOf, type BodyText, checkProviderVersion, contentTypeError, type JsonBody, metadataOf, notUtf8, parseJsonBody, partialBodyOf, readBodyText, refuseOverflowedNumbers, userIdOf } from "./request-input.js";
 import { CachedAnswer, CachedAnswers, type PreparedRequest, PreparedRequests } from "./hit-memo.js";
 import { MAX_LOGGED_BODY_CHARS, RequestTrace } from "./request-trace.js";
-import { type ReadAhead, type SvcHeaders, svcHeaders, writeCompletion, writeError, writeJson, writeStream } from "./respond.js";
+import { beginStream, type ReadAhead, type SvcHeaders, svcHeaders, writeCompletion, writeError, writeJson, writeStream } from "./respond.js";
 
 export interface GatewayDeps {
   auth: Client<typeof AuthService>;
@@ -819,6 +819,35 @@ function lookupAsked(req: IncomingMessage): boolean {
 }
 
 /**
+ * The first event of a stream, `next`. Should it take longer than `keepAliveMs`, `begin` commits
+ * the stream meanwhile (beginStream) and a keep-alive comment goes out each quiet `keepAliveMs`, to
+ * a client that is reading (as writeStream's keep-alive does), until it comes or fails.
+ */
+async function firstEvent<T>(next: Promise<T>, res: ServerResponse, keepAliveMs: number, begin: () => boolean): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const quiet = () => {
+    if (res.destroyed || res.writableEnded) return;
+    begin();
+    if (!res.writableNeedDrain) res.write(": keep-alive\n\n");
+    timer = setTimeout(quiet, keepAliveMs);
+  };
+  timer = setTimeout(quiet, keepAliveMs);
+  try {
+    return await next;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** An iterator whose first step fails with `error`: a stream begun before its first event, which failed. */
+function failing<T>(error: unknown): AsyncIterator<T> {
+  return {
+    next: () => Promise.reject(error),
+    return: () => Promise.resolve({ done: true, value: undefined }),
+  };
+}
+
+/**
  * Calls the core's proxy and writes its answer, JSON or SSE. Returns the whole answer when it is
  * complete and cacheable, undefined otherwise (errors after the first byte are written as SSE).
  * `keep` is given the whole answer as soon as there is one, before its last bytes are written.
@@ -858,16 +887,31 @@ async function callUpstream(
   });
   trace.upstreamStarted();
   const events = deps.proxy.streamChat(chat, { contextValues: createContextValues().set(cancellationKey, cancel) })[Symbol.asyncIterator]();
-  // Errors before the first event are still plain HTTP errors; the upstream's time is logged either way.
-  let first: IteratorResult<StreamChatResponse>;
+  // Errors before the first event are still plain HTTP errors; the upstream's time is logged either
+  // way. Except for a stream whose first event takes longer than the keep-alive interval: it is
+  // begun without it (its 200 and headers, then a keep-alive comment each quiet interval), so that
+  // a proxy's idle timeout in front does not cut a connection that has sent nothing yet (a
+  // reasoning model thinking before its first token); an error that comes first is then the
+  // stream's error event, as one after it is.
+  let first: IteratorResult<StreamChatResponse> | undefined;
+  let firstFailed: { error: unknown } | undefined;
+  let begun = false;
+  const keepAliveMs = chat.stream ? (deps.streamKeepAliveMs ?? 0) : 0;
   try {
-    first = await events.next();
+    first = keepAliveMs > 0 ? await firstEvent(events.next(), res, keepAliveMs, () => (begun = beginStream(res, svc, extra, s.codec), true)) : await events.next();
   } catch (e) {
-    trace.upstreamEnded();
-    throw cutByShutdown(e, res, shutdown) ?? e;
+    if (!begun) {
+      trace.upstreamEnded();
+      throw cutByShutdown(e, res, shutdown) ?? e;
+    }
+    firstFailed = { error: e };
   }
-  if (first.done) throw new Error("the proxy ended without an answer");
-  trace.firstByte();
+  if (first?.done) {
+    const e = new Error("the proxy ended without an answer");
+    if (!begun) throw e;
+    firstFailed = { error: e };
+  }
+  if (!firstFailed) trace.firstByte();
   if (chat.stream) {
     // What the cache could hold, or the log keeps of a response body, whichever is more: no copy
     // of a longer answer is kept (it is streamed on all the same).
@@ -895,6 +939,9 @@ async function callUpstream(
       }
     };
     const partialCost = () => {
+      // A stream begun and then failed before its first event costs what the same failure costs
+      // answered as an HTTP error: nothing, unless the upstream had the prompt (serve's catch).
+      if (firstFailed && !sentUpstream(firstFailed.error)) return "0";
       const part = deps.pricing.partialAnswer(chat, started, outChars);
       usage = part.usage;
       return part.costUsd;
@@ -903,7 +950,8 @@ async function callUpstream(
       const cut = cutByShutdown(e, res, shutdown);
       return cut && toErrorInfo(cut);
     });
-    const failure = await writeStream(res, svc, extra, s.codec, parsed, first.value, events, onEvent, partialCost, cutShort, deps.streamKeepAliveMs, readAhead);
+    const rest = firstFailed ? failing<StreamChatResponse>(firstFailed.error) : events;
+    const failure = await writeStream(res, svc, extra, s.codec, parsed, first?.value, rest, onEvent, partialCost, cutShort, deps.streamKeepAliveMs, readAhead);
     trace.upstreamEnded();
     trace.used(usage);
     const clientGone = res.destroyed && !res.writableFinished;
@@ -924,9 +972,10 @@ async function callUpstream(
     return answer;
   }
   trace.upstreamEnded();
-  const answer = first.value.event.case === "completion" ? first.value.event.value : undefined;
+  const value = first!.value as StreamChatResponse; // a whole answer's one event: never begun early
+  const answer = value.event.case === "completion" ? value.event.value : undefined;
   if (answer) keep?.(answer);
-  const body = writeCompletion(res, svc, extra, s.codec, first.value);
+  const body = writeCompletion(res, svc, extra, s.codec, value);
   if (bodies) trace.responseBody = body;
   await events.return?.(); // let the core's stream run its cleanup now, not at garbage collection
   trace.answered(answer);

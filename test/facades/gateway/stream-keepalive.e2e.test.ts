@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import type http from "node:http";
+import http from "node:http";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { postJson } from "../../support/http.js";
@@ -49,5 +49,65 @@ describe("gateway streams: a keep-alive comment while the upstream is quiet", ()
     const client = new Anthropic({ apiKey: on.key, baseURL: on.gw.gatewayUrl, maxRetries: 0 });
     const message = await client.messages.stream({ model: "assistant-3-5-haiku-20241022", max_tokens: 50, messages: [{ role: "user", content: `quiet ${++n}` }] }).finalMessage();
     assert.equal(message.content[0]!.type === "text" && message.content[0]!.text, "Hello");
+  });
+});
+
+/**
+ * An upstream that answers at once and then says nothing before its first event (a reasoning model
+ * thinking before its first token): the gateway begins the client's stream once that took longer
+ * than SVC_STREAM_KEEPALIVE_MS, with keep-alive comments meanwhile, where it used to send not even
+ * its headers until the first event (a proxy's idle timeout in front could cut it). An error that
+ * comes first then is the stream's error event; one that comes within the interval is still a plain
+ * HTTP error (errors.e2e).
+ */
+describe("gateway streams: a keep-alive comment before a slow first event", () => {
+  const on = gatewayOnScriptedUpstream((body: { model: string; messages: Array<{ content: string }> }, res: http.ServerResponse) => {
+    const prompt = body.messages.at(-1)!.content;
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    const chunk = (delta: object, finish: string | null = null) => `data: ${JSON.stringify({ id: "c2", object: "chat.completion.chunk", created: 1, model: body.model, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    setTimeout(() => {
+      if (prompt.startsWith("refused")) res.end(`data: ${JSON.stringify({ error: { message: "Rate limit reached", type: "rate_limit_error", code: 429 } })}\n\n`);
+      else res.end(chunk({ role: "assistant", content: "Hel" }) + chunk({ content: "lo" }) + chunk({}, "stop") + "data: [DONE]\n\n");
+    }, 900);
+  }, { SVC_STREAM_KEEPALIVE_MS: "250" });
+  let n = 0;
+
+  /** The response, and how long its headers took to come. */
+  const timed = (content: string) =>
+    new Promise<{ headersMs: number; status: number; text: string; trailers: NodeJS.Dict<string> }>((resolve, reject) => {
+      const started = Date.now();
+      const req = http.request(`${on.gw.gatewayUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": on.key } }, (res) => {
+        const headersMs = Date.now() - started;
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (c: string) => (text += c));
+        res.on("end", () => resolve({ headersMs, status: res.statusCode!, text, trailers: res.trailers }));
+      });
+      req.on("error", reject);
+      req.end(JSON.stringify({ model: "chat-4o", stream: true, messages: [{ role: "user", content }] }));
+    });
+
+  it("begins the stream with keep-alive comments before the first event, and the SDK's answer is whole", async () => {
+    const r = await timed(`slow ${++n}`);
+    assert.equal(r.status, 200);
+    assert.ok(r.headersMs < 700, `headers after ${r.headersMs} ms`);
+    const comments = r.text.split("\n\n").filter((e) => e === ": keep-alive").length;
+    assert.ok(comments >= 2 && comments <= 4, `${comments} comments in ${r.text}`);
+    assert.ok(r.text.startsWith(": keep-alive\n\n"), r.text);
+    assert.ok(Number(r.trailers["x-svc-cost"]) > 0, JSON.stringify(r.trailers));
+    const client = new OpenAI({ apiKey: on.key, baseURL: `${on.gw.gatewayUrl}/v1`, maxRetries: 0 });
+    const done = await client.chat.completions.stream({ model: "chat-4o", messages: [{ role: "user", content: `slow ${++n}` }] }).finalChatCompletion();
+    assert.equal(done.choices[0]!.message.content, "Hello");
+  });
+
+  it("ends a stream begun so with the error event when the upstream's first event is an error, at no cost", async () => {
+    const r = await timed(`refused ${++n}`);
+    assert.equal(r.status, 200);
+    const last = r.text.trim().split("\n\n").at(-1)!;
+    const err = JSON.parse(last.replace(/^data: /, "")).error;
+    assert.deepEqual([err.type, err.code], ["rate_limit_error", "upstream_rate_limited"], r.text);
+    assert.equal(r.trailers["x-svc-cost"], "0");
+    const client = new OpenAI({ apiKey: on.key, baseURL: `${on.gw.gatewayUrl}/v1`, maxRetries: 0 });
+    await assert.rejects(client.chat.completions.stream({ model: "chat-4o", messages: [{ role: "user", content: `refused ${++n}` }] }).finalChatCompletion(), (e: unknown) => e instanceof OpenAI.APIError);
   });
 });
