@@ -75,7 +75,12 @@ export function writeError(res: ServerResponse, svc: SvcHeaders, err: unknown, e
   const body = JSON.stringify(toErrorBody(info));
   // Answered already: by node:http's handler of a broken or late body (answerClientError), whose
   // body is the log's; or, a stream begun, inside the stream.
-  if (res.headersSent || res.destroyed) return { info, body: (!res.headersSent && answeredBody(res.socket)) || "", written: done };
+  if (res.headersSent || res.destroyed) {
+    // Begun and neither ended nor to be ended by its writer: cut, so that its client sees an
+    // answer broken off rather than waits on it for ever.
+    if (res.headersSent && !res.writableEnded && !res.destroyed) res.destroy();
+    return { info, body: (!res.headersSent && answeredBody(res.socket)) || "", written: done };
+  }
   // Nothing, unless the request reached an upstream that bills its prompt (it timed out, or its 2xx answer could not be read).
   svc["X-Svc-Cost"] = costUsd;
   // 499 (the client went away) has no reader; should one still be there, it gets a plain 400.

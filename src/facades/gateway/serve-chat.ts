@@ -823,7 +823,7 @@ function lookupAsked(req: IncomingMessage): boolean {
  * the stream meanwhile (beginStream) and a keep-alive comment goes out each quiet `keepAliveMs`, to
  * a client that is reading (as writeStream's keep-alive does), until it comes or fails.
  */
-async function firstEvent<T>(next: Promise<T>, res: ServerResponse, keepAliveMs: number, begin: () => boolean): Promise<T> {
+async function firstEvent<T>(next: Promise<T>, res: ServerResponse, keepAliveMs: number, begin: () => void): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const quiet = () => {
     if (res.destroyed || res.writableEnded) return;
@@ -898,7 +898,10 @@ async function callUpstream(
   let begun = false;
   const keepAliveMs = chat.stream ? (deps.streamKeepAliveMs ?? 0) : 0;
   try {
-    first = keepAliveMs > 0 ? await firstEvent(events.next(), res, keepAliveMs, () => (begun = beginStream(res, svc, extra, s.codec), true)) : await events.next();
+    first = keepAliveMs > 0 ? await firstEvent(events.next(), res, keepAliveMs, () => {
+      beginStream(res, svc, extra, s.codec);
+      begun = true;
+    }) : await events.next();
   } catch (e) {
     if (!begun) {
       trace.upstreamEnded();

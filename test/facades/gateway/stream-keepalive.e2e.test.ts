@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import http from "node:http";
+import { connect } from "node:net";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { postJson } from "../../support/http.js";
@@ -109,5 +110,26 @@ describe("gateway streams: a keep-alive comment before a slow first event", () =
     assert.equal(r.trailers["x-svc-cost"], "0");
     const client = new OpenAI({ apiKey: on.key, baseURL: `${on.gw.gatewayUrl}/v1`, maxRetries: 0 });
     await assert.rejects(client.chat.completions.stream({ model: "chat-4o", messages: [{ role: "user", content: `refused ${++n}` }] }).finalChatCompletion(), (e: unknown) => e instanceof OpenAI.APIError);
+  });
+
+  it("does the same for an HTTP/1.0 client (no chunked framing: the stream ends with its connection)", async () => {
+    const url = new URL(on.gw.gatewayUrl);
+    for (const prompt of [`slow ${++n}`, `refused ${++n}`]) {
+      const body = JSON.stringify({ model: "chat-4o", stream: true, messages: [{ role: "user", content: prompt }] });
+      const text = await new Promise<string>((resolve, reject) => {
+        const sock = connect(Number(url.port), url.hostname, () => {
+          sock.write(`POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nX-Svc-Api-Key: ${on.key}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+        });
+        let got = "";
+        sock.setEncoding("utf8");
+        sock.on("data", (c: string) => (got += c));
+        sock.on("end", () => resolve(got));
+        sock.on("error", reject);
+      });
+      assert.match(text, /^HTTP\/1\.1 200 /, text);
+      assert.ok(text.includes(": keep-alive\n\n"), text);
+      if (prompt.startsWith("slow")) assert.ok(text.includes("data: [DONE]"), text);
+      else assert.ok(text.includes('"code":"upstream_rate_limited"'), text);
+    }
   });
 });
