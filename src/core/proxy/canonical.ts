@@ -105,11 +105,17 @@ export const MAX_TOKENS_COUNT = 2_147_483_647;
 
 /**
  * A token count an upstream reported, as the canonical count: a whole number from 0 to
- * MAX_TOKENS_COUNT (anything else, a string or a negative, is 0). No real request comes near the
- * cap; one from a broken upstream that reports 1e15 tokens is held to it, so its cost stays a
- * figure the request's log can store (and the core port can send), rather than the log refusing it.
+ * MAX_TOKENS_COUNT (anything else, a negative or a string that is not digits, is 0). A count sent
+ * as a string of digits (`"12"`, as some compatible servers write them) is that number: read as 0,
+ * its tokens went unbilled and uncounted by the spend cap. No real request comes near the cap; one
+ * from a broken upstream that reports 1e15 tokens is held to it, so its cost stays a figure the
+ * request's log can store (and the core port can send), rather than the log refusing it.
  */
-export const tokenCount = (v: unknown): number => (typeof v === "number" && v > 0 ? Math.min(Math.floor(v), MAX_TOKENS_COUNT) : 0);
+export const tokenCount = (v: unknown): number => {
+  const n = typeof v === "string" && DIGITS.test(v) ? Number(v) : v;
+  return typeof n === "number" && n > 0 ? Math.min(Math.floor(n), MAX_TOKENS_COUNT) : 0;
+};
+const DIGITS = /^\d{1,20}$/;
 
 /** A usage; `inputTokens` counts every input token, the cache's reads and writes (subsets of it) included. */
 export function usage(u: Fields<Usage>): Usage {

@@ -120,6 +120,13 @@ describe("openai response conversion", () => {
     assert.ok(cost > 0 && cost < 1_000_000, String(cost));
   });
 
+  it("reads token counts sent as strings of digits (some compatible servers), and nothing else that is not a number", () => {
+    const u = adapter.parseCompletion({ ...textBody, usage: { prompt_tokens: "82", completion_tokens: "17", prompt_tokens_details: { cached_tokens: "2" } } }, req).usage!;
+    assert.deepEqual([u.inputTokens, u.outputTokens, u.cacheReadTokens], [82, 17, 2]);
+    const odd = adapter.parseCompletion({ ...textBody, usage: { prompt_tokens: "8.5", completion_tokens: "-3", prompt_tokens_details: { cached_tokens: " 2" } } }, req).usage!;
+    assert.deepEqual([odd.inputTokens, odd.outputTokens, odd.cacheReadTokens], [0, 0, 0]);
+  });
+
   it("leaves usage unset when the upstream sent none", () => {
     const { usage: _u, ...noUsage } = textBody;
     assert.equal(adapter.parseCompletion(noUsage, req).usage, undefined);
