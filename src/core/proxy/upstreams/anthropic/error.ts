@@ -46,7 +46,7 @@ export function convertMessagesError(status: number, bodyText: string): ConnectE
  */
 export function convertStreamError(data: unknown): ConnectError {
   const { type, message } = readError(data);
-  if (type === "authentication_error" || type === "permission_error") return credentialsRefused(`an ${type} event in its stream`, message);
+  if (type === "authentication_error" || type === "permission_error") return credentialsRefused(`${type === "authentication_error" ? "an" : "a"} ${type} event in its stream`, message);
   return upstreamError((type && statusByType[type]) || 500, type, message);
 }
 

@@ -4,11 +4,18 @@ import { isObject, type JsonObject, parseUpstreamJson } from "../../../json.js";
 import { credentialsRefused, UPSTREAM_SAID } from "../adapter.js";
 import { cutMarked } from "../../../text.js";
 
-/** The `{error:{message,type,code,param}}` body OpenAI answers errors with, when the text is one. */
+/**
+ * The `{error:{message,type,code,param}}` body OpenAI answers errors with, when the text is one;
+ * also the forms of compatible servers, as that object: `{"error": "text"}`, and vLLM's
+ * `{"object": "error", "message", "type", "code"}`.
+ */
 function errorObject(bodyText: string): JsonObject | undefined {
   try {
     const body: unknown = parseUpstreamJson(bodyText);
-    return isObject(body) && isObject(body.error) ? body.error : undefined;
+    if (!isObject(body)) return undefined;
+    if (isObject(body.error)) return body.error;
+    if (typeof body.error === "string") return { message: body.error };
+    return body.object === "error" ? body : undefined;
   } catch {
     return undefined; // an HTML page from a proxy, a truncated body: nothing to reuse
   }

@@ -50,8 +50,14 @@ class OpenAiStreamConverter implements StreamConverter {
   #nextIndex = 0;
   /** The block opened last (text fragments continue it when it is text of their kind). */
   #open: { index: number; type: BlockType } | undefined;
-  /** OpenAI tool_calls[].index -> canonical block index; each stays open until the answer ends. */
-  readonly #toolBlocks = new Map<number, number>();
+  /**
+   * OpenAI tool_calls[].index -> canonical block index; each stays open until the answer ends. A
+   * call streamed without an `index` (Gemini's OpenAI-compatible endpoint sends each call whole,
+   * with its id and no index) is keyed by its id instead: `id <id>`.
+   */
+  readonly #toolBlocks = new Map<number | string, number>();
+  /** The key of the last call that came without an `index`: its fragments without an id continue it. */
+  #unindexed: number | string = 0;
   #finish = FinishReason.UNSPECIFIED;
   /** The unnamed choice and delta fields of the chunk that carried the finish reason, for message_end. */
   #finishExtra: { choiceExtraJson: string; deltaExtraJson: string } | undefined;
@@ -173,7 +179,13 @@ class OpenAiStreamConverter implements StreamConverter {
   }
 
   #toolCall(call: JsonObject, chunk: JsonObject, out: StreamChatResponse[]): void {
-    const key = typeof call.index === "number" ? call.index : 0;
+    let key: number | string;
+    if (typeof call.index === "number") key = call.index;
+    else {
+      // Keyed 0 they all were, so each call's arguments were appended to the first one's.
+      if (typeof call.id === "string" && call.id !== "") this.#unindexed = `id ${call.id}`;
+      key = this.#unindexed;
+    }
     // A custom tool's call streams its free-text input as a function's arguments stream: under
     // `custom` instead of `function`.
     const custom = call.type === "custom" || (call.function === undefined && isObject(call.custom));

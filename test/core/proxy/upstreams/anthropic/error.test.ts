@@ -107,7 +107,7 @@ describe("anthropic error conversion", () => {
       assert.throws(
         () => streamed.push({ event: "error", data: JSON.stringify({ type: "error", error: { type, message: "invalid x-api-key" } }) }),
         (e: unknown) => {
-          assert.deepEqual(toErrorInfo(e), { status: 502, type: "api_error", code: "upstream_authentication_failed", message: `The upstream provider refused the gateway's credentials (an ${type} event in its stream): invalid x-api-key` });
+          assert.deepEqual(toErrorInfo(e), { status: 502, type: "api_error", code: "upstream_authentication_failed", message: `The upstream provider refused the gateway's credentials (${type === "authentication_error" ? "an" : "a"} ${type} event in its stream): invalid x-api-key` });
           assert.deepEqual(retryGuidanceOf(e as never), { "x-should-retry": "false" });
           return true;
         },

@@ -67,6 +67,18 @@ const cases: { name: string; status: number; body: string; expect: { status: num
     body: "<html><head><title>503 Service Temporarily Unavailable</title></head></html>",
     expect: { status: 502, type: "api_error", code: "upstream_error", message: /^The upstream provider failed with status 503\.$/ },
   },
+  {
+    name: "a compatible server's error as a string keeps its words",
+    status: 400,
+    body: JSON.stringify({ error: "max_tokens is too large" }),
+    expect: { status: 400, type: "invalid_request_error", code: "upstream_invalid_request_error", message: /^Upstream error: max_tokens is too large$/ },
+  },
+  {
+    name: "vLLM's top-level error object keeps its words and type",
+    status: 400,
+    body: JSON.stringify({ object: "error", message: "This model's maximum context length is 4096 tokens.", type: "BadRequestError", param: null, code: 400 }),
+    expect: { status: 400, type: "invalid_request_error", code: "upstream_invalid_request_error", message: /^Upstream error: This model's maximum context length is 4096 tokens\.$/ },
+  },
 ];
 
 describe("openai error conversion", () => {

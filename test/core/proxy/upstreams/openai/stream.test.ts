@@ -274,6 +274,24 @@ describe("openai stream converter", () => {
     assert.deepEqual(refused({ message: "Forbidden", type: "permission_error", code: 403 }), [502, "upstream_authentication_failed"]);
   });
 
+  it("keeps calls streamed without an index apart by their ids (Gemini's OpenAI-compatible endpoint), a fragment without an id continuing the last", () => {
+    const conv = createOpenAiAdapter().createStreamConverter(req);
+    const call = (c: object) => ({ id: "chatcmpl-g", created: 1, choices: [{ index: 0, delta: { role: "assistant", tool_calls: [c] } }] });
+    const out = [
+      call({ id: "function-call-1", type: "function", function: { name: "get_weather", arguments: '{"location":' } }),
+      call({ function: { arguments: '"Sydney"}' } }),
+      call({ id: "function-call-2", type: "function", function: { name: "get_time", arguments: '{"tz":"UTC"}' } }),
+      { id: "chatcmpl-g", created: 1, choices: [{ index: 0, delta: {}, finish_reason: "stop" }] },
+    ].flatMap((c) => conv.push({ event: undefined, data: JSON.stringify(c) }).map(brief));
+    assert.deepEqual(out.slice(1), [
+      ["blockStart", 0, "TOOL_USE", "function-call-1", "get_weather"],
+      ["delta", 0, '{"location":'],
+      ["delta", 0, '"Sydney"}'],
+      ["blockStart", 1, "TOOL_USE", "function-call-2", "get_time"],
+      ["delta", 1, '{"tz":"UTC"}'],
+    ]);
+  });
+
   it("ignores choices other than index 0", () => {
     const conv = createOpenAiAdapter().createStreamConverter(req);
     const chunk = { id: "chatcmpl-n", created: 1, choices: [{ index: 1, delta: { content: "other" } }, { index: 0, delta: { content: "mine" } }] };
