@@ -39,7 +39,8 @@ export function refuseUnauthenticated(req: IncomingMessage | Http2ServerRequest,
 }
 
 /** The HTTP status of a Connect unary error, by code (the Connect protocol's table), for those refuseCall gives. */
-const CONNECT_HTTP_STATUS: Partial<Record<Code, number>> = { [Code.Unauthenticated]: 401, [Code.Unavailable]: 503 };
+const CONNECT_HTTP_STATUS: Partial<Record<Code, number>> = { [Code.Unauthenticated]: 401, [Code.Unavailable]: 503, [Code.InvalidArgument]: 400 };
+const CODE_NAME: Partial<Record<Code, string>> = { [Code.Unauthenticated]: "unauthenticated", [Code.Unavailable]: "unavailable", [Code.InvalidArgument]: "invalid_argument" };
 
 /**
  * Answers a call, unrun, with an error in the shape of its protocol, as Connect itself would answer
@@ -49,11 +50,11 @@ const CONNECT_HTTP_STATUS: Partial<Record<Code, number>> = { [Code.Unauthenticat
  * resetting the stream (HTTP/2) instead fails a client still writing its body (EPIPE, "premature
  * close") before it reads the answer. A body that trickles in is cut by the request timeout.
  */
-export function refuseCall(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, code: Code.Unauthenticated | Code.Unavailable, message: string): void {
+export function refuseCall(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, code: Code.Unauthenticated | Code.Unavailable | Code.InvalidArgument, message: string): void {
   const ct = String(req.headers["content-type"] ?? "");
   const h2 = "stream" in res;
   const grpcStatus = { "grpc-status": String(code), "grpc-message": encodeURIComponent(message) };
-  const name = code === Code.Unauthenticated ? "unauthenticated" : "unavailable";
+  const name = CODE_NAME[code]!;
   if (/^application\/grpc-web/i.test(ct)) {
     send(res, 200, { "content-type": ct, ...grpcStatus }, undefined);
   } else if (/^application\/grpc/i.test(ct)) {

@@ -6,6 +6,7 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { refuseCall, refuseUnauthenticated } from "./admin-auth.js";
 import { bounded, MAX_ERROR_MESSAGE_CHARS } from "./errors.js";
 import { isObject } from "./json.js";
+import { cutMarked } from "./text.js";
 import { applyClientTimeouts, clientTimeouts, type ClientTimeouts } from "../client-timeouts.js";
 import { answerClientError } from "../facades/http-errors.js";
 
@@ -63,7 +64,15 @@ export function createCoreServer(routes: (router: ConnectRouter) => void, interc
       dropRest(req);
       return done;
     };
-    return connect(req, res);
+    try {
+      return connect(req, res);
+    } catch (e) {
+      // Connect reads the call's URL from its authority before anything else, and throws where
+      // there is none it can use (HTTP/1.0 without Host, an empty Host, `:authority: [`): thrown
+      // from a request listener, that ended the process. The call is refused, unrun.
+      if (res.headersSent) return void res.destroy();
+      refuseCall(req, res as Parameters<typeof refuseCall>[1], Code.InvalidArgument, `the call cannot be read: ${cutMarked(String((e as Error)?.message ?? e), 200)}`);
+    }
   };
   const handler: typeof connect = authorize
     ? (req, res) => {

@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import type { AddressInfo } from "node:net";
+import net from "node:net";
+import http2 from "node:http2";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
@@ -388,6 +390,39 @@ describe("core port: requests checked before they reach the upstream", function 
     const ok = await call({ projectId, limitOverrides: { requestsPerMinute: 500 } });
     assert.equal(ok.status, 200, await ok.clone().text());
     assert.equal(((await ok.json()) as { project: { limitOverrides: { requestsPerMinute: number } } }).project.limitOverrides.requestsPerMinute, 500);
+  });
+
+  it("refuses a call without an authority it can read (HTTP/1.0 without Host, an empty Host, an h2 :authority of '['), and stays up", async () => {
+    const url = new URL(gw.grpcUrl);
+    const raw = (text: string) =>
+      new Promise<string>((resolve) => {
+        const s = net.connect(Number(url.port), url.hostname, () => s.write(text));
+        let got = "";
+        s.on("data", (d) => (got += d));
+        s.on("error", () => resolve(got));
+        s.on("close", () => resolve(got));
+        setTimeout(() => s.destroy(), 2_000);
+      });
+    const head = `Authorization: Bearer ${gw.adminToken}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`;
+    for (const text of [`POST /svc.auth.v1.AuthService/ListProjects HTTP/1.0\r\n${head}`, `POST /svc.auth.v1.AuthService/ListProjects HTTP/1.1\r\nHost:\r\nConnection: close\r\n${head}`]) {
+      const answer = await raw(text);
+      assert.match(answer, /^HTTP\/1\.1 400 /, answer);
+      assert.match(answer, /"code":"invalid_argument"/, answer);
+    }
+    const h2Status = await new Promise<string>((resolve) => {
+      const session = http2.connect(gw.grpcUrl);
+      session.on("error", () => {});
+      const st = session.request({ ":method": "POST", ":path": "/svc.auth.v1.AuthService/ListProjects", ":authority": "[", "content-type": "application/json", authorization: `Bearer ${gw.adminToken}` });
+      st.on("response", (h) => resolve(String(h[":status"])));
+      st.on("error", (e) => resolve(String(e)));
+      st.on("close", () => session.close());
+      st.resume();
+      st.end("{}");
+    });
+    assert.equal(h2Status, "400");
+    // Still serving.
+    const usage = await unary<{ spent_usd: string }>(limits, "GetUsage", { project_id: projectId }, md);
+    assert.match(usage.spent_usd, /^\d/);
   });
 
   it("DeleteKey is not marked idempotent: a second call answers NOT_FOUND", async () => {
