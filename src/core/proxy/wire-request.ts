@@ -7,9 +7,10 @@ import {
   type StreamChatRequest,
   type ToolDefinition,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
-import { invalidRequest } from "../errors.js";
 import { REQUEST_ID } from "../ids.js";
-import { isObject, JSON_ITEMS_COUNTED, type JsonObject, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH } from "../json.js";
+import { isObject, JSON_ITEMS_COUNTED, type JsonObject, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, overflowedNumberAt } from "../json.js";
+import { checkMessagesExtraFields, checkStreamOptions } from "./request-checks.js";
+import { fail } from "../validate.js";
 import {
   BETA_NAME,
   CHAT_FUNCTION_FIELDS,
@@ -31,6 +32,7 @@ import { MAX_TOKENS_COUNT } from "./canonical.js";
 import { isCustomCall } from "./upstreams/openai/tool-call.js";
 import { TEXT_KEYS, TOOL_RESULT_KEYS, TOOL_USE_KEYS } from "./upstreams/anthropic/blocks.js";
 import { cutText } from "../text.js";
+import { LIMITS } from "../telemetry/log-row.js";
 
 /**
  * Checks a StreamChatRequest that arrived over the network, before anything is sent upstream. The
@@ -72,17 +74,20 @@ export function checkWireChatRequest(req: StreamChatRequest): void {
   if (req.messages.length === 0) fail("invalid_value", "`messages` must contain at least one message.");
   req.messages.forEach((m, i) => checkMessage(m, `messages[${i}]`, style));
   req.tools.forEach((t, i) => checkTool(t, `tools[${i}]`, style));
-  checkRequestExtra(req.extraJson, style);
+  checkRequestExtra(req.extraJson, style, req.stream);
   if (req.userId.length > MAX_USER_ID_CHARS) fail("invalid_user_id", `\`user_id\` must be at most ${MAX_USER_ID_CHARS} characters.`);
-  for (const k in req.metadata) if (k === "") fail("invalid_metadata", "`metadata` keys must not be empty.");
+  // As X-Svc-Metadata on the HTTP endpoints: what a log keeps (LIMITS) is what is taken.
+  const pairs = Object.entries(req.metadata);
+  if (pairs.length > LIMITS.metadataPairs) fail("invalid_metadata", `\`metadata\` holds ${pairs.length} keys; at most ${LIMITS.metadataPairs} are logged.`);
+  for (const [k, v] of pairs) {
+    if (k === "") fail("invalid_metadata", "`metadata` keys must not be empty.");
+    if (k.length > LIMITS.metadataKey) fail("invalid_metadata", `\`metadata\` keys must be at most ${LIMITS.metadataKey} characters.`);
+    if (v.length > LIMITS.metadataValue) fail("invalid_metadata", `\`metadata\` values must be at most ${LIMITS.metadataValue} characters (\`${cutText(k, 64)}\` has ${v.length}).`);
+  }
   if (req.betas.length > MAX_BETAS || !req.betas.every((b) => BETA_NAME.test(b))) {
     fail("invalid_beta", `\`betas\` must be at most ${MAX_BETAS} beta feature names (letters, digits, \`.\`, \`_\`, \`-\`).`);
   }
 }
-
-const fail = (code: string, message: string): never => {
-  throw invalidRequest(code, message);
-};
 
 const typeName = (v: unknown): string => (v === null ? "null" : Array.isArray(v) ? "an array" : `a ${typeof v}`);
 
@@ -95,11 +100,16 @@ function jsonText(json: string, path: string): unknown {
   const beyond = jsonTextBeyond(json);
   if (beyond === "depth") fail("json_too_deep", `\`${path}\` nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
   if (beyond === "items") fail("json_too_complex", `\`${path}\` holds more than ${MAX_JSON_ITEMS} JSON items in all (${JSON_ITEMS_COUNTED}).`);
+  let v: unknown;
   try {
-    return JSON.parse(json);
+    v = JSON.parse(json);
   } catch {
     return fail("invalid_value", `\`${path}\` must be a JSON text; it is not valid JSON.`);
   }
+  // As in a body sent to the HTTP endpoints: written out again, `1e400` would reach the upstream as null.
+  const at = overflowedNumberAt(json, v);
+  if (at !== undefined) fail("invalid_value", `\`${at ? `${path}.${at}` : path}\` is a number too large to represent (beyond ±1.8e308).`);
+  return v;
 }
 
 /** A JSON object text holding none of `named`, parsed; undefined when empty. */
@@ -114,7 +124,7 @@ function objectText(json: string, path: string, named?: ReadonlySet<string>): Js
 const namedField = (path: string, key: string): never =>
   fail("invalid_value", `\`${path}\` must not hold \`${key}\`: the canonical request names that field itself.`);
 
-function checkRequestExtra(json: string, style: ApiStyle): void {
+function checkRequestExtra(json: string, style: ApiStyle, stream: boolean): void {
   const extra = objectText(json, "extra_json");
   if (!extra) return;
   const messages = style === ApiStyle.MESSAGES;
@@ -123,6 +133,9 @@ function checkRequestExtra(json: string, style: ApiStyle): void {
     if (!Object.hasOwn(extra, k) || (messages && k === "system" && Array.isArray(extra.system))) continue;
     namedField("extra_json", k);
   }
+  // As on the HTTP endpoints: the fields they check that the canonical model does not name.
+  if (messages) checkMessagesExtraFields(extra);
+  else checkStreamOptions(extra, stream);
   // As on /v1/chat/completions: the gateway answers, caches and prices one choice.
   const n = extra.n;
   if (!messages && n !== undefined && n !== null && n !== 1) fail("unsupported_parameter", `\`n\` must be 1: the gateway returns a single choice, got ${JSON.stringify(n)}.`);

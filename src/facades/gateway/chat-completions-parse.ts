@@ -1,3 +1,4 @@
+import { checkStreamOptions } from "../../core/proxy/request-checks.js";
 import { ApiStyle, BlockType, type ChatMessage, type ContentBlock, type ToolDefinition } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { extraJson, isObject, type JsonObject } from "../../core/json.js";
 import { chatMessage, contentBlock, toolDefinition } from "../../core/proxy/canonical.js";
@@ -30,7 +31,7 @@ import {
   requireString,
   shownNumber,
   wrongType,
-} from "./validate.js";
+} from "../../core/validate.js";
 import { cutText } from "../../core/text.js";
 
 const chat = ApiStyle.CHAT_COMPLETIONS;
@@ -79,16 +80,6 @@ function checkChoiceCount(b: JsonObject): void {
   fail("unsupported_parameter", `\`n\` must be 1: the gateway returns a single choice, got ${shownNumber(n)}.`);
 }
 
-function checkStreamOptions(b: JsonObject, stream: boolean): void {
-  const opts = b.stream_options;
-  if (opts === undefined || opts === null) return;
-  if (!isObject(opts)) return wrongType("stream_options", "an object", opts);
-  if (!stream) fail("invalid_value", "`stream_options` is only allowed when `stream` is true.");
-  // Read by the gateway itself (the upstream is always asked for usage): a value it would take as
-  // false without a word (`"true"`, 1) is refused instead.
-  const usage = opts.include_usage;
-  if (usage !== undefined && usage !== null && typeof usage !== "boolean") wrongType("stream_options.include_usage", "a boolean", usage);
-}
 
 function parseMessage(v: unknown, path: string): ChatMessage {
   const m = requireObject(v, path);

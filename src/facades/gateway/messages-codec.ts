@@ -1,3 +1,4 @@
+import { checkMessagesExtraFields } from "../../core/proxy/request-checks.js";
 import {
   ApiStyle,
   type BlockDelta,
@@ -31,7 +32,6 @@ import {
   missing,
   optionalArray,
   optionalBoolean,
-  optionalIntegerInRange,
   optionalNumberInRange,
   optionalString,
   requireArray,
@@ -41,7 +41,7 @@ import {
   requireOneOf,
   requireString,
   wrongType,
-} from "./validate.js";
+} from "../../core/validate.js";
 import { cutText } from "../../core/text.js";
 
 /**
@@ -76,7 +76,7 @@ function parseRequest(input: unknown): ParsedChatRequest {
   const temperature = optionalNumberInRange(body, "temperature", 0, MAX_TEMPERATURE_MESSAGES);
   const stream = optionalBoolean(body, "stream") ?? false;
   const tools = (optionalArray(body, "tools") ?? []).map(parseTool);
-  checkSampling(body);
+  checkMessagesExtraFields(body);
   return {
     style: ApiStyle.MESSAGES,
     model,
@@ -160,19 +160,6 @@ function parseTool(v: unknown, i: number): ToolDefinition {
     inputSchemaJson: JSON.stringify(schema),
     extraJson: extraJson(t, MESSAGES_TOOL_FIELDS),
   });
-}
-
-/** Sampling fields the canonical model does not name: checked here, carried in extra_json. */
-function checkSampling(body: JsonObject): void {
-  optionalArray(body, "stop_sequences")?.forEach((s, i) => {
-    if (typeof s !== "string") wrongType(`stop_sequences[${i}]`, "a string", s);
-  });
-  optionalIntegerInRange(body, "top_k", 0);
-  optionalNumberInRange(body, "top_p", 0, 1);
-  if (body.metadata !== undefined && body.metadata !== null) requireObject(body.metadata, "metadata");
-  if (body.tool_choice !== undefined && body.tool_choice !== null) {
-    requireString(requireObject(body.tool_choice, "tool_choice"), "type", "tool_choice.type");
-  }
 }
 
 // ---- whole answer -----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-import { invalidRequest } from "../../core/errors.js";
-import { isObject, type JsonObject } from "../../core/json.js";
+import { invalidRequest } from "./errors.js";
+import { isObject, type JsonObject } from "./json.js";
 
 /**
  * Field checks shared by the client codecs. Each throws the core's 400 error with a stable code and a
