@@ -3,13 +3,14 @@ import { Code, ConnectError, type Interceptor, type ServiceImpl } from "@connect
 import type { CacheService } from "../gen/svc/cache/v1/cache_service_pb.js";
 import { KeyMode } from "../gen/svc/common/v1/key_mode_pb.js";
 import type { LimitsService } from "../gen/svc/limits/v1/limits_service_pb.js";
-import { CompletionSchema } from "../gen/svc/proxy/v1/proxy_service_pb.js";
+import { type Completion, CompletionSchema } from "../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { ProxyService } from "../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { TelemetryService } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "../logger.js";
 import { apiError, bounded, carriesErrorInfo, invalidRequest, MAX_ERROR_MESSAGE_CHARS, notFound, toErrorInfo } from "./errors.js";
 import { checkWireChatRequest } from "./proxy/wire-request.js";
 import { cutText } from "./text.js";
+import { isObject } from "./json.js";
 import { checkWireLog } from "./telemetry/log-row.js";
 
 /**
@@ -102,6 +103,37 @@ export function servedLimitsService(impl: ServiceImpl<typeof LimitsService>, pro
 }
 
 /**
+ * What of a Completion would keep it from being served as a hit, or undefined: its JSON texts must
+ * be what the gateway writes there (each extra_json a JSON object, a block's raw_json JSON, or
+ * empty), else every hit on it failed as an internal error; its token counts must not be negative,
+ * else every hit's log was refused, and so dropped.
+ */
+function unservable(c: Completion): string | undefined {
+  const objects: Array<[string, string]> = [["extra_json", c.extraJson], ["message_extra_json", c.messageExtraJson], ["choice_extra_json", c.choiceExtraJson], ["usage.extra_json", c.usage?.extraJson ?? ""]];
+  for (const [i, b] of c.blocks.entries()) {
+    objects.push([`blocks[${i}].extra_json`, b.extraJson]);
+    if (b.rawJson !== "" && !isJson(b.rawJson)) return `\`blocks[${i}].raw_json\` is not JSON`;
+  }
+  for (const [path, text] of objects) if (text !== "" && !isObject(parsedOrUndefined(text))) return `\`${path}\` is not a JSON object`;
+  const u = c.usage;
+  if (u) {
+    for (const [name, n] of [["input_tokens", u.inputTokens], ["output_tokens", u.outputTokens], ["cache_read_tokens", u.cacheReadTokens], ["cache_write_tokens", u.cacheWriteTokens], ["cache_write_1h_tokens", u.cacheWrite1hTokens]] as const) {
+      if (n < 0) return `\`usage.${name}\` is negative`;
+    }
+  }
+  return undefined;
+}
+
+const parsedOrUndefined = (text: string): unknown => {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+};
+const isJson = (text: string): boolean => parsedOrUndefined(text) !== undefined;
+
+/**
  * CacheService for the core port: PutEntry's payload must be what the gateway stores and serves as
  * a hit (a Completion in protobuf binary form), for a project that exists; an entry nobody could
  * serve is refused instead of stored. GetEntry of a project that does not exist is NOT_FOUND, as the
@@ -117,11 +149,14 @@ export function servedCacheService(impl: ServiceImpl<typeof CacheService>, proje
     },
     async putEntry(req, ctx) {
       if (req.payload.byteLength > 0) {
+        let c: Completion;
         try {
-          fromBinary(CompletionSchema, req.payload);
+          c = fromBinary(CompletionSchema, req.payload);
         } catch {
           throw invalidRequest("invalid_value", "`payload` must be a svc.proxy.v1.Completion in protobuf binary form.");
         }
+        const bad = unservable(c);
+        if (bad !== undefined) throw invalidRequest("invalid_value", `\`payload\` holds a Completion no gateway could serve: ${bad}.`);
       }
       await existsIfNamed(project, req.projectId);
       return impl.putEntry(req, ctx);

@@ -358,7 +358,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
         lookedAt = landings.now();
         got = await deps.cache.getEntry(scope);
       }
-      if (got.hit) hit = decodedHit(answers, got.payload, requestId);
+      if (got.hit) hit = decodedHit(answers, got.payload, requestId, chat.model);
       if (hit) {
         if (!pre.prepared) prepared.remember(pre.memoPath, body.text, { value: body.value, parsed, cacheKey: pre.cacheKey });
       }
@@ -456,7 +456,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
           if (policy.lookup && landings.since(flightKey, lookedAt)) {
             lookedAt = landings.now();
             const again = await deps.cache.getEntry(scope);
-            const stored = again.hit ? decodedHit(answers, again.payload, requestId) : undefined;
+            const stored = again.hit ? decodedHit(answers, again.payload, requestId, chat.model) : undefined;
             if (stored) {
               letGo(stored.completion);
               return await serveHit(res, svc, limitHeaders, s.codec, parsed, stored, trace, bodies);
@@ -592,9 +592,13 @@ const undecodableLogged = atMostEvery(60_000);
  * payload is not one this build can read: an entry another replica wrote in a form this one does
  * not know, or damaged in the store. Logged at most once a minute.
  */
-function decodedHit(answers: CachedAnswers, payload: Uint8Array, requestId: string): CachedAnswer | undefined {
+function decodedHit(answers: CachedAnswers, payload: Uint8Array, requestId: string, model: string): CachedAnswer | undefined {
   try {
-    return answers.of(payload);
+    const hit = answers.of(payload);
+    // The gateway's own entries name the model they answer (it is in their key): one naming another
+    // (put on the core port) would answer the client in another model's name.
+    if (hit.completion.model !== model) throw new Error(`the entry answers for the model '${hit.completion.model}', not '${model}'`);
+    return hit;
   } catch (e) {
     if (undecodableLogged()) {
       log.warn("a cached answer could not be decoded: answered as a miss", { requestId, err: String(e) });

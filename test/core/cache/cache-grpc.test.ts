@@ -73,6 +73,24 @@ describe("CacheService over gRPC (independent @grpc/grpc-js client loading the .
     await assert.rejects(unary(cache, "PutEntry", { ...key, project_id: "proj_nobody", payload, cost_usd: "1" }, md), (e: any) => e.code === grpc.status.NOT_FOUND);
   });
 
+  it("refuses a Completion no gateway could serve: an extra_json that is not a JSON object, a raw_json that is not JSON, a negative token count", async () => {
+    const key = { ...entry, cache_key: "d".repeat(64) };
+    const bad = [
+      [completion({ model: "chat-4o", extraJson: "{bad" }), "`extra_json` is not a JSON object"],
+      [completion({ model: "chat-4o", blocks: [contentBlock({ type: BlockType.TEXT, text: "x", extraJson: "[1]" })] }), "`blocks[0].extra_json` is not a JSON object"],
+      [completion({ model: "chat-4o", blocks: [contentBlock({ type: BlockType.OTHER, rawJson: "{bad" })] }), "`blocks[0].raw_json` is not JSON"],
+      [completion({ model: "chat-4o", usage: { $typeName: "svc.proxy.v1.Usage", inputTokens: -5, outputTokens: 1, extraJson: "", cacheReadTokens: 0, cacheWriteTokens: 0, cacheWrite1hTokens: 0 } }), "`usage.input_tokens` is negative"],
+    ] as const;
+    for (const [c, says] of bad) {
+      await assert.rejects(unary(cache, "PutEntry", { ...key, payload: Buffer.from(toBinary(CompletionSchema, c)), cost_usd: "1" }, md), (e: any) => {
+        assert.equal(e.code, grpc.status.INVALID_ARGUMENT, e.message);
+        assert.ok(e.details.includes(says), e.details);
+        return true;
+      });
+    }
+    assert.equal((await unary<any>(cache, "GetEntry", key, md)).hit, false, "nothing stored");
+  });
+
   it("answers NOT_FOUND for a lookup in a project that does not exist, rather than a miss that reads as a mistyped id's empty cache", async () => {
     await assert.rejects(unary(cache, "GetEntry", { ...entry, project_id: "proj_nobody" }, md), (e: any) => e.code === grpc.status.NOT_FOUND && /proj_nobody/.test(e.details));
   });

@@ -11,6 +11,9 @@ import { eventually, postJson, sendAndLeave, sseEvents } from "../../support/htt
 import { startRedis, type TestRedis } from "../../support/redis.js";
 import { processesOnOneRedis } from "../../support/svc-cli.js";
 import { createAdminClient } from "../../../src/cli/admin-client.js";
+import { toBinary } from "@bufbuild/protobuf";
+import { completion, contentBlock } from "../../../src/core/proxy/canonical.js";
+import { BlockType, CompletionSchema, FinishReason } from "../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
 
 let n = 0;
 /** A prompt no other test sends, so its first request is a miss. */
@@ -80,6 +83,18 @@ for (const mode of ["memory", "redis"] as const) {
       assert.equal(b.headers["x-svc-cache"], "HIT");
       assert.deepEqual(b.json().choices, a.json().choices);
       assert.equal(upstreamCalls(p), 1);
+    });
+
+    it("answers an entry naming another model (put on the core port) as a miss, never in that model's name", async () => {
+      const p = fresh();
+      const body = chat(p);
+      const cacheKey = cacheKeyOf(chatCompletionsCodec.parseRequest(body));
+      const other = completion({ id: "chatcmpl-other", model: "chat-4", finishReason: FinishReason.END_TURN, blocks: [contentBlock({ type: BlockType.TEXT, text: "another model's" })] });
+      await gw.cache.putEntry({ projectId: keys.projectId, keyMode: KeyMode.LIVE, cacheKey, payload: toBinary(CompletionSchema, other), costUsd: "0", ttlSeconds: 0 });
+      const a = await postJson(url, keys.live, body);
+      assert.equal(a.headers["x-svc-cache"], "MISS");
+      assert.equal(a.json().model, body.model);
+      assert.equal(a.json().choices[0].message.content, `Echo: ${p}`);
     });
 
     it("refuses a deleted key on its very next request, though its answer is cached and its key was just used", async () => {
