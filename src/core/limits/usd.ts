@@ -20,7 +20,8 @@ export const MAX_CAP_USD = 5_000_000;
  */
 export const MAX_CHARGE_NANO = BigInt(MAX_CAP_USD) * NANO_PER_USD + 1n;
 
-const decimal = /^(\d{1,16})(?:\.(\d+))?$/;
+/** A plain decimal; its whole part up to 100 digits (any amount past the largest charge counts as that). */
+const decimal = /^(\d{1,100})(?:\.(\d+))?$/;
 
 /**
  * A USD amount as a plain decimal, in nano-dollars rounded up; undefined when it is not one (as

@@ -9,6 +9,13 @@ describe("nano-dollar money", () => {
     assert.equal(usdToNanoCeil("0"), 0n);
   });
 
+  it("reads an amount of any size up to 100 whole digits (a charge past the largest counts as that), and a cap past 5,000,000 as none", () => {
+    assert.equal(usdToNanoCeil("99999999999999999999"), 99_999_999_999_999_999_999_000_000_000n);
+    assert.equal(usdToNanoCeil("9".repeat(100)), BigInt("9".repeat(100)) * 1_000_000_000n);
+    assert.equal(usdToNanoCeil("9".repeat(101)), undefined);
+    assert.equal(parseCapNano("99999999999999999999"), undefined);
+  });
+
   it("refuses what is not a plain non-negative decimal", () => {
     for (const bad of ["", "-1", "1e3", "abc", "1.", ".5", "0x10", "1,5", " 5", "5 ", "\t5", "5\n", " "]) {
       assert.equal(usdToNanoCeil(bad), undefined, JSON.stringify(bad));
