@@ -259,9 +259,10 @@ for (const mode of ["memory", "redis"] as const) {
 
     it("stores the answer for a request that waited on an identical one sent with no-store or a short max-age (those apply to that request only)", async () => {
       for (const control of ["no-store", "max-age=1"]) {
-        const p = fresh("[[fake:delay=300]]");
+        // The first one with the upstream for 800 ms: the second comes while it is (on a busy machine too).
+        const p = fresh("[[fake:delay=800]]");
         const first = postJson(url, keys.live, chat(p), { "X-Svc-Cache-Control": control });
-        await new Promise((r) => setTimeout(r, 100));
+        await new Promise((r) => setTimeout(r, 200));
         const waiter = await postJson(url, keys.live, chat(p));
         assert.equal((await first).headers["x-svc-cache"], "MISS");
         assert.equal(waiter.headers["x-svc-cache"], "HIT", "served the answer in flight");
