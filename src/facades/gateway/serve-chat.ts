@@ -905,6 +905,7 @@ async function callUpstream(
     first = keepAliveMs > 0 ? await firstEvent(events.next(), res, keepAliveMs, () => {
       beginStream(res, svc, extra, s.codec);
       begun = true;
+      trace.firstByte(); // the answer's first bytes, its headers and a keep-alive, go out now
     }) : await events.next();
   } catch (e) {
     if (!begun) {

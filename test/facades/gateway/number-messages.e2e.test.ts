@@ -42,6 +42,9 @@ describe("numeric fields: messages that name the problem", function () {
     ["chat a long integer", "/v1/chat/completions", chat(`"logit_bias":{"50256":${"9".repeat(400)}}`), "invalid_value", "`logit_bias.50256` is a number too large to represent (beyond ±1.8e308)."],
     ["chat tool schema 9.9e308", "/v1/chat/completions", chat('"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"type":"number","maximum":9.9e308}}}}}]'), "invalid_value", "`tools[0].function.parameters.properties.x.maximum` is a number too large to represent (beyond ±1.8e308)."],
     ["messages metadata-like field", "/v1/messages", messages('"max_tokens":5,"extra_thing":[1,2,-1E+999]'), "invalid_value", "`extra_thing[2]` is a number too large to represent (beyond ±1.8e308)."],
+    // Many whole digits and a short exponent (1e349, 9e308) pass the range as surely as a long exponent does.
+    ["chat a long mantissa with a two-digit exponent", "/v1/chat/completions", chat(`"seed":1${"0".repeat(250)}e99`), "invalid_value", "`seed` is a number too large to represent (beyond ±1.8e308)."],
+    ["chat 300 digits with a one-digit exponent", "/v1/chat/completions", chat(`"seed":9${"0".repeat(299)}.5e9`), "invalid_value", "`seed` is a number too large to represent (beyond ±1.8e308)."],
   ];
 
   it("says the number is out of range, or which number it is", async () => {

@@ -3,7 +3,8 @@ import http from "node:http";
 import { connect } from "node:net";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
-import { postJson } from "../../support/http.js";
+import { eventually, postJson } from "../../support/http.js";
+import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { gatewayOnScriptedUpstream } from "../../support/upstream.js";
 
 /**
@@ -75,14 +76,14 @@ describe("gateway streams: a keep-alive comment before a slow first event", () =
 
   /** The response, and how long its headers took to come. */
   const timed = (content: string) =>
-    new Promise<{ headersMs: number; status: number; text: string; trailers: NodeJS.Dict<string> }>((resolve, reject) => {
+    new Promise<{ headersMs: number; status: number; text: string; trailers: NodeJS.Dict<string>; requestId: string }>((resolve, reject) => {
       const started = Date.now();
       const req = http.request(`${on.gw.gatewayUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-svc-api-key": on.key } }, (res) => {
         const headersMs = Date.now() - started;
         let text = "";
         res.setEncoding("utf8");
         res.on("data", (c: string) => (text += c));
-        res.on("end", () => resolve({ headersMs, status: res.statusCode!, text, trailers: res.trailers }));
+        res.on("end", () => resolve({ headersMs, status: res.statusCode!, text, trailers: res.trailers, requestId: String(res.headers["x-svc-request-id"]) }));
       });
       req.on("error", reject);
       req.end(JSON.stringify({ model: "chat-4o", stream: true, messages: [{ role: "user", content }] }));
@@ -108,6 +109,14 @@ describe("gateway streams: a keep-alive comment before a slow first event", () =
     const err = JSON.parse(last.replace(/^data: /, "")).error;
     assert.deepEqual([err.type, err.code], ["rate_limit_error", "upstream_rate_limited"], r.text);
     assert.equal(r.trailers["x-svc-cost"], "0");
+    // Logged as the error in its stream, its first byte the one that began it (not 0: none sent).
+    let log: { status: number; errorCode: string; ttfbMs: number; latencyMs: number } | undefined;
+    await eventually(async () => {
+      log = (await on.gw.telemetry.getLog({ projectId: on.projectId, keyMode: KeyMode.LIVE, requestId: r.requestId }).catch(() => undefined))?.log;
+      return log !== undefined;
+    }, 5_000, "the stream's log");
+    assert.deepEqual([log!.status, log!.errorCode], [200, "upstream_rate_limited"]);
+    assert.ok(log!.ttfbMs > 200 && log!.ttfbMs < log!.latencyMs, `ttfb ${log!.ttfbMs} of ${log!.latencyMs} ms`);
     const client = new OpenAI({ apiKey: on.key, baseURL: `${on.gw.gatewayUrl}/v1`, maxRetries: 0 });
     await assert.rejects(client.chat.completions.stream({ model: "chat-4o", messages: [{ role: "user", content: `refused ${++n}` }] }).finalChatCompletion(), (e: unknown) => e instanceof OpenAI.APIError);
   });
