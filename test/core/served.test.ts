@@ -145,6 +145,7 @@ describe("core port: requests checked before they reach the upstream", function 
     ["messages-style stop_sequences that are not strings", (m) => messages(m, { extra_json: '{"stop_sequences":[1]}' }), "INVALID_ARGUMENT", "invalid_type", "`stop_sequences[0]`"],
     ["a messages-style metadata that is not an object", (m) => messages(m, { extra_json: '{"metadata":5}' }), "INVALID_ARGUMENT", "invalid_type", "`metadata`"],
     ["a messages-style tool_choice without a type", (m) => messages(m, { extra_json: '{"tool_choice":{}}' }), "INVALID_ARGUMENT", "missing_required_field", "`tool_choice.type`"],
+    ["an image block whose raw_json has no type", (m) => chat(m, { messages: [{ role: "user", blocks: [text(m), { type: "BLOCK_TYPE_IMAGE", raw_json: "{}", style: CHAT }] }] }), "INVALID_ARGUMENT", "missing_required_field", "`messages[0].blocks[1].raw_json.type`"],
     ["65 metadata keys", (m) => chat(m, { metadata: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`k${i}`, "v"])) }), "INVALID_ARGUMENT", "invalid_metadata", "at most 64"],
     ["a metadata value over 1024 characters", (m) => chat(m, { metadata: { k: "v".repeat(1025) } }), "INVALID_ARGUMENT", "invalid_metadata", "at most 1024"],
     ["malformed message extra_json", (m) => chat(m, { messages: [{ role: "user", blocks: [text(m)], extra_json: "{bad" }] }), "INVALID_ARGUMENT", "invalid_value", "`messages[0].extra_json`"],

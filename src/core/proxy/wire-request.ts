@@ -178,7 +178,9 @@ function checkBlock(b: ContentBlock, path: string): void {
   }
   if (b.type === BlockType.IMAGE || b.type === BlockType.OTHER) {
     if (b.rawJson === "") fail("missing_required_field", `\`${path}.raw_json\` is required: an image or other block is carried as its JSON.`);
-    objectText(b.rawJson, `${path}.raw_json`);
+    // As a content part's `type` is required on the HTTP endpoints: `{}` would reach the upstream as a part of no type.
+    const raw = objectText(b.rawJson, `${path}.raw_json`)!;
+    if (typeof raw.type !== "string" || raw.type === "") fail("missing_required_field", `\`${path}.raw_json.type\` is required: it is the part's JSON as the client's style writes it.`);
   } else {
     jsonText(b.rawJson, `${path}.raw_json`);
   }
