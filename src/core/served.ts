@@ -10,7 +10,7 @@ import { log } from "../logger.js";
 import { apiError, bounded, carriesErrorInfo, invalidRequest, MAX_ERROR_MESSAGE_CHARS, notFound, toErrorInfo } from "./errors.js";
 import { checkWireChatRequest } from "./proxy/wire-request.js";
 import { cutText } from "./text.js";
-import { isObject } from "./json.js";
+import { parseObject } from "./json.js";
 import { checkWireLog } from "./telemetry/log-row.js";
 
 /**
@@ -114,7 +114,7 @@ function unservable(c: Completion): string | undefined {
     objects.push([`blocks[${i}].extra_json`, b.extraJson]);
     if (b.rawJson !== "" && !isJson(b.rawJson)) return `\`blocks[${i}].raw_json\` is not JSON`;
   }
-  for (const [path, text] of objects) if (text !== "" && !isObject(parsedOrUndefined(text))) return `\`${path}\` is not a JSON object`;
+  for (const [path, text] of objects) if (text !== "" && parseObject(text) === undefined) return `\`${path}\` is not a JSON object`;
   const u = c.usage;
   if (u) {
     for (const [name, n] of [["input_tokens", u.inputTokens], ["output_tokens", u.outputTokens], ["cache_read_tokens", u.cacheReadTokens], ["cache_write_tokens", u.cacheWriteTokens], ["cache_write_1h_tokens", u.cacheWrite1hTokens]] as const) {
@@ -124,14 +124,14 @@ function unservable(c: Completion): string | undefined {
   return undefined;
 }
 
-const parsedOrUndefined = (text: string): unknown => {
+const isJson = (text: string): boolean => {
   try {
-    return JSON.parse(text);
+    JSON.parse(text);
+    return true;
   } catch {
-    return undefined;
+    return false;
   }
 };
-const isJson = (text: string): boolean => parsedOrUndefined(text) !== undefined;
 
 /**
  * CacheService for the core port: PutEntry's payload must be what the gateway stores and serves as

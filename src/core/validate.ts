@@ -1,5 +1,7 @@
 import { invalidRequest } from "./errors.js";
-import { isObject, type JsonObject } from "./json.js";
+import { LIMITS } from "./telemetry/log-row.js";
+import { cutText } from "./text.js";
+import { isObject, JSON_ITEMS_COUNTED, type JsonObject, jsonTextBeyond, MAX_JSON_DEPTH, MAX_JSON_ITEMS } from "./json.js";
 
 /**
  * Field checks shared by the client codecs. Each throws the core's 400 error with a stable code and a
@@ -108,4 +110,30 @@ export function requireOneOf<T extends string>(obj: JsonObject, key: string, all
     return fail("invalid_value", `\`${path}\` must be one of ${allowed.map((a) => `'${a}'`).join(", ")}, got '${v}'.`);
   }
   return v as T;
+}
+
+/**
+ * Refuses a JSON text a client sent inside a request (not the body itself) that is nested deeper
+ * than MAX_JSON_DEPTH (json_too_deep) or holds more than MAX_JSON_ITEMS items (json_too_complex),
+ * naming it by `path`, before it is parsed: as a body is bounded (core/json.ts).
+ */
+export function refuseOversizedJson(text: string, path: string): void {
+  const beyond = jsonTextBeyond(text);
+  if (beyond === "depth") fail("json_too_deep", `\`${path}\` nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
+  if (beyond === "items") fail("json_too_complex", `\`${path}\` holds more than ${MAX_JSON_ITEMS} JSON items in all (${JSON_ITEMS_COUNTED}).`);
+}
+
+/**
+ * Holds a request's metadata (key, value text pairs) to what a log keeps (LIMITS), so that nothing
+ * sent is logged cut or dropped and then not found by a filter on it: at most LIMITS.metadataPairs
+ * keys, none empty or longer than LIMITS.metadataKey, no value longer than LIMITS.metadataValue.
+ * `label` names it in the refusal (X-Svc-Metadata on the HTTP endpoints, `metadata` on the core port).
+ */
+export function checkMetadataLimits(label: string, pairs: ReadonlyArray<readonly [string, string]>): void {
+  if (pairs.length > LIMITS.metadataPairs) fail("invalid_metadata", `${label} holds ${pairs.length} keys; at most ${LIMITS.metadataPairs} are logged.`);
+  for (const [k, v] of pairs) {
+    if (!k) fail("invalid_metadata", `${label} keys must not be empty.`);
+    if (k.length > LIMITS.metadataKey) fail("invalid_metadata", `${label} keys must be at most ${LIMITS.metadataKey} characters.`);
+    if (v.length > LIMITS.metadataValue) fail("invalid_metadata", `${label} values must be at most ${LIMITS.metadataValue} characters (\`${cutText(k, 64)}\` has ${v.length}).`);
+  }
 }

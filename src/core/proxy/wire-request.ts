@@ -8,9 +8,9 @@ import {
   type ToolDefinition,
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { REQUEST_ID } from "../ids.js";
-import { isObject, JSON_ITEMS_COUNTED, type JsonObject, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_DEPTH, overflowedNumberAt } from "../json.js";
+import { isObject, type JsonObject, overflowedNumberAt } from "../json.js";
 import { checkMessagesExtraFields, checkStreamOptions } from "./request-checks.js";
-import { fail } from "../validate.js";
+import { checkMetadataLimits, fail, refuseOversizedJson } from "../validate.js";
 import {
   BETA_NAME,
   CHAT_FUNCTION_FIELDS,
@@ -32,7 +32,6 @@ import { MAX_TOKENS_COUNT } from "./canonical.js";
 import { isCustomCall } from "./upstreams/openai/tool-call.js";
 import { TEXT_KEYS, TOOL_RESULT_KEYS, TOOL_USE_KEYS } from "./upstreams/anthropic/blocks.js";
 import { cutText } from "../text.js";
-import { LIMITS } from "../telemetry/log-row.js";
 
 /**
  * Checks a StreamChatRequest that arrived over the network, before anything is sent upstream. The
@@ -76,14 +75,8 @@ export function checkWireChatRequest(req: StreamChatRequest): void {
   req.tools.forEach((t, i) => checkTool(t, `tools[${i}]`, style));
   checkRequestExtra(req.extraJson, style, req.stream);
   if (req.userId.length > MAX_USER_ID_CHARS) fail("invalid_user_id", `\`user_id\` must be at most ${MAX_USER_ID_CHARS} characters.`);
-  // As X-Svc-Metadata on the HTTP endpoints: what a log keeps (LIMITS) is what is taken.
-  const pairs = Object.entries(req.metadata);
-  if (pairs.length > LIMITS.metadataPairs) fail("invalid_metadata", `\`metadata\` holds ${pairs.length} keys; at most ${LIMITS.metadataPairs} are logged.`);
-  for (const [k, v] of pairs) {
-    if (k === "") fail("invalid_metadata", "`metadata` keys must not be empty.");
-    if (k.length > LIMITS.metadataKey) fail("invalid_metadata", `\`metadata\` keys must be at most ${LIMITS.metadataKey} characters.`);
-    if (v.length > LIMITS.metadataValue) fail("invalid_metadata", `\`metadata\` values must be at most ${LIMITS.metadataValue} characters (\`${cutText(k, 64)}\` has ${v.length}).`);
-  }
+  // As X-Svc-Metadata on the HTTP endpoints.
+  checkMetadataLimits("`metadata`", Object.entries(req.metadata));
   if (req.betas.length > MAX_BETAS || !req.betas.every((b) => BETA_NAME.test(b))) {
     fail("invalid_beta", `\`betas\` must be at most ${MAX_BETAS} beta feature names (letters, digits, \`.\`, \`_\`, \`-\`).`);
   }
@@ -97,9 +90,7 @@ const typeName = (v: unknown): string => (v === null ? "null" : Array.isArray(v)
  */
 function jsonText(json: string, path: string): unknown {
   if (json === "") return undefined;
-  const beyond = jsonTextBeyond(json);
-  if (beyond === "depth") fail("json_too_deep", `\`${path}\` nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
-  if (beyond === "items") fail("json_too_complex", `\`${path}\` holds more than ${MAX_JSON_ITEMS} JSON items in all (${JSON_ITEMS_COUNTED}).`);
+  refuseOversizedJson(json, path);
   let v: unknown;
   try {
     v = JSON.parse(json);

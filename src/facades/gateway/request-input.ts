@@ -6,8 +6,7 @@ import { isObject, JSON_ITEMS_COUNTED, jsonTextBeyond, MAX_JSON_ITEMS, MAX_JSON_
 import { startsWithCalendarDate } from "../../core/calendar.js";
 import { bodyBrokenOff, headerLines, refuseRepeatedAuthorization } from "../http-errors.js";
 import { BETA_NAME, MAX_BETAS, MAX_USER_ID_CHARS } from "../../core/proxy/request-rules.js";
-import { LIMITS } from "../../core/telemetry/log-row.js";
-import { cutText } from "../../core/text.js";
+import { checkMetadataLimits } from "../../core/validate.js";
 
 /**
  * Reading the parts of a gateway request that are not the provider-style body: the service key,
@@ -222,19 +221,11 @@ export function metadataOf(req: IncomingMessage): Record<string, string> {
   // A value is logged as its JSON text, where `1e400` (read as Infinity) would become "null".
   const overflow = overflowedNumberAt(text, parsed);
   if (overflow !== undefined) throw invalidRequest("invalid_metadata", `X-Svc-Metadata \`${overflow}\` is a number too large to represent (beyond ±1.8e308).`);
+  const pairs = Object.entries(parsed).map(([k, v]) => [k, typeof v === "string" ? v : JSON.stringify(v)] as const);
+  checkMetadataLimits("X-Svc-Metadata", pairs);
   const out: Record<string, string> = {};
-  const pairs = Object.entries(parsed);
-  // What a log keeps (core/telemetry/log-row.ts LIMITS) is what is taken: more would be logged cut
-  // or dropped, and then not found by a filter on the value sent.
-  if (pairs.length > LIMITS.metadataPairs) throw invalidRequest("invalid_metadata", `X-Svc-Metadata holds ${pairs.length} keys; at most ${LIMITS.metadataPairs} are logged.`);
-  for (const [k, v] of pairs) {
-    if (!k) throw invalidRequest("invalid_metadata", "X-Svc-Metadata keys must not be empty.");
-    if (k.length > LIMITS.metadataKey) throw invalidRequest("invalid_metadata", `X-Svc-Metadata keys must be at most ${LIMITS.metadataKey} characters.`);
-    const value = typeof v === "string" ? v : JSON.stringify(v);
-    if (value.length > LIMITS.metadataValue) throw invalidRequest("invalid_metadata", `X-Svc-Metadata values must be at most ${LIMITS.metadataValue} characters (\`${cutText(k, 64)}\` has ${value.length}).`);
-    // A key named `__proto__` or `constructor` is a key like any other (setOwn).
-    setOwn(out, k, value);
-  }
+  // A key named `__proto__` or `constructor` is a key like any other (setOwn).
+  for (const [k, value] of pairs) setOwn(out, k, value);
   return out;
 }
 

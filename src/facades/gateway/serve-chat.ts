@@ -428,9 +428,9 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
               }
               if (shared === ABANDONED) twin = other();
               else if (shared) {
-                const keptFor = keptForOf.get(on) ?? 0;
-                if (keptFor < keptSeconds(policy, deps)) {
-                  keptForOf.set(on, keptSeconds(policy, deps));
+                const mine = keptSeconds(policy, deps);
+                if ((keptForOf.get(on) ?? 0) < mine) {
+                  keptForOf.set(on, mine);
                   void store(deps, scope, shared, policy);
                 }
                 return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);

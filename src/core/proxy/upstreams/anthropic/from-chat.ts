@@ -1,6 +1,7 @@
 import { BlockType, type ChatMessage, type ContentBlock, type StreamChatRequest, type ToolDefinition } from "../../../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { invalidRequest } from "../../../errors.js";
-import { isObject, JSON_ITEMS_COUNTED, jsonTextBeyond, MAX_JSON_DEPTH, MAX_JSON_ITEMS, overflowedNumberAt, parseExtra, parseObject, type JsonObject } from "../../../json.js";
+import { isObject, overflowedNumberAt, parseExtra, parseObject, type JsonObject } from "../../../json.js";
+import { refuseOversizedJson } from "../../../validate.js";
 import { isCustomCall } from "../openai/tool-call.js";
 import { blockToWire, toolInput } from "./blocks.js";
 import { cutMarked, quotedWord } from "../../../text.js";
@@ -187,9 +188,7 @@ function toolUseFromChat(b: ContentBlock, path: string, model: string): JsonObje
   if (b.toolInputJson !== "") {
     // Bounded as a body is: parsed and written out again, a text nested thousands of levels deep
     // overflowed the stack of JSON.stringify (an internal error).
-    const beyond = jsonTextBeyond(b.toolInputJson);
-    if (beyond === "depth") throw invalidRequest("json_too_deep", `\`${path}\` nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
-    if (beyond === "items") throw invalidRequest("json_too_complex", `\`${path}\` holds more than ${MAX_JSON_ITEMS} JSON items in all (${JSON_ITEMS_COUNTED}).`);
+    refuseOversizedJson(b.toolInputJson, path);
     try {
       input = JSON.parse(b.toolInputJson);
     } catch {
