@@ -13,7 +13,7 @@ import {
 import { LOG_SCAN_MAX_SECONDS, needsLogScan } from "../../stores/clickhouse-analytics.js";
 import type { AnalyticsQuery, AnalyticsResult, Dimension, Granularity, Metrics } from "../../stores/telemetry-store.js";
 import { apiError, invalidRequest } from "../errors.js";
-import { checkId } from "./log-row.js";
+import { checkId, LIMITS } from "./log-row.js";
 import { boundMicros, PAST_LAST_US } from "./micros.js";
 
 const STEP: Record<Granularity, number> = { minute: 60, hour: 3600, day: 86_400 };
@@ -45,6 +45,22 @@ const groupings: Partial<Record<AnalyticsGroupBy, Dimension>> = {
   [AnalyticsGroupBy.STATUS]: "status",
 };
 
+/** The longest metadata key the hour and day rollups hold (the migration's `analytics_live_*`). */
+export const ROLLUP_METADATA_KEY_CHARS = 64;
+
+/**
+ * Why a metadata key cannot be grouped by at this granularity, or undefined: a key longer than any
+ * request's can be (LIMITS.metadataKey) never, and one longer than the rollups hold only at
+ * `minute`, whose grouped series is read from the logs themselves. Said after the key's name.
+ */
+export function metadataKeyBeyond(key: string, granularity: Granularity): string | undefined {
+  if (key.length > LIMITS.metadataKey) return `must be at most ${LIMITS.metadataKey} characters (the longest a request's metadata key can be).`;
+  if (key.length > ROLLUP_METADATA_KEY_CHARS && granularity !== "minute") {
+    return `must be at most ${ROLLUP_METADATA_KEY_CHARS} characters at ${granularity} granularity: longer keys are not rolled up (a minute series, read from the logs, groups by keys of up to ${LIMITS.metadataKey}).`;
+  }
+  return undefined;
+}
+
 /**
  * The store query of a GetAnalytics request, checked. Analytics cover live traffic only (test
  * traffic has no rollups, by design), so a test key is refused with 403 rather than answered with
@@ -63,7 +79,8 @@ export function analyticsQueryOf(req: GetAnalyticsRequest, nowMs: number): Analy
   let groupBy: Dimension | undefined;
   if (req.groupBy === AnalyticsGroupBy.METADATA) {
     if (!req.metadataKey) throw invalidRequest("missing_required_field", "`metadata_key` is required to group by metadata.");
-    if (req.metadataKey.length > 64) throw invalidRequest("invalid_value", "`metadata_key` must be at most 64 characters (longer keys are not rolled up).");
+    const beyond = metadataKeyBeyond(req.metadataKey, granularity);
+    if (beyond) throw invalidRequest("invalid_value", `\`metadata_key\` ${beyond}`);
     groupBy = `metadata.${req.metadataKey}`;
   } else if (req.groupBy !== AnalyticsGroupBy.UNSPECIFIED) {
     groupBy = groupings[req.groupBy];

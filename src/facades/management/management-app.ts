@@ -5,6 +5,7 @@ import type { ApiKey, AuthService, Project } from "../../gen/svc/auth/v1/auth_se
 import { AnalyticsGranularity, AnalyticsGroupBy, type TelemetryService } from "../../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { apiError, invalidApiKey, invalidRequest, toErrorInfo } from "../../core/errors.js";
 import { newRequestId } from "../../core/ids.js";
+import { metadataKeyBeyond } from "../../core/telemetry/analytics-request.js";
 import { errorMiddleware, refuseRepeatedAuthorization, V1_PATH } from "../http-errors.js";
 import { Query } from "./query.js";
 import { analyticsJson, logJson, promptJson } from "./render.js";
@@ -154,7 +155,8 @@ export function createManagementApp(deps: ManagementDeps): Koa {
       if (lower.startsWith("metadata.") && group.length > 9) {
         groupBy = AnalyticsGroupBy.METADATA;
         metadataKey = group.slice(9);
-        if (metadataKey.length > 64) throw invalidRequest("invalid_parameter", "Query parameter 'group_by': the metadata key after 'metadata.' must be at most 64 characters (longer keys are not rolled up).");
+        const beyond = metadataKeyBeyond(metadataKey, granularity);
+        if (beyond) throw invalidRequest("invalid_parameter", `Query parameter 'group_by': the metadata key after 'metadata.' ${beyond}`);
         groupName = `metadata.${metadataKey}`;
       } else if (Object.hasOwn(groupBys, lower)) {
         groupBy = groupBys[lower as keyof typeof groupBys];

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
-import { AnalyticsGranularity } from "../../../src/gen/svc/telemetry/v1/telemetry_service_pb.js";
+import { AnalyticsGranularity, AnalyticsGroupBy } from "../../../src/gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { eventually, postJson, rawRequest, type RawResponse } from "../../support/http.js";
 
@@ -81,6 +81,38 @@ describe("management API /v1/analytics: the same ranges as GetAnalytics, and how
       assert.equal(res.status, 400, bad);
       assert.equal(res.json().error.code, "invalid_parameter");
     }
+  });
+
+  it("groups a minute series by a metadata key longer than the rollups hold, and says at hour and day why it cannot", async () => {
+    // A project of its own: the other cases count this project's two requests.
+    const own = await gw.project(Plan.PRO);
+    const get = (path: string): Promise<RawResponse> => rawRequest(`${gw.managementUrl}${path}`, { method: "GET", headers: { authorization: `Bearer ${own.live}` } });
+    const long = "k".repeat(65);
+    const longest = "m".repeat(256);
+    const sent = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, own.live, { model: "chat-4o", messages: [{ role: "user", content: "long keys" }] }, { "X-Svc-Metadata": JSON.stringify({ [long]: "blue", [longest]: "red" }) });
+    assert.equal(sent.status, 200, sent.text);
+    for (const [key, value] of [[long, "blue"], [longest, "red"]]) {
+      // The minute series is read from the logs themselves, which keep keys of up to 256 characters.
+      await eventually(async () => {
+        const res = await get(`/v1/analytics?granularity=minute&group_by=metadata.${key}`);
+        assert.equal(res.status, 200, res.text);
+        return res.json().groups.some((g: { key: string; requests: number }) => g.key === value && g.requests === 1);
+      }, 10_000, `a minute series grouped by a ${key.length}-character key`);
+      const core = await gw.telemetry.getAnalytics({ projectId: own.projectId, keyMode: KeyMode.LIVE, granularity: AnalyticsGranularity.MINUTE, groupBy: AnalyticsGroupBy.METADATA, metadataKey: key });
+      assert.deepEqual(core.groups.map((g) => g.key), [value]);
+      for (const granularity of ["hour", "day"]) {
+        const res = await get(`/v1/analytics?granularity=${granularity}&group_by=metadata.${key}`);
+        assert.equal(res.status, 400, res.text);
+        assert.equal(res.json().error.code, "invalid_parameter");
+        assert.match(res.json().error.message, new RegExp(`at most 64 characters at ${granularity} granularity.*minute series`));
+      }
+    }
+    // Longer than any request's key: refused at every granularity, on both paths.
+    const res = await get(`/v1/analytics?granularity=minute&group_by=metadata.${"x".repeat(257)}`);
+    assert.equal(res.status, 400, res.text);
+    assert.match(res.json().error.message, /at most 256 characters/);
+    await assert.rejects(gw.telemetry.getAnalytics({ projectId: own.projectId, keyMode: KeyMode.LIVE, granularity: AnalyticsGranularity.MINUTE, groupBy: AnalyticsGroupBy.METADATA, metadataKey: "x".repeat(257) }), /at most 256 characters/);
+    await assert.rejects(gw.telemetry.getAnalytics({ projectId: own.projectId, keyMode: KeyMode.LIVE, granularity: AnalyticsGranularity.DAY, groupBy: AnalyticsGroupBy.METADATA, metadataKey: long }), /at most 64 characters at day granularity/);
   });
 
   it("reads start and end to the microsecond, as /v1/logs does, before rounding them to buckets", async () => {
