@@ -29,6 +29,9 @@ export interface ProxyDeps {
 }
 
 const MAX_RESPONSE_CHARS = 64 * 1024 * 1024;
+/** The errors of a 2xx stream that the upstream billed all the same: it had the prompt. */
+const UNREAD_2XX_STREAM = new Set(["upstream_invalid_response", "upstream_stream_incomplete"]);
+
 const EVENT_STREAM = /^\s*text\/event-stream\s*(;|$)/i;
 
 const invalidResponse = (what: string): ConnectError =>
@@ -120,9 +123,11 @@ export function createProxyService(deps: ProxyDeps): ServiceImpl<typeof ProxySer
           for (const ev of events.end()) yield ev;
           events.check();
         } catch (e) {
-          // A 2xx stream that cannot be read (no event stream, not the style's events) had the prompt,
-          // as a 2xx answer that cannot be read has (above): billed for it.
-          if (req.stream && res.status < 300 && e instanceof ConnectError && toErrorInfo(e).code === "upstream_invalid_response") e.metadata.set(SENT_UPSTREAM, "1");
+          // A 2xx stream that cannot be read (no event stream, not the style's events), or that broke
+          // off or ended before its first event, had the prompt, as a 2xx answer that cannot be read
+          // has (above): billed for it. (Broken off after its first event, the stream is priced on
+          // what it carried: the gateway's partialCost.)
+          if (req.stream && res.status < 300 && e instanceof ConnectError && UNREAD_2XX_STREAM.has(toErrorInfo(e).code)) e.metadata.set(SENT_UPSTREAM, "1");
           // The upstream's words reach the client and the log: never the gateway's own credential in them.
           throw withoutSecrets(e, route.provider.apiKey);
         } finally {

@@ -58,6 +58,14 @@ function answer(chatStyle: boolean, prompt: string, res: http.ServerResponse): v
     // A 200 whose JSON body is cut off: the upstream had the prompt, and bills it.
     res.writeHead(200, { "content-type": "application/json" });
     res.end(json.slice(0, 40));
+  } else if (prompt.startsWith("headers-then-close") || (chatStyle && prompt.startsWith("ping-then-end"))) {
+    // A 200 and a keep-alive comment, then the connection broken before any event.
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.write(": ping\n\n", () => setTimeout(() => res.socket?.destroy(), 20));
+  } else if (prompt.startsWith("ping-then-end")) {
+    // A 200 and a ping event (Anthropic's), then the body ended cleanly before the answer's first event.
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.end(`event: ping\ndata: {"type":"ping"}\n\n`);
   } else if (prompt.startsWith("redirect")) {
     // A base URL that redirects (http to https, a path without /v1): the gateway does not follow it.
     res.writeHead(302, { location: "https://api.example.test/v1/chat/completions" });
@@ -140,13 +148,21 @@ describe("gateway errors: an upstream that answers a streamed request with somet
     });
 
     // A stream answered with something that is no event stream (HTML, JSON) or with events that are not the style's: unreadable, as the cut-off JSON is.
-    for (const [kind, stream] of [["broken-json", false], ["html", true], ["json", true], ["sse-json", true]] as const) {
-      it(`${name}: a 2xx answer that cannot be read (${kind}${stream ? ", streamed" : ""}) is 502 upstream_invalid_response, and the month is charged for the prompt the upstream had`, async () => {
+    // Or a stream broken off, or ended, after its 200 and before its first event: the upstream had the prompt all the same.
+    for (const [kind, stream, code] of [
+      ["broken-json", false, "upstream_invalid_response"],
+      ["html", true, "upstream_invalid_response"],
+      ["json", true, "upstream_invalid_response"],
+      ["sse-json", true, "upstream_invalid_response"],
+      ["headers-then-close", true, "upstream_stream_incomplete"],
+      ["ping-then-end", true, "upstream_stream_incomplete"],
+    ] as const) {
+      it(`${name}: a 2xx answer that cannot be read (${kind}${stream ? ", streamed" : ""}) is 502 ${code}, and the month is charged for the prompt the upstream had`, async () => {
         const { project } = await on.gw.admin.createProject({ name: `broken ${n}`, plan: Plan.PRO, limitOverrides: { monthlySpendCapUsd: "100" } });
         const key = (await on.gw.admin.createKey({ projectId: project!.id, mode: KeyMode.LIVE })).secret;
         const res = await postJson(`${on.gw.gatewayUrl}${path}`, key, body(`${kind} ${++n} ${"long prompt ".repeat(2000)}`, stream));
         assert.equal(res.status, 502, res.text);
-        assert.equal(res.json().error.code, "upstream_invalid_response");
+        assert.equal(res.json().error.code, code);
         await eventually(async () => Number((await on.gw.limits.getUsage({ projectId: project!.id })).spentUsd) > 0, 5000, "the prompt charged");
         const spent = Number((await on.gw.limits.getUsage({ projectId: project!.id })).spentUsd);
         // About 6,000 tokens of prompt at $2.50 (chat-4o) or $0.80 (assistant-3-5-haiku) per million, nothing of an answer.
