@@ -1,5 +1,6 @@
 import { ApiStyle, BlockType, type Completion, type ContentBlock, type StreamChatResponse } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { parseExtra, withExtraField, type JsonObject } from "../json.js";
+import { cutText } from "../text.js";
 import { completion, contentBlock } from "./canonical.js";
 
 /**
@@ -21,11 +22,14 @@ export class CompletionAssembler {
   /** Characters of text and tool input assembled so far, and the most kept (`maxChars`). */
   #chars = 0;
   readonly #maxChars: number;
+  /** Characters of text and tool input that came past `maxChars`, not kept. */
+  #dropped = 0;
 
   /**
    * `maxChars`: the most characters of text and tool input assembled. A longer answer is not
    * assembled (the cache could not hold it: its bytes are at least its characters) and only its
-   * first `maxChars` are kept, for partial(): the stream itself is passed on whole, but the
+   * first `maxChars` are kept (a delta crossing the line cut there), for partial(), and the rest
+   * counted (droppedChars): the stream itself is passed on whole, but the
    * gateway never holds a copy of an answer of any size.
    */
   constructor(maxChars = Infinity) {
@@ -65,8 +69,15 @@ export class CompletionAssembler {
         if (e.value.rawJson !== "" || hasChunkFields(e.value)) this.#ok = false;
         const more = e.value.text.length + e.value.partialJson.length;
         if (this.#chars + more > this.#maxChars) {
+          // Kept as far as it fits (never half an emoji), the rest counted as dropped: nothing more is kept.
           this.#ok = false;
-          this.#chars = this.#maxChars; // nothing more is kept
+          const room = this.#maxChars - this.#chars;
+          const text = cutText(e.value.text, room);
+          const json = cutText(e.value.partialJson, room - text.length);
+          if (text !== "") b.text += text;
+          if (json !== "") b.toolInputJson += json;
+          this.#chars = this.#maxChars;
+          this.#dropped += more - text.length - json.length;
           break;
         }
         this.#chars += more;
@@ -90,6 +101,11 @@ export class CompletionAssembler {
       default:
         break;
     }
+  }
+
+  /** Characters of text and tool input past `maxChars`: left out of partial(). */
+  get droppedChars(): number {
+    return this.#dropped;
   }
 
   /** False once the stream has shown something that cannot be assembled: result() will be undefined. */

@@ -12,10 +12,10 @@ import { atMostEvery, log } from "../../logger.js";
  */
 export const MAX_LOGGED_BODY_CHARS = 256 * 1024;
 
-const cut = (s: string): string => {
-  if (s.length <= MAX_LOGGED_BODY_CHARS) return s;
+const cut = (s: string, droppedBefore = 0): string => {
+  if (s.length <= MAX_LOGGED_BODY_CHARS && droppedBefore === 0) return s;
   const kept = cutText(s, MAX_LOGGED_BODY_CHARS);
-  return `${kept}…[truncated ${s.length - kept.length} characters]`;
+  return `${kept}…[truncated ${s.length - kept.length + droppedBefore} characters]`;
 };
 
 /** The largest cost a log holds (Decimal(18, 12): six integer digits). */
@@ -64,6 +64,8 @@ export class RequestTrace {
   #upstreamMs = 0;
   requestBody = "";
   responseBody = "";
+  /** Characters of the answer not in `responseBody` already (a stream longer than the copy kept of it): counted in its cut's note. */
+  responseBodyDropped = 0;
 
   /** `waitedMs`: how long the request waited for its turn before it was served (pipelined), counted in its latency. */
   constructor(
@@ -145,7 +147,7 @@ export class RequestTrace {
       ttfbMs: this.#ttfbMs,
       upstreamLatencyMs: this.#upstreamMs,
       requestBody: cut(this.requestBody),
-      responseBody: cut(this.responseBody),
+      responseBody: cut(this.responseBody, this.responseBodyDropped),
     };
   }
 }

@@ -975,7 +975,10 @@ async function callUpstream(
       if (answer) trace.responseBody = JSON.stringify(s.codec.renderCompletion(answer));
       // Cut short; or whole, with parts the cache cannot rebuild (thinking, citations, per-chunk
       // fields): the log still has the answer as far as it can be written whole.
-      else trace.responseBody = partialBody(s.codec, whole, usage);
+      else {
+        trace.responseBody = partialBody(s.codec, whole, usage);
+        if (trace.responseBody) trace.responseBodyDropped = whole.droppedChars;
+      }
     }
     return answer;
   }

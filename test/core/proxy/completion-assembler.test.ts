@@ -39,16 +39,33 @@ describe("CompletionAssembler", () => {
     }
   });
 
-  it("does not assemble an answer longer than its limit, and keeps only the limit's worth of it for partial()", () => {
+  it("does not assemble an answer longer than its limit, keeps only the limit's worth of it for partial() (the delta crossing it cut there) and counts the rest", () => {
     const a = new CompletionAssembler(3);
     for (const e of textStream()) a.push(e); // "Hi": within
     assert.deepEqual(a.result()?.blocks.map((b) => b.text), ["Hi"]);
+    assert.equal(a.droppedChars, 0);
     const over = new CompletionAssembler(3);
     const events = textStream();
-    events.splice(4, 0, streamEvent({ case: "blockDelta", value: { index: 0, text: "there" } }));
+    events.splice(4, 0, streamEvent({ case: "blockDelta", value: { index: 0, text: "there" } }), streamEvent({ case: "blockDelta", value: { index: 0, text: "!!" } }));
     for (const e of events) over.push(e);
     assert.equal(over.result(), undefined);
-    assert.deepEqual(over.partial()?.blocks.map((b) => b.text), ["Hi"]);
+    assert.deepEqual(over.partial()?.blocks.map((b) => b.text), ["Hit"]);
+    assert.equal(over.droppedChars, 4 + 2);
+    // One delta larger than the limit on its own (a stream of one huge piece) keeps its start, not nothing.
+    const huge = new CompletionAssembler(5);
+    const one = textStream();
+    one.splice(2, 1, streamEvent({ case: "blockDelta", value: { index: 0, text: "abcd😀xyz" } }));
+    for (const e of one) huge.push(e);
+    // Never half an emoji: "abcd" and the emoji's first half would be 5 code units.
+    assert.deepEqual(huge.partial()?.blocks.map((b) => b.text), ["abcd"]);
+    assert.equal(huge.droppedChars, 5);
+    // A tool call's input is cut the same way, after the text that fits.
+    const tool = new CompletionAssembler(4);
+    tool.push(streamEvent({ case: "messageStart", value: { id: "m", model: "chat-4o", upstreamStyle: ApiStyle.CHAT_COMPLETIONS } }));
+    tool.push(streamEvent({ case: "blockStart", value: { index: 0, block: { type: BlockType.TOOL_USE, toolCallId: "c", toolName: "f" } } }));
+    tool.push(streamEvent({ case: "blockDelta", value: { index: 0, partialJson: '{"a":1}' } }));
+    assert.deepEqual(tool.partial()?.blocks.map((b) => b.toolInputJson), ['{"a"']);
+    assert.equal(tool.droppedChars, 3);
   });
 
   it("assembles a stream whose end carried only the upstream's own finish word, kept where a whole answer keeps it", () => {
