@@ -405,6 +405,10 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
         claim.land(c);
         claim = undefined;
       };
+      // Set once a flight this request waited on failed, or gave an answer the cache does not
+      // store: it calls the upstream itself then, and waits on no other flight (one of the other
+      // waiters' own calls, which would fail or be unstorable the same way, one after another).
+      let onItsOwn = false;
       try {
         lead: for (;;) {
           for (;;) {
@@ -412,7 +416,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
             // aborts its upstream call), the first waiter back takes its place and the others wait on
             // that one; when it failed, each waiter calls the upstream itself.
             const other = () => {
-              const f = policy.lookup ? flights.get(flightKey) : undefined;
+              const f = policy.lookup && !onItsOwn ? flights.get(flightKey) : undefined;
               return f === claim?.flight ? undefined : f;
             };
             let twin = other();
@@ -434,14 +438,18 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
                   void store(deps, scope, shared, policy);
                 }
                 return await serveHit(res, svc, limitHeaders, s.codec, parsed, new CachedAnswer(shared), trace, bodies);
-              } else twin = undefined;
+              } else {
+                twin = undefined;
+                onItsOwn = true;
+              }
             }
             if (!reservesNothing || !admission) break;
             // The answer waited for did not come (its request failed, or its client left): this one
-            // calls the upstream, so it reserves its worst case as any miss does. It takes the flight
-            // first, so the other waiters wait on it rather than each reserving a worst case of its
-            // own (a tight spend cap would refuse them); then it looks again.
-            if (cached && !flights.has(flightKey)) {
+            // calls the upstream, so it reserves its worst case as any miss does. When the client
+            // left, it takes the flight first, so the other waiters wait on it rather than each
+            // reserving a worst case of its own (a tight spend cap would refuse them); then it looks
+            // again. When the request failed, each waiter goes on its own (onItsOwn).
+            if (cached && !onItsOwn && !flights.has(flightKey)) {
               let land: (c: Landed) => void = () => {};
               claim = { flight: new Promise<Landed>((r) => (land = r)), land: (c) => land(c) };
               flights.set(flightKey, claim.flight);

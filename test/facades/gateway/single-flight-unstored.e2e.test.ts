@@ -8,7 +8,8 @@ import { gatewayOnScriptedUpstream } from "../../support/upstream.js";
  * whose answer it would not store (a stream with per-chunk logprobs, which has no whole form; an
  * answer that does not say how it finished) are not served that answer: they call the upstream
  * themselves, as a later identical request would, and a stream's waiters are let go as soon as the
- * stream shows it cannot be stored, not made to wait for its end first.
+ * stream shows it cannot be stored, not made to wait for its end first. Behind one that failed,
+ * likewise: each at once, not one waiter's call first and the others waiting on it.
  */
 const calls: number[] = [];
 
@@ -23,6 +24,14 @@ function answer(body: { stream?: boolean; messages: Array<{ content: string }> }
     const logprobs = { logprobs: { content: [{ token: "Hi", logprob: -0.1, bytes: [72, 105], top_logprobs: [] }] } };
     res.write(chunk({ role: "assistant", content: "Hi" }, null, logprobs));
     setTimeout(() => res.end(chunk({}, "stop", { logprobs: null }) + "data: [DONE]\n\n"), 600);
+    return;
+  }
+  if (prompt.startsWith("fails")) {
+    // A failure, after 300 ms.
+    setTimeout(() => {
+      res.writeHead(500, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: { message: "boom", type: "server_error" } }));
+    }, 300);
     return;
   }
   // No finish reason, after 300 ms.
@@ -54,6 +63,20 @@ describe("single flight: identical requests behind an answer the cache would not
     assert.equal(calls.length, 3);
     // The waiters called the upstream once the leader's first chunk came, not after its 600 ms end.
     for (const at of calls.slice(1)) assert.ok(at - started < 500, `a waiter called the upstream ${at - started} ms in`);
+  });
+
+  it("lets the waiters of a request that failed go at once, each to the upstream, not one after another", async () => {
+    calls.length = 0;
+    const content = `fails ${++n}`;
+    const started = Date.now();
+    const first = ask(content, false);
+    await new Promise((r) => setTimeout(r, 100));
+    const rest = await Promise.all([ask(content, false), ask(content, true), ask(content, false)]);
+    const all = [await first, ...rest];
+    assert.deepEqual(all.map((r) => r.status), [502, 502, 502, 502], all.map((r) => r.text).join("\n"));
+    assert.equal(calls.length, 4);
+    // Each waiter called the upstream when the first failed (300 ms in), not behind another waiter's call (600, 900 ms).
+    for (const at of calls.slice(1)) assert.ok(at - started < 550, `a waiter called the upstream ${calls.map((c) => c - started).join(", ")} ms in`);
   });
 
   it("does not serve the waiters an answer without a finish reason as a hit", async () => {
