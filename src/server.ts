@@ -27,7 +27,7 @@ import { createOpenAiAdapter } from "./core/proxy/upstreams/openai/adapter.js";
 import { startFakeProvider, type FakeProvider } from "./demo/fake-provider.js";
 import { BodyBudget } from "./facades/gateway/body-budget.js";
 import { createGatewayHandler } from "./facades/gateway/gateway-app.js";
-import { answerClientError, fileAnswer, framingRefusal, requestIdOnSocket, shuttingDown, writeRawError, writeRefusal } from "./facades/http-errors.js";
+import { answerClientError, answerHandedOver, fileAnswer, framingRefusal, requestIdOnSocket, shuttingDown, writeRefusal } from "./facades/http-errors.js";
 import { cutText } from "./core/text.js";
 import { createManagementApp } from "./facades/management/management-app.js";
 import { ShutdownCut } from "./facades/gateway/serve-chat.js";
@@ -494,7 +494,7 @@ async function serveHttp(
   // CONNECT (a client that takes this port for a forward proxy): node:http closed the connection
   // without a word.
   server.on("connect", (_req: IncomingMessage, socket: Duplex) =>
-    writeRawError(socket, { status: 405, type: "invalid_request_error", code: "method_not_allowed", message: "CONNECT is not supported: this is not a proxy." }, "Method Not Allowed", opts.errorHeaders?.(socket) ?? {}),
+    answerHandedOver(socket, { status: 405, type: "invalid_request_error", code: "method_not_allowed", message: "CONNECT is not supported: this is not a proxy." }, "Method Not Allowed", opts.errorHeaders?.(socket) ?? {}),
   );
   // A client's FIN (its side ended) while its request is being answered: on a keep-alive request it
   // is the client leaving (an SDK's abort closes its socket), which cancels the request and its

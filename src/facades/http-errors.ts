@@ -231,7 +231,7 @@ export function answerClientError(err: Error & { code?: string }, socket: Duplex
     // its answer, then the bad one its error, then the connection closes. (Cutting the connection
     // here would lose an answer its client is owed, and that the log says was given.)
     stash[BEHIND] = true;
-    answerAfter(res, err, socket, headers);
+    answerAfter(res, socket, () => answerClientErrorNow(err, socket, headers));
     return;
   }
   if (res?.headersSent) {
@@ -242,15 +242,15 @@ export function answerClientError(err: Error & { code?: string }, socket: Duplex
 }
 
 /**
- * Answers a bad request once the answers before it are out: `res`'s, then those of the requests
- * pipelined between (each is given the socket, and served, when the one before it is out:
+ * Answers a bad request (`answer`) once the answers before it are out: `res`'s, then those of the
+ * requests pipelined between (each is given the socket, and served, when the one before it is out:
  * server.ts), so the error is read as the bad request's own. A connection lost meanwhile is closed.
  */
-function answerAfter(res: InFlight, err: Error & { code?: string }, socket: Duplex, headers: Record<string, string>): void {
+function answerAfter(res: InFlight, socket: Duplex, answer: () => void): void {
   res.once("finish", () => {
     const next = inFlight(socket);
-    if (next && next !== res && !next.writableFinished) answerAfter(next, err, socket, headers);
-    else answerClientErrorNow(err, socket, headers);
+    if (next && next !== res && !next.writableFinished) answerAfter(next, socket, answer);
+    else answer();
   });
   res.once("close", () => {
     if (!res.writableFinished) socket.destroy();
@@ -272,6 +272,23 @@ function answerClientErrorNow(err: Error & { code?: string }, socket: Duplex, he
         : [{ status: 400, type: "invalid_request_error", code: "malformed_request", message: "The request is not valid HTTP/1.1." }, "Bad Request"];
   stash[ANSWERED] = info;
   writeRawError(socket, info, reason, headers);
+}
+
+/**
+ * Answers a CONNECT (node:http's `connect` event hands its socket over) with `info`, as
+ * answerClientError answers a bad request: after the answers of the requests before it on the
+ * connection, when it came pipelined behind one still being answered (written at once, it would
+ * be read as that one's answer, which would be lost).
+ */
+export function answerHandedOver(socket: Duplex, info: ErrorInfo, reason: string, headers: Record<string, string>): void {
+  const write = () => {
+    // The answer before it may have closed the connection (`Connection: close`).
+    if (!socket.writable) socket.destroy();
+    else writeRawError(socket, info, reason, headers);
+  };
+  const res = inFlight(socket);
+  if (res && !res.writableFinished) answerAfter(res, socket, write);
+  else write();
 }
 
 /**

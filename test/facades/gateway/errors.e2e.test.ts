@@ -417,6 +417,11 @@ describe("gateway errors: the spec's status and error object for every kind of b
     assert.deepEqual(statusLines(closing), ["HTTP/1.1 200", "HTTP/1.1 200"], closing);
     assert.match(closing, /Connection: close/);
     assert.doesNotMatch(closing, /pipelined after close/);
+    // A CONNECT behind requests still being answered (node:http hands its socket over): answered
+    // 405 after them, not written ahead in place of the first one's answer.
+    const connectBehind = await exchange(`${slow(4)}${post(JSON.stringify(chat("pipelined before connect")))}CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n\r\n`);
+    assert.deepEqual(statusLines(connectBehind), ["HTTP/1.1 200", "HTTP/1.1 200", "HTTP/1.1 405"], connectBehind);
+    assert.match(connectBehind, /"object":"chat.completion"[\s\S]*"object":"chat.completion"[\s\S]*"code":"method_not_allowed"/);
     // Refused requests before the garbage are answered too.
     const bad = await exchange(`${post('{"model": ')}GARBAGE \x01\r\n\r\n`);
     assert.deepEqual(statusLines(bad), ["HTTP/1.1 400", "HTTP/1.1 400"], bad);
