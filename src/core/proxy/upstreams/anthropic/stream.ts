@@ -23,9 +23,14 @@ const EVENT_KEYS = new Set(["type", "delta", "usage"]);
  * canonical events. The block events map one to one; the finish reason and final usage arrive in
  * `message_delta` and are released with `message_end` when `message_stop` says the answer is whole.
  */
+/** The events of an answer after its message_start. */
+const IN_MESSAGE = new Set(["content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"]);
+
 export class MessagesStreamConverter implements StreamConverter {
   readonly #req: StreamChatRequest;
   #complete = false;
+  /** Whether message_start came. */
+  #started = false;
   /** The wire's `input_tokens`: input neither read from nor written to the prompt cache. */
   #inputTokens = 0;
   #cacheWriteTokens = 0;
@@ -71,6 +76,9 @@ export class MessagesStreamConverter implements StreamConverter {
     if (!isObject(data)) throw invalidResponse(`a \`${sse.event ?? "data"}\` event is not a JSON object`);
     // The data's own `type` is authoritative; the `event:` name repeats it.
     const type = typeof data.type === "string" ? data.type : sse.event;
+    // An answer's events come after its message_start: without it there is no message to pass on
+    // (a client's SDK would fail on a stream that begins with a block or the message's end).
+    if (!this.#started && type !== undefined && IN_MESSAGE.has(type)) throw invalidResponse(`a \`${type}\` event came before \`message_start\``);
     switch (type) {
       case "message_start":
         return [this.#start(data.message)];
@@ -125,6 +133,7 @@ export class MessagesStreamConverter implements StreamConverter {
   }
 
   #start(message: unknown): StreamChatResponse {
+    this.#started = true;
     const m = isObject(message) ? message : {};
     const usage = usageFromWire(m.usage);
     this.#inputTokens = uncachedInput(usage);

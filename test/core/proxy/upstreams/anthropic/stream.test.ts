@@ -213,6 +213,19 @@ describe("anthropic stream converter", () => {
     assert.deepEqual(conv.end(), []);
   });
 
+  it("throws a 502 upstream_invalid_response for an answer's event before its message_start (a stream of message_stop alone)", () => {
+    for (const type of ["message_stop", "message_delta", "content_block_start", "content_block_delta", "content_block_stop"]) {
+      const conv = createAnthropicAdapter().createStreamConverter(req);
+      assert.deepEqual(conv.push({ event: "ping", data: '{"type": "ping"}' }), []);
+      assert.throws(() => conv.push({ event: type, data: JSON.stringify({ type, index: 0, delta: { type: "text_delta", text: "x" }, content_block: { type: "text", text: "" } }) }), (e) => {
+        const info = toErrorInfo(e);
+        assert.deepEqual([info.status, info.code], [502, "upstream_invalid_response"], type);
+        assert.match(info.message, new RegExp(`\`${type}\` event came before \`message_start\``));
+        return true;
+      });
+    }
+  });
+
   it("ignores ping events", () => {
     const conv = createAnthropicAdapter().createStreamConverter(req);
     assert.deepEqual(conv.push({ event: "ping", data: '{"type": "ping"}' }), []);
@@ -236,6 +249,7 @@ describe("anthropic stream converter", () => {
     const events = (input: unknown, fragments: string[]) => {
       const conv = createAnthropicAdapter().createStreamConverter(req);
       const push = (type: string, rest: object) => conv.push({ event: type, data: JSON.stringify({ type, index: 1, ...rest }) }).map(summary);
+      conv.push({ event: "message_start", data: JSON.stringify({ type: "message_start", message: { id: "msg_s", type: "message", role: "assistant", content: [], usage: { input_tokens: 1, output_tokens: 1 } } }) });
       return [
         ...push("content_block_start", { content_block: { type: "tool_use", id: "toolu_s", name: "get", input } }),
         ...fragments.flatMap((partial_json) => push("content_block_delta", { delta: { type: "input_json_delta", partial_json } })),
