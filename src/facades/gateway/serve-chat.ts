@@ -25,7 +25,7 @@ import { carriesThread } from "../../core/proxy/request-rules.js";
 import { SENT_UPSTREAM, sentUpstream } from "../../core/proxy/upstream-http.js";
 import { CompletionAssembler } from "../../core/proxy/completion-assembler.js";
 import type { Pricing } from "../../core/proxy/pricing.js";
-import { toErrorInfo } from "../../core/errors.js";
+import { toErrorBody, toErrorInfo } from "../../core/errors.js";
 import { parseExtra } from "../../core/json.js";
 import { Lru } from "../../core/lru.js";
 import { atMostEvery, log } from "../../logger.js";
@@ -986,6 +986,9 @@ async function callUpstream(
       else {
         trace.responseBody = partialBody(s.codec, whole, usage);
         if (trace.responseBody) trace.responseBodyDropped = whole.droppedChars;
+        // No answer begun (a stream begun for its keep-alive whose upstream then failed): the
+        // error its client was sent, as a request refused before its stream logs its error's body.
+        else if (failure && !clientGone) trace.responseBody = JSON.stringify(toErrorBody(failure));
       }
     }
     return answer;

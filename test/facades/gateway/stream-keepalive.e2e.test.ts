@@ -110,12 +110,14 @@ describe("gateway streams: a keep-alive comment before a slow first event", () =
     assert.deepEqual([err.type, err.code], ["rate_limit_error", "upstream_rate_limited"], r.text);
     assert.equal(r.trailers["x-svc-cost"], "0");
     // Logged as the error in its stream, its first byte the one that began it (not 0: none sent).
-    let log: { status: number; errorCode: string; ttfbMs: number; latencyMs: number } | undefined;
+    let log: { status: number; errorCode: string; ttfbMs: number; latencyMs: number; responseBody: string } | undefined;
     await eventually(async () => {
       log = (await on.gw.telemetry.getLog({ projectId: on.projectId, keyMode: KeyMode.LIVE, requestId: r.requestId }).catch(() => undefined))?.log;
       return log !== undefined;
     }, 5_000, "the stream's log");
     assert.deepEqual([log!.status, log!.errorCode], [200, "upstream_rate_limited"]);
+    // Its response body, the error its client was sent (no answer had begun), as a refusal's log has.
+    assert.deepEqual(JSON.parse(log!.responseBody).error, err);
     assert.ok(log!.ttfbMs > 200 && log!.ttfbMs < log!.latencyMs, `ttfb ${log!.ttfbMs} of ${log!.latencyMs} ms`);
     const client = new OpenAI({ apiKey: on.key, baseURL: `${on.gw.gatewayUrl}/v1`, maxRetries: 0 });
     await assert.rejects(client.chat.completions.stream({ model: "chat-4o", messages: [{ role: "user", content: `refused ${++n}` }] }).finalChatCompletion(), (e: unknown) => e instanceof OpenAI.APIError);
