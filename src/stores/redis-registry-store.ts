@@ -147,7 +147,8 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
   // New copies of keys are kept only while subscribed: a replica that is not hearing of deletes
   // (its subscription failed: Redis down as it started, the channel refused, or lost with its
   // connection) keeps none, so serves none a delete made meanwhile in an outage; those it had stay
-  // for an outage of the whole Redis. The subscription is made here, not by ioredis on its own after
+  // for an outage of the whole Redis, and are forgotten when the subscription alone was lost
+  // (forgetUnlessOutage). The subscription is made here, not by ioredis on its own after
   // a reconnect (autoResubscribe): a refusal of that one was an unhandled rejection, which ended
   // the process (Redis 7 drops the subscribers of a user whose channel is taken away). It is asked
   // for at each connection, and every SUBSCRIBE_RETRY_MS while refused.
@@ -203,11 +204,30 @@ export function createRedisRegistryStore(target: RedisTarget): RegistryStore {
       subscribe();
     });
     conn.on("close", () => {
+      const was = subscribed;
       subscribed = false;
+      if (was) forgetUnlessOutage();
       if (clusterTarget) setTimeout(moveSubscription, SUBSCRIBER_MOVE_MS).unref();
     });
     conn.on("message", (_channel: string, hash: string) => void knownKeys.delete(hash));
     return conn;
+  };
+  /**
+   * The subscription lost: when Redis itself still answers (only the subscriber's connection went:
+   * killed, its output buffer over Redis's limit, a network fault of its own), deletes can be made
+   * that this replica does not hear, so its copies are forgotten now, not at the subscription's
+   * return: a stall or outage before then would serve them, a key deleted meanwhile among them.
+   * When Redis does not answer, this is an outage of the whole Redis (no delete can be made
+   * meanwhile), which the copies are kept for.
+   */
+  const forgetUnlessOutage = () => {
+    if (closed || stalled || redis.status !== "ready") return;
+    timed(() => call(() => redis.ping())).then(
+      () => {
+        if (!subscribed) knownKeys.clear();
+      },
+      () => {},
+    );
   };
   watchRevocations(revocations);
   const resubscribe = setInterval(subscribe, SUBSCRIBE_RETRY_MS);

@@ -127,6 +127,41 @@ describe("Redis registry store", () => {
     }
   });
 
+  it("forgets the keys it verified when its subscription alone is lost (Redis still answering), so a key deleted before its return is not served in a stall", async function () {
+    this.timeout(30_000);
+    const c = createRedisRegistryStore(redis.url);
+    const admin = new Redis(redis.url, { maxRetriesPerRequest: 0 });
+    const numsub = async () => Number(((await admin.call("PUBSUB", "NUMSUB", REVOKED)) as unknown[])[1]);
+    const maxclients = ((await admin.call("CONFIG", "GET", "maxclients")) as string[])[1]!;
+    try {
+      await eventually(async () => (await numsub()) === 3, 10_000, "the third replica subscribed");
+      await a.createProject({ id: "proj_sub", name: "sub", plan: "pro", createdAt: 4000 });
+      await a.createKey(key("key_sub", "proj_sub", 4000), 10);
+      assert.equal((await c.findKeyByHash("hash-key_sub"))?.key.id, "key_sub");
+      // The subscribers' connections killed, and kept from coming back (no new connection taken):
+      // Redis itself answers the connections that stay.
+      const connected = Number(/connected_clients:(\d+)/.exec(String(await admin.call("INFO", "clients")))![1]);
+      await admin.call("CONFIG", "SET", "maxclients", String(connected - 3));
+      await admin.call("CLIENT", "KILL", "TYPE", "pubsub");
+      await new Promise((r) => setTimeout(r, 500));
+      await a.deleteKey("key_sub"); // published: nobody hears it
+      // Then Redis stalls before the subscription is back: the deleted key is not served from memory.
+      await admin.call("CLIENT", "PAUSE", "1500", "ALL");
+      await assert.rejects(c.findKeyByHash("hash-key_sub"), (e) => e instanceof RegistryUnavailableError);
+    } finally {
+      await admin.call("CONFIG", "SET", "maxclients", maxclients);
+      await c.close();
+      admin.disconnect();
+    }
+    // Every replica subscribed again.
+    const again = new Redis(redis.url, { maxRetriesPerRequest: 0 });
+    try {
+      await eventually(async () => Number(((await again.call("PUBSUB", "NUMSUB", REVOKED)) as unknown[])[1]) === 2, 10_000, "a and b subscribed again");
+    } finally {
+      again.disconnect();
+    }
+  });
+
   it("lives through its user losing the deleted keys' channel (Redis 7 drops its subscribers): no unhandled rejection, reads go on", async function () {
     this.timeout(30_000);
     const admin = new Redis(redis.url, { maxRetriesPerRequest: 0 });
