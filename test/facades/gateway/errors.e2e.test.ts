@@ -9,7 +9,6 @@ import OpenAI from "openai";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
-import { freePort } from "../../support/redis.js";
 import { eventually, postJson, rawRequest, sseEvents } from "../../support/http.js";
 
 const chat = (content = "hi", extra: Record<string, unknown> = {}) => ({ model: "chat-4o", messages: [{ role: "user", content }], ...extra });
@@ -569,8 +568,9 @@ describe("gateway errors: the spec's status and error object for every kind of b
 
 describe("gateway errors: unreachable and slow upstreams", () => {
   it("an unreachable upstream is 502 upstream_unreachable", async () => {
-    const port = await freePort();
-    const gw = await startTestGateway({ SVC_OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`, SVC_OPENAI_API_KEY: "k" }, false);
+    // Port 1 (tcpmux), where nothing listens: a port found free and then left could be taken by
+    // another process (another test's server) before the request.
+    const gw = await startTestGateway({ SVC_OPENAI_BASE_URL: "http://127.0.0.1:1/v1", SVC_OPENAI_API_KEY: "k" }, false);
     try {
       const key = (await gw.project()).live;
       const res = await postJson(`${gw.gatewayUrl}/v1/chat/completions`, key, chat());
