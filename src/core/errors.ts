@@ -169,6 +169,8 @@ const RETRY_HEADERS: ReadonlyArray<readonly [name: string, valid: RegExp]> = [
   ["x-should-retry", /^(?:true|false)$/],
 ];
 const kRetry = "svc-upstream-";
+/** The prefix of the metadata names retry guidance rides under inside the gateway. */
+export const RETRY_GUIDANCE_PREFIX = kRetry;
 
 /** Copies retry guidance (an upstream answer's headers) onto an error, dropping values of any other form. */
 export function withRetryGuidance(err: ConnectError, headers: Record<string, string | string[] | undefined>): ConnectError {

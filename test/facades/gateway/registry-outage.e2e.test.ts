@@ -4,6 +4,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { Redis } from "ioredis";
 import OpenAI from "openai";
 import { toErrorInfo } from "../../../src/core/errors.js";
+import { createTelemetryAdminClient } from "../../../src/cli/admin-client.js";
 import { Plan } from "../../../src/gen/svc/auth/v1/auth_service_pb.js";
 import { KeyMode } from "../../../src/gen/svc/common/v1/key_mode_pb.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
@@ -158,6 +159,15 @@ describe("a Redis registry outage: keys the gateway has not verified yet, and ad
       assert.equal(res.status, 503, res.text);
       assert.equal(res.json().error.code, "prompts_unavailable");
       assert.equal(res.headers["retry-after"], "1");
+      // On the core port too (`svc prompts`' way): Retry-After under its own name, not the name it rides under inside the gateway.
+      const net = createTelemetryAdminClient({ server: gw.grpcUrl, token: gw.adminToken });
+      await assert.rejects(net.listPrompts({ projectId: keys.projectId }), (e: unknown) => {
+        assert.ok(e instanceof ConnectError, String(e));
+        assert.equal(toErrorInfo(e).code, "prompts_unavailable");
+        assert.equal(e.metadata.get("retry-after"), "1");
+        assert.deepEqual([...e.metadata.keys()].filter((k) => k.startsWith("svc-upstream-")), []);
+        return true;
+      });
       assert.ok(Date.now() - started < 5_000, `refused at once (took ${Date.now() - started} ms)`);
     });
     assert.deepEqual(lines.filter((l) => /"level":"error"/.test(l)), [], "not an internal error");
