@@ -3,17 +3,22 @@ import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "./
 
 /**
  * The cluster prompt registry in Redis. A project's keys share its `{project}` hash tag, so the
- * two writes of a put can go in one MULTI on Redis Cluster too.
+ * writes of a put can go in one script on Redis Cluster too.
  *
  *   svc:prompts:{<project>}:names           sorted set of the project's names (all scores 0: by name)
  *   svc:prompts:{<project>}:versions:<name> list of version JSONs, oldest first
+ *   svc:prompts:{<project>}:latest          hash: name -> "<version> <JSON of its summary>" (no content)
  *
  * RPUSH answers the list's new length, which is the version number, atomically: two replicas
- * putting the same name at once get versions n and n+1, never the same. A put touches its own two
- * keys (O(1) and O(log names)), never the other prompts; a listing page reads only its names.
+ * putting the same name at once get versions n and n+1, never the same. A put (one script) touches
+ * its own three keys (O(1), O(log names), O(1)), never the other prompts; a listing page reads only
+ * its names, and of each its summary, never a content (up to 1 MiB each: a page of a hundred read
+ * whole took longer than a call may). A name whose summary is missing or behind its list (put by a
+ * release before the summaries) is read from its list, and its summary written then.
  *
- * Reads send plain read commands, never a MULTI: a Redis at its `maxmemory` (noeviction) refuses
- * every command queued in a transaction, reads too, but answers reads sent on their own. The latest
+ * Reads send plain read commands, never a MULTI or a script: a Redis at its `maxmemory`
+ * (noeviction) refuses every command queued in a transaction, reads too, and a script that may
+ * write, but answers reads sent on their own. The latest
  * version and its number are read as LLEN, LINDEX -1, LLEN in one pipeline (O(1) each, whatever the
  * history): the lists only grow, so two equal lengths mean no put came in between and the last
  * element is that version. A put in between (rare) has the version at the first length read by its
@@ -21,6 +26,24 @@ import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "./
  */
 const kNames = (projectId: string) => `svc:prompts:{${projectId}}:names`;
 const kVersions = (projectId: string, name: string) => `svc:prompts:{${projectId}}:versions:${name}`;
+const kLatest = (projectId: string) => `svc:prompts:{${projectId}}:latest`;
+
+/** A put: the version, the name, and the summary under its version number. KEYS: versions, names, latest; ARGV: version JSON, name, summary JSON. */
+const putLua = `
+local n = redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], 0, ARGV[2])
+redis.call('HSET', KEYS[3], ARGV[2], n .. ' ' .. ARGV[3])
+return n`;
+
+/** A summary written from the list (a name put before the summaries), unless a put came meanwhile. KEYS: versions, latest; ARGV: name, version, summary JSON. */
+const healLua = `
+if redis.call('LLEN', KEYS[1]) == tonumber(ARGV[2]) then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ' ' .. ARGV[3]) end
+return 0`;
+
+type ScriptedRedis = ReturnType<typeof openRedis> & {
+  svcPromptPut(versions: string, names: string, latest: string, version: string, name: string, summary: string): Promise<number>;
+  svcPromptHeal(versions: string, latest: string, name: string, version: number, summary: string): Promise<number>;
+};
 
 /**
  * Longest wait for Redis's answer to a prompt call. One that takes longer fails (503
@@ -42,12 +65,18 @@ interface Stored {
   createdAt: number;
 }
 
+/** What a listing shows of a version: all but its content. */
+type Summary = Omit<Stored, "content">;
+
 export function createRedisPromptStore(target: RedisTarget): PromptStore {
   // No retries: while Redis is unreachable a call fails at once (503 prompts_unavailable), as an
   // admin call to the registry does, rather than after ioredis's retries (10-15 s) as an internal
   // error. Only the first connection's calls wait for it (the server may be asked before it is
   // up); once it has been up, a call made while it is down is refused without being sent.
-  const redis = openRedis(target, { ...RECONNECT_OPTIONS, maxRetriesPerRequest: 0 });
+  const redis = openRedis(target, { ...RECONNECT_OPTIONS, maxRetriesPerRequest: 0 }) as ScriptedRedis;
+  // defineCommand sends EVALSHA and falls back to EVAL on NOSCRIPT (a restarted Redis).
+  redis.defineCommand("svcPromptPut", { numberOfKeys: 3, lua: putLua });
+  redis.defineCommand("svcPromptHeal", { numberOfKeys: 2, lua: healLua });
   let beenUp = false;
   let stalled = false;
   let closed = false;
@@ -112,7 +141,8 @@ export function createRedisPromptStore(target: RedisTarget): PromptStore {
   const store: PromptStore = {
     async put(p) {
       const stored: Stored = { content: p.content, description: p.description, createdAt: p.createdAt };
-      const [length] = execReplies(await redis.multi().rpush(kVersions(p.projectId, p.name), JSON.stringify(stored)).zadd(kNames(p.projectId), 0, p.name).exec());
+      const summary: Summary = { description: p.description, createdAt: p.createdAt };
+      const length = await redis.svcPromptPut(kVersions(p.projectId, p.name), kNames(p.projectId), kLatest(p.projectId), JSON.stringify(stored), p.name, JSON.stringify(summary));
       return { ...p, version: Number(length) };
     },
     async get(projectId, name, version) {
@@ -131,14 +161,32 @@ export function createRedisPromptStore(target: RedisTarget): PromptStore {
       const names = await redis.zrangebylex(kNames(projectId), after ? `(${after}` : "-", "+", "LIMIT", 0, limit + 1);
       const page = names.slice(0, limit);
       if (page.length === 0) return { prompts: [], more: false };
-      const last = await latest(page.map((n) => kVersions(projectId, n)));
-      const prompts = page.flatMap((n, i) => {
-        const { n: version, v } = last[i]!;
-        if (v === null) return []; // a name is added with its first version, in one MULTI: not seen
-        const { content: _, ...summary } = record(projectId, n, version, v);
-        return [summary];
+      // Each name's summary between two reads of its list's length: equal lengths mean no put came
+      // in between, so a summary of that version is the latest's.
+      const res = execReplies(await page.reduce((p, n) => p.llen(kVersions(projectId, n)).hget(kLatest(projectId), n).llen(kVersions(projectId, n)), redis.pipeline()).exec());
+      const prompts: Array<Omit<PromptRecord, "content"> | undefined> = page.map((name, i) => {
+        const n = Number(res[3 * i]);
+        const text = res[3 * i + 1] as string | null;
+        if (n === 0 || n !== Number(res[3 * i + 2]) || text === null) return undefined;
+        const space = text.indexOf(" ");
+        if (Number(text.slice(0, space)) !== n) return undefined;
+        return { projectId, name, version: n, ...(JSON.parse(text.slice(space + 1)) as Summary) };
       });
-      return { prompts, more: names.length > limit };
+      // The others (a put raced the reads, or a name put before the summaries): read from their lists.
+      const behind = page.flatMap((name, i) => (prompts[i] === undefined ? [i] : []));
+      if (behind.length) {
+        const last = await latest(behind.map((i) => kVersions(projectId, page[i]!)));
+        behind.forEach((i, j) => {
+          const { n: version, v } = last[j]!;
+          if (v === null) return; // a name is added with its first version, in one script: not seen
+          const { content: _, ...summary } = record(projectId, page[i]!, version, v);
+          prompts[i] = summary;
+          // Written for the next listing; a Redis refusing writes (full) lists as before.
+          const kept: Summary = { description: summary.description, createdAt: summary.createdAt };
+          redis.svcPromptHeal(kVersions(projectId, page[i]!), kLatest(projectId), page[i]!, version, JSON.stringify(kept)).catch(() => {});
+        });
+      }
+      return { prompts: prompts.filter((p) => p !== undefined), more: names.length > limit };
     },
     close: () => quitRedis(redis),
   };

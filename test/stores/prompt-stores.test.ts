@@ -8,7 +8,7 @@ import { type PromptRecord, type PromptStore, PromptsUnavailableError } from "..
 import { createRedisPromptStore, PROMPT_CALL_TIMEOUT_MS } from "../../src/stores/redis-prompt-store.js";
 import { startRedis, type TestRedis } from "../support/redis.js";
 
-const put = (s: PromptStore, projectId: string, name: string, content: string) => s.put({ projectId, name, content, description: "", createdAt: Date.now() });
+const put = (s: PromptStore, projectId: string, name: string, content: string, description = "") => s.put({ projectId, name, content, description, createdAt: Date.now() });
 
 for (const kind of ["file", "redis"] as const) {
   describe(`prompt store (${kind})`, () => {
@@ -258,7 +258,7 @@ describe("prompt store (redis): a put touches its own keys only", () => {
   });
   after(() => redis.stop());
 
-  it("sends RPUSH and ZADD on the name's two keys, whatever else is stored", async () => {
+  it("sends RPUSH, ZADD and HSET on the name's list, the names and the summaries, whatever else is stored", async () => {
     const store = createRedisPromptStore(redis.url);
     const watcher = new Redis(redis.url);
     try {
@@ -270,10 +270,42 @@ describe("prompt store (redis): a put touches its own keys only", () => {
       await put(store, "proj_a", "n3", "new");
       await new Promise((r) => setTimeout(r, 100));
       monitor.disconnect();
-      const commands = seen.map((a) => a[0]!.toLowerCase()).filter((c) => c !== "multi" && c !== "exec");
-      assert.deepEqual(commands.sort(), ["rpush", "zadd"], JSON.stringify(seen));
-      const keys = seen.filter((a) => a[0]!.toLowerCase() !== "multi" && a[0]!.toLowerCase() !== "exec").map((a) => a[1]);
-      assert.deepEqual(keys.sort(), ["svc:prompts:{proj_a}:names", "svc:prompts:{proj_a}:versions:n3"]);
+      // The script's own commands (MONITOR shows them after its EVALSHA).
+      const inner = seen.filter((a) => !["multi", "exec", "evalsha", "eval"].includes(a[0]!.toLowerCase()));
+      assert.deepEqual(inner.map((a) => a[0]!.toLowerCase()).sort(), ["hset", "rpush", "zadd"], JSON.stringify(seen));
+      assert.deepEqual(inner.map((a) => a[1]).sort(), ["svc:prompts:{proj_a}:latest", "svc:prompts:{proj_a}:names", "svc:prompts:{proj_a}:versions:n3"]);
+    } finally {
+      watcher.disconnect();
+      await store.close();
+    }
+  });
+
+  it("lists a page without reading any prompt's content (each up to 1 MiB), and a name put before the summaries from its list once, its summary written then", async () => {
+    const store = createRedisPromptStore(redis.url);
+    const watcher = new Redis(redis.url);
+    try {
+      for (let i = 0; i < 5; i++) await put(store, "proj_l", `p${i}`, "y".repeat(100_000), `d${i}`);
+      await put(store, "proj_l", "p2", "newer", "d2 again");
+      // A name an earlier release put: its versions and its name, no summary.
+      await watcher.rpush("svc:prompts:{proj_l}:versions:old", JSON.stringify({ content: "z".repeat(50_000), description: "legacy", createdAt: 7 }));
+      await watcher.zadd("svc:prompts:{proj_l}:names", 0, "old");
+      const listed = async () => {
+        const monitor = await watcher.monitor();
+        const seen: string[][] = [];
+        monitor.on("monitor", (_time: string, args: string[]) => seen.push(args));
+        await new Promise((r) => setTimeout(r, 50));
+        const page = await store.list("proj_l", { after: "", limit: 10 });
+        await new Promise((r) => setTimeout(r, 100));
+        monitor.disconnect();
+        return { page, reads: seen.filter((a) => a[0]!.toLowerCase() === "lindex").map((a) => a[1]) };
+      };
+      const first = await listed();
+      assert.deepEqual(first.page.prompts.map((p) => [p.name, p.version, p.description]), [["old", 1, "legacy"], ["p0", 1, "d0"], ["p1", 1, "d1"], ["p2", 2, "d2 again"], ["p3", 1, "d3"], ["p4", 1, "d4"]]);
+      assert.ok(first.page.prompts.every((p) => !("content" in p)));
+      assert.deepEqual(first.reads, ["svc:prompts:{proj_l}:versions:old"], "only the name without a summary is read from its list");
+      const second = await listed();
+      assert.deepEqual(second.page.prompts, first.page.prompts);
+      assert.deepEqual(second.reads, [], "no content read once its summary is written");
     } finally {
       watcher.disconnect();
       await store.close();
