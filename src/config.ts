@@ -353,6 +353,16 @@ function redisUrl(v: string | undefined): string | undefined {
       throw new ConfigError(`SVC_REDIS_URL names the database by number (redis://host:6379/2; none: 0), but ${where} is ${JSON.stringify(db)}`);
     }
   }
+  // Both: the client takes the path's, and drops the other without a word.
+  if (path !== "" && query !== null) throw new ConfigError("SVC_REDIS_URL names the database twice, in its path and in a db parameter; name it once");
+  // The user name and password are percent-decoded for Redis: a `%` not starting an escape cannot be.
+  for (const [part, what] of [[parsed.username, "user name"], [parsed.password, "password"]] as const) {
+    try {
+      decodeURIComponent(part);
+    } catch {
+      throw new ConfigError(`SVC_REDIS_URL's ${what} holds a % that starts no escape: percent-encode it as %25 (and the other characters a URL reserves: @ : / ? # and space as %40 %3A %2F %3F %23 %20)`);
+    }
+  }
   return v;
 }
 

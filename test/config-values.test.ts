@@ -152,7 +152,15 @@ describe("configuration values", () => {
     for (const value of ["redis://127.0.0.1:6379?db=3&db=x", "redis://127.0.0.1:6379?db=3&db=7"]) {
       assert.throws(() => loadConfig({ SVC_REDIS_URL: value }), (e: Error) => e instanceof ConfigError && e.message === "SVC_REDIS_URL names the database 2 times (db parameters); name it once", value);
     }
-    for (const value of ["redis://127.0.0.1:6379", "redis://127.0.0.1:6379/", "redis://127.0.0.1:6379/0", "redis://u:p@127.0.0.1:6379/15", "redis://127.0.0.1:6379?db=3"]) {
+    // In the path and a parameter both: the client takes the path's and drops the parameter without a word.
+    for (const value of ["redis://127.0.0.1:6379/0?db=2", "redis://:PWsecret3@127.0.0.1:6379/2?db=2"]) {
+      assert.throws(() => loadConfig({ SVC_REDIS_URL: value }), (e: Error) => e instanceof ConfigError && e.message === "SVC_REDIS_URL names the database twice, in its path and in a db parameter; name it once", value);
+    }
+    // A % that starts no escape in the credentials, which are decoded for Redis: a configuration error, the value not shown.
+    for (const [value, what] of [["redis://:PWsec%ret3@127.0.0.1:6379", "password"], ["redis://us%zzer:PWsecret3@127.0.0.1:6379", "user name"]]) {
+      assert.throws(() => loadConfig({ SVC_REDIS_URL: value }), (e: Error) => e instanceof ConfigError && e.message.startsWith(`SVC_REDIS_URL's ${what} holds a % that starts no escape`) && !e.message.includes("PWsec"), value);
+    }
+    for (const value of ["redis://127.0.0.1:6379", "redis://127.0.0.1:6379/", "redis://127.0.0.1:6379/0", "redis://u:p@127.0.0.1:6379/15", "redis://127.0.0.1:6379?db=3", "redis://127.0.0.1:6379/?db=3", "redis://:p%40ss%25@127.0.0.1:6379"]) {
       assert.equal(loadConfig({ SVC_REDIS_URL: value }).redisUrl, value);
     }
   });
