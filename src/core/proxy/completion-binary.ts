@@ -30,6 +30,15 @@ export function encodeCompletion(c: Completion): Uint8Array | undefined {
   return new Uint8Array(buf.buffer, buf.byteOffset, size);
 }
 
+/**
+ * The byte length of encodeCompletion's payload of `c`, without writing it; NaN when it has none
+ * (a string that is not well-formed).
+ */
+export function encodedCompletionBytes(c: Completion): number {
+  if (c.$unknown || c.usage?.$unknown || c.blocks.some((b) => b.$unknown)) return encodeCompletion(c)?.byteLength ?? Number.NaN;
+  return completionSize(c, []);
+}
+
 // Sizes are computed first (string byte lengths and message sizes pushed to `sizes` in the order
 // they are written), then written in one pass into a buffer of exactly that size. A string that is
 // not well-formed has size NaN, which every sum it enters carries to the answer's size.

@@ -17,7 +17,7 @@ import {
 } from "../../gen/svc/proxy/v1/proxy_service_pb.js";
 import { hasLimits } from "../../core/auth/project-limits.js";
 import { cacheKeyOf } from "../../core/cache/cache-key.js";
-import { encodeCompletion } from "../../core/proxy/completion-binary.js";
+import { encodeCompletion, encodedCompletionBytes } from "../../core/proxy/completion-binary.js";
 import { Cancellation, cancellationKey } from "../../core/cancel.js";
 import { chatRequest, completionEvent } from "../../core/proxy/canonical.js";
 import { isCanceled } from "../../core/proxy/proxy-service.js";
@@ -489,8 +489,16 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
       // finds it there (in this process's own cache, just after: store).
       let storing: Promise<void> | undefined;
       // Its waiters are answered as soon as it is whole too, not once its client has the last bytes.
+      // The answer found storable (keep, once whole), so its size is not reckoned again at its end.
+      let fits: Completion | undefined;
+      const storableAnswer = (c: Completion | undefined): boolean => {
+        if (c !== undefined && c === fits) return true;
+        if (!storable(c, deps.maxCachedAnswerBytes)) return false;
+        fits = c;
+        return true;
+      };
       const keep = policy.store || flight ? (c: Completion) => {
-        if (!storable(c)) return;
+        if (!storableAnswer(c)) return;
         if (policy.store) storing ??= store(deps, scope, c, policy);
         if (flight) land(c);
       } : undefined;
@@ -536,15 +544,16 @@ async function serve(req: IncomingMessage, res: ServerResponse, s: Surface, deps
         if (leader) {
           // Its client left (not the shutdown's cut, which ends the waiters too): a waiter takes over.
           const abandoned = answer === undefined && res.destroyed && !res.writableFinished && !deps.shutdown?.isCut;
-          // An answer the cache would not store (one that does not say how it finished) is not
-          // served to its waiters either: they ask the upstream, as a later request would.
-          land(abandoned ? ABANDONED : storable(answer) ? answer : undefined);
+          // An answer the cache would not store (one that does not say how it finished, one over
+          // its entry limit) is not served to its waiters either: they ask the upstream, as a later
+          // request would.
+          land(abandoned ? ABANDONED : storableAnswer(answer) ? answer : undefined);
           // An answer to store keeps its flight, landed, until it is in the cache: an identical
           // request arriving meanwhile (the store is a round trip on Redis) is served it as a hit.
-          if (!(policy.store && storable(answer))) flights.delete(flightKey);
+          if (!(policy.store && storableAnswer(answer))) flights.delete(flightKey);
         }
       }
-      const stored = storing ?? (policy.store && storable(answer) ? store(deps, scope, answer!, policy) : undefined);
+      const stored = storing ?? (policy.store && storableAnswer(answer) ? store(deps, scope, answer!, policy) : undefined);
       if (stored && flight) {
         void stored.then(() => {
           if (flights.get(flightKey) === flight) flights.delete(flightKey);
@@ -1077,7 +1086,13 @@ async function serveHit(
 /** Whether a request is a turn of a message thread (its extra fields read only when they may name one). */
 const inThread = (r: ParsedChatRequest): boolean => r.style === ApiStyle.MESSAGES && r.extraJson.includes('"thread"') && carriesThread(parseExtra(r.extraJson));
 
-const storable = (c: Completion | undefined): boolean => c !== undefined && c.finishReason !== FinishReason.UNSPECIFIED;
+/**
+ * Whether the cache would store the answer: it says how it finished, and its payload fits the
+ * cache's entry limit (`maxBytes`, SVC_CACHE_MAX_ENTRY_BYTES) and can be written at all (no lone
+ * surrogate: encodeCompletion). Only such an answer is served to a flight's waiters.
+ */
+const storable = (c: Completion | undefined, maxBytes: number | undefined): boolean =>
+  c !== undefined && c.finishReason !== FinishReason.UNSPECIFIED && (maxBytes === undefined || encodedCompletionBytes(c) <= maxBytes);
 
 const emptyEvents: AsyncIterator<never> = { next: async () => ({ done: true, value: undefined }) };
 

@@ -6,7 +6,7 @@ import {
   type Completion,
   UsageSchema,
 } from "../../../src/gen/svc/proxy/v1/proxy_service_pb.js";
-import { encodeCompletion } from "../../../src/core/proxy/completion-binary.js";
+import { encodeCompletion, encodedCompletionBytes } from "../../../src/core/proxy/completion-binary.js";
 import { prng } from "../../support/prng.js";
 
 describe("encodeCompletion", () => {
@@ -54,6 +54,7 @@ describe("encodeCompletion", () => {
       assert.deepEqual(Buffer.from(mine), Buffer.from(toBinary(CompletionSchema, c)), `answer ${i}`);
       assert.equal(mine.byteLength, mine.buffer.byteLength, "the bytes own their whole buffer");
       assert.deepEqual(fromBinary(CompletionSchema, mine), c, `answer ${i} comes back as it was`);
+      assert.equal(encodedCompletionBytes(c), mine.byteLength, `answer ${i}: its size, reckoned without writing it`);
     }
   });
 
@@ -73,6 +74,7 @@ describe("encodeCompletion", () => {
       for (const fields of strings(lone)) {
         const c = create(CompletionSchema, { id: "chatcmpl-1", ...fields });
         assert.equal(encodeCompletion(c), undefined, JSON.stringify(fields));
+        assert.ok(Number.isNaN(encodedCompletionBytes(c)), JSON.stringify(fields));
         // Through protobuf-es too (an answer with fields this build does not know).
         assert.equal(encodeCompletion({ ...c, $unknown: [{ no: 99, wireType: 2, data: new Uint8Array([1, 65]) }] }), undefined, JSON.stringify(fields));
       }

@@ -34,6 +34,14 @@ function answer(body: { stream?: boolean; messages: Array<{ content: string }> }
     }, 300);
     return;
   }
+  if (prompt.startsWith("big")) {
+    // A whole answer past the cache's entry limit (SVC_CACHE_MAX_ENTRY_BYTES below), after 300 ms: é is 2 bytes.
+    setTimeout(() => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ id: "chatcmpl-big", object: "chat.completion", created: 1, model: "gpt-4o", choices: [{ index: 0, message: { role: "assistant", content: "é".repeat(1500) }, finish_reason: "stop" }], usage: { prompt_tokens: 3, completion_tokens: 1500, total_tokens: 1503 } }));
+    }, 300);
+    return;
+  }
   // No finish reason, after 300 ms.
   setTimeout(() => {
     res.writeHead(200, { "content-type": "application/json" });
@@ -86,5 +94,20 @@ describe("single flight: identical requests behind an answer the cache would not
     assert.deepEqual(all.map((r) => [r.status, r.headers["x-svc-cache"]]), [[200, "MISS"], [200, "MISS"], [200, "MISS"]]);
     assert.equal(calls.length, 3);
     assert.ok(all.every((r) => r.headers["x-svc-cost"] !== "0"), "each was charged as the miss it was");
+  });
+});
+
+describe("single flight: identical requests behind an answer over the cache's entry limit", () => {
+  const on = gatewayOnScriptedUpstream(answer, { SVC_CACHE_MAX_ENTRY_BYTES: "2048" });
+  it("does not serve the waiters an answer the cache does not store for its size (3,000 bytes of text, 1,500 characters): each calls the upstream", async () => {
+    calls.length = 0;
+    const ask = (stream: boolean) => postJson(`${on.gw.gatewayUrl}/v1/chat/completions`, on.key, { model: "chat-4o", stream, messages: [{ role: "user", content: "big one" }] });
+    const first = ask(false);
+    await new Promise((r) => setTimeout(r, 100));
+    const all = [await first, ...(await Promise.all([ask(false), ask(false)]))];
+    assert.deepEqual(all.map((r) => [r.status, r.headers["x-svc-cache"]]), [[200, "MISS"], [200, "MISS"], [200, "MISS"]]);
+    assert.equal(calls.length, 3);
+    // Not stored either: the next one is a miss too.
+    assert.equal((await ask(false)).headers["x-svc-cache"], "MISS");
   });
 });
