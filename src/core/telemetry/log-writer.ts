@@ -30,6 +30,12 @@ export interface LogWriterOptions {
   maxRejections?: number;
   /** The most inserts splitting one refused batch may make; parts left untried then are set aside whole. */
   maxSplitInserts?: number;
+  /**
+   * How long an insert runs before the rows queued behind it are spooled at each tick instead of
+   * held in memory for it (an engine that hangs: each insert waits out the store's timeout). At
+   * once while the store is known to be out. Default: three flush intervals, STUCK_INSERT_MIN_MS at least.
+   */
+  stuckInsertMs?: number;
 }
 
 /** Counters since start, for metrics and tests. */
@@ -96,6 +102,9 @@ const REFUSAL_LOG_INTERVAL_MS = 60_000;
 
 /** The characters of a row's bodies: nearly all of a large row's size. */
 const bodyChars = (r: LogRow): number => r.request_body.length + r.response_body.length;
+
+/** The shortest an insert runs before the rows queued behind it are spooled instead of held in memory (see stuckMs). */
+export const STUCK_INSERT_MIN_MS = 3_000;
 
 export function createLogWriter(opts: LogWriterOptions): LogWriter {
   const { store, spool, batchSize } = opts;
@@ -168,6 +177,20 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
     return rows;
   };
 
+  // When the insert running now began (0: none runs). An insert that takes longer than stuckMs (an
+  // engine that hangs: each waits out the store's timeout) has the rows queued meanwhile spooled at
+  // each tick, rather than held in memory for it, where a SIGKILL would lose them all.
+  let insertingSince = 0;
+  const stuckMs = opts.stuckInsertMs ?? Math.max(3 * opts.flushIntervalMs, STUCK_INSERT_MIN_MS);
+  const insert = async (mode: ModeName, rows: LogRow[], token: string): Promise<number> => {
+    insertingSince = Date.now();
+    try {
+      return await store.insert(mode, rows, token);
+    } finally {
+      insertingSince = 0;
+    }
+  };
+
   const toSpool = async (batch: LogBatch) => {
     let ok = false;
     try {
@@ -186,7 +209,7 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
    * file of the few rows that came in during each file's write and sync, under steady traffic one
    * every few milliseconds, each replayed later as an insert of its own.
    */
-  const spoolQueues = async () => {
+  const spoolQueuesNow = async () => {
     const due: Record<ModeName, number> = { live: queues.live.length, test: queues.test.length };
     for (const mode of MODES) {
       while (due[mode] > 0 && queues[mode].length > 0) {
@@ -196,6 +219,10 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
       }
     }
   };
+
+  // One spooling at a time (a cycle's, a tick's while an insert is stuck): their files in the order their rows were taken.
+  let spooling: Promise<void> = Promise.resolve();
+  const spoolQueues = (): Promise<void> => (spooling = spooling.then(spoolQueuesNow, spoolQueuesNow));
 
   const waiting = () => retryAt > 0 && Date.now() < retryAt;
 
@@ -230,7 +257,7 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
       }
       calls++;
       try {
-        written += await store.insert(batch.mode, rows.slice(from, to), `${batch.token}:${from}-${to}`);
+        written += await insert(batch.mode, rows.slice(from, to), `${batch.token}:${from}-${to}`);
         stored += to - from;
       } catch (err) {
         if (err instanceof TelemetryUnavailableError) throw err;
@@ -249,7 +276,7 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
       const batch = await spool.oldest();
       if (!batch) break;
       try {
-        stats.written += await store.insert(batch.mode, batch.rows, batch.token);
+        stats.written += await insert(batch.mode, batch.rows, batch.token);
         stats.replayed += batch.rows.length;
         refusals.delete(batch.seq);
         await spool.remove(batch);
@@ -303,7 +330,7 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
         const batch: LogBatch = { mode, token: randomUUID(), rows: take(mode, final ? batchSize : due[mode]) };
         due[mode] -= batch.rows.length;
         try {
-          stats.written += await store.insert(mode, batch.rows, batch.token);
+          stats.written += await insert(mode, batch.rows, batch.token);
           up();
         } catch (err) {
           down(err);
@@ -333,6 +360,10 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
   };
 
   const timer = setInterval(() => {
+    // A cycle stuck in an insert (the store in an outage, or hanging): what is queued goes to disk now.
+    if (running && stats.queued > 0 && insertingSince > 0 && (stats.outage || Date.now() - insertingSince >= stuckMs)) {
+      void spoolQueues().catch((err) => log.error("telemetry writer failed", { err: String((err as Error)?.stack ?? err) }));
+    }
     if (stats.queued > 0 || spool.batches > 0) void kick();
   }, opts.flushIntervalMs);
   timer.unref();

@@ -327,6 +327,44 @@ describe("log writer", function () {
     });
   });
 
+  describe("an insert that hangs", () => {
+    it("spools the rows queued behind an insert that has run past stuckInsertMs at each tick, rather than hold them in memory for it", async () => {
+      // An engine that hangs: each insert waits out the store's timeout (here until released), then fails.
+      let release!: () => void;
+      let inserts = 0;
+      const store: TelemetryStore = {
+        engine: "hanging",
+        async insert() {
+          inserts++;
+          await new Promise<void>((r) => (release = r));
+          throw new TelemetryUnavailableError("Timeout error");
+        },
+        ...writeOnly,
+      };
+      const spoolDir = tmp("svc-spool-");
+      const w = createLogWriter({ store, spool: await openLogSpool(spoolDir, { maxBytes: 1 << 30 }), batchSize: 1000, flushIntervalMs: 20, stuckInsertMs: 200, retryMinMs: 5_000, retryMaxMs: 10_000 });
+      try {
+        w.record("live", logRow(0));
+        await eventually(() => inserts === 1, 2_000, "the first insert under way");
+        // Rows recorded while it hangs: within stuckInsertMs held in memory, then on disk at the next ticks.
+        for (let i = 1; i <= 5; i++) w.record("live", logRow(i));
+        await new Promise((r) => setTimeout(r, 100));
+        assert.equal(w.stats.queued, 5, "held while the insert is not yet stuck");
+        await eventually(() => w.stats.spooled === 5 && w.stats.queued === 0, 2_000, "the rows behind the stuck insert spooled");
+        w.record("live", logRow(6));
+        await eventually(() => w.stats.spooled === 6, 2_000, "and each row after, at the next tick");
+        assert.equal(inserts, 1, "no second insert while the first hangs");
+        assert.ok(readdirSync(spoolDir).filter((f) => f.endsWith(".jsonl")).length >= 2);
+      } finally {
+        release();
+        await w.close();
+      }
+      // The hung insert's own row is spooled when it fails: all seven on disk, none lost.
+      assert.equal(w.stats.spooled, 7);
+      assert.equal(w.stats.dropped, 0);
+    });
+  });
+
   describe("splitting a batch the store refuses", () => {
     const writerOn = async (store: TelemetryStore, spoolDir: string, over: { maxSplitInserts?: number } = {}) =>
       createLogWriter({ store, spool: await openLogSpool(spoolDir, { maxBytes: 1 << 30 }), ...fast, batchSize: 1000, ...over });
