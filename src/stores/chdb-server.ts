@@ -262,6 +262,10 @@ const readBody = async (req: IncomingMessage) => {
   return Buffer.concat(chunks).toString("utf8");
 };
 
+/** Queries chDB is running now, and what waits for none to be (stop). */
+let running = 0;
+let idle: (() => void) | undefined;
+
 const server = createServer(async (req, res) => {
   const url = new URL(req.url ?? "/", "http://localhost");
   if (url.pathname === "/ping" && (req.method === "GET" || req.method === "HEAD")) return void res.end("Ok.\n");
@@ -288,12 +292,19 @@ const server = createServer(async (req, res) => {
     // in front as `SET k = v; ...` statements, and a multi-statement query is split by lexing all
     // of it, the inserted rows included: about a third of an insert's CPU here.
     const insert = inUrl ? insertWithSettings(inUrl, clickhouse_settings) : undefined;
-    const r = await conn.exec({
-      query: insert ?? inUrl ?? body,
-      ...(inUrl ? { values: body } : {}),
-      query_params,
-      clickhouse_settings: insert ? {} : clickhouse_settings,
-    } as never);
+    running++;
+    let r;
+    try {
+      r = await conn.exec({
+        query: insert ?? inUrl ?? body,
+        ...(inUrl ? { values: body } : {}),
+        query_params,
+        clickhouse_settings: insert ? {} : clickhouse_settings,
+      } as never);
+    } finally {
+      running--;
+      if (running === 0) idle?.();
+    }
     res.writeHead(200, { "Content-Type": "text/plain; charset=UTF-8", "X-ClickHouse-Summary": JSON.stringify(r.summary ?? {}) });
     r.stream.pipe(res);
   } catch (e) {
@@ -332,8 +343,13 @@ const stop = () => {
   // Leaves within 5 s whatever holds the main thread (a call into chDB that does not return): the
   // timer runs on a thread of its own.
   new Worker(`setTimeout(() => process.kill(${process.pid}, "SIGKILL"), 5000)`, { eval: true }).unref();
-  server.closeAllConnections();
+  // A query under way (an insert whose body came whole: its gateway killed just after sending it)
+  // is let finish first: cut, an insert lands in the log table and not in the rollups, and nothing
+  // replays a batch its gateway held only in memory. One whose body was still coming never runs.
   server.close(() => conn.close().then(leave, leave));
+  server.closeIdleConnections();
+  if (running === 0) server.closeAllConnections();
+  else idle = () => server.closeAllConnections();
 };
 process.on("SIGTERM", stop);
 // Ctrl-C, and a closing terminal's SIGHUP, reach the whole process group: the gateway flushes its

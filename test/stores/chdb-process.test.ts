@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { fork } from "node:child_process";
+import { request as httpRequest } from "node:http";
 import { fileURLToPath } from "node:url";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -155,6 +156,66 @@ describe("the embedded engine's process", function () {
     assert.equal(await exited, 2);
     assert.ok(Date.now() - t0 < 5_000, `left after ${Date.now() - t0} ms (it waited 30 s for the password)`);
     assert.match(stderr, /no password came from the parent/);
+  });
+
+  it("lets an insert under way finish when its gateway goes (killed just after sending it): the rows in the table and in its view alike", async function () {
+    this.timeout(120_000);
+    const script = fileURLToPath(new URL("../../src/stores/chdb-server.ts", import.meta.url));
+    const password = "p".repeat(40);
+    const start = async () => {
+      const child = fork(script, ["0", dir, "0"], { execArgv: ["--import", "tsx"], stdio: ["ignore", "ignore", "pipe", "ipc"] });
+      const port = await new Promise<number>((resolve, reject) => {
+        child.on("message", (m: { want?: string; ready?: number }) => {
+          if (m.want) child.send({ secret: password });
+          if (m.ready) resolve(m.ready);
+        });
+        child.once("exit", (code) => reject(new Error(`the engine exited (${code})`)));
+      });
+      const q = async (sql: string, body?: string) => {
+        const r = await fetch(`http://127.0.0.1:${port}/?${body ? `query=${encodeURIComponent(sql)}` : ""}`, {
+          method: "POST",
+          body: Buffer.from(body ?? sql),
+          headers: { authorization: `Basic ${Buffer.from(`default:${password}`).toString("base64")}` },
+        });
+        const text = await r.text();
+        assert.equal(r.status, 200, text.slice(0, 300));
+        return text;
+      };
+      return { child, q, port };
+    };
+    const first = await start();
+    await first.q("CREATE TABLE t (n UInt64, s String) ENGINE = MergeTree ORDER BY n");
+    await first.q("CREATE TABLE counts (c UInt64) ENGINE = SummingMergeTree ORDER BY tuple()");
+    await first.q("CREATE MATERIALIZED VIEW v TO counts AS SELECT count() AS c FROM t");
+    // Rows enough that the insert takes a while in the engine once its body has come.
+    const rows = 400_000;
+    let body = "";
+    for (let i = 0; i < rows; i++) body += `{"n":${i},"s":"row ${i} ${"x".repeat(40)}"}\n`;
+    const exited = new Promise<void>((r) => first.child.once("exit", () => r()));
+    // The body handed to the socket whole, then a moment for the engine to read it (loopback), well
+    // before it has parsed and written the rows: the gateway goes then.
+    const sent = new Promise<void>((resolve) => {
+      const req = httpRequest({ host: "127.0.0.1", port: first.port, path: `/?query=${encodeURIComponent("INSERT INTO t FORMAT JSONEachRow")}`, method: "POST", headers: { authorization: `Basic ${Buffer.from(`default:${password}`).toString("base64")}` } });
+      req.on("error", () => {});
+      req.on("response", (r) => r.resume());
+      req.on("finish", () => resolve());
+      req.end(Buffer.from(body));
+    });
+    await sent;
+    await new Promise((r) => setTimeout(r, 200));
+    first.child.disconnect();
+    await exited;
+    const again = await start();
+    try {
+      const inTable = Number((await again.q("SELECT count() FROM t FORMAT TSV")).trim());
+      const inView = Number((await again.q("SELECT sum(c) FROM counts FORMAT TSV")).trim());
+      assert.equal(inView, inTable, `${inTable} rows in the table, ${inView} counted by its view`);
+      assert.equal(inTable, rows, "the insert under way finished");
+    } finally {
+      const gone = new Promise<void>((r) => again.child.once("exit", () => r()));
+      again.child.disconnect();
+      await gone;
+    }
   });
 
   it("leaves the priority alone at nice 0", async function () {
