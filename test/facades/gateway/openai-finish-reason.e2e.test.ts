@@ -65,3 +65,49 @@ describe("POST /v1/chat/completions: a cached answer's finish_reason as sent, se
     }
   });
 });
+
+/**
+ * OpenAI-compatible servers (TGI, vLLM) end a stream with the last text and the finish reason in
+ * one chunk, their own word for it (`eos`); vLLM sends an error as a chunk that is itself the error
+ * object (`{"object":"error",...}`).
+ */
+describe("POST /v1/chat/completions: OpenAI-compatible streams' last chunk and error chunk", () => {
+  const on = gatewayOnScriptedUpstream((body: { stream?: boolean; messages: Array<{ content: string }> }, res: http.ServerResponse) => {
+    const prompt = body.messages.at(-1)!.content;
+    const head = { id: "cmpl-tgi", object: "chat.completion.chunk", created: 1750431500, model: "tgi" };
+    const chunk = (delta: object, finish: string | null) => `data: ${JSON.stringify({ ...head, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] })}\n\n`;
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    if (prompt.startsWith("vllm-error")) {
+      const error = `data: ${JSON.stringify({ object: "error", message: "vllm mid fail", type: "BadRequestError", param: null, code: 400 })}\n\n`;
+      res.end((prompt.includes("first") ? "" : chunk({ role: "assistant", content: "abc" }, null)) + error + "data: [DONE]\n\n");
+      return;
+    }
+    res.end(chunk({ role: "assistant", content: "abc" }, null) + chunk({ content: "def" }, "eos") + "data: [DONE]\n\n");
+  });
+  const ask = (content: string, stream: boolean) => postJson(`${on.gw.gatewayUrl}/v1/chat/completions`, on.key, { model: "chat-4o", stream, messages: [{ role: "user", content }] });
+
+  it("gives the finish reason sent with the last text once, as sent, and caches the answer", async () => {
+    const res = await ask("eos with text", true);
+    assert.equal(res.status, 200, res.text);
+    const chunks = sseEvents(res.text).filter((e) => e.data !== "[DONE]").map((e) => JSON.parse(e.data).choices[0]).filter(Boolean);
+    assert.deepEqual(chunks.map((c) => c.finish_reason).filter((f) => f !== null), ["eos"], JSON.stringify(chunks));
+    assert.equal(chunks.map((c) => c.delta?.content ?? "").join(""), "abcdef");
+    const again = await ask("eos with text", false);
+    assert.equal(again.headers["x-svc-cache"], "HIT", again.text);
+    assert.equal(again.json().choices[0].finish_reason, "eos");
+    assert.equal(again.json().choices[0].message.content, "abcdef");
+  });
+
+  it("ends the stream with the error event for vLLM's error chunk, after text or first", async () => {
+    const mid = await ask("vllm-error mid", true);
+    assert.equal(mid.status, 200, mid.text);
+    const last = sseEvents(mid.text).filter((e) => e.data !== "[DONE]").at(-1)!;
+    const err = JSON.parse(last.data).error;
+    assert.equal(err?.code, "upstream_error", mid.text);
+    assert.match(err.message, /vllm mid fail/);
+    const first = await ask("vllm-error first", true);
+    assert.equal(first.status, 502, first.text);
+    assert.equal(first.json().error.code, "upstream_error");
+    assert.match(first.json().error.message, /vllm mid fail/);
+  });
+});

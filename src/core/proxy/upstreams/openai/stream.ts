@@ -97,6 +97,8 @@ class OpenAiStreamConverter implements StreamConverter {
     }
     const chunk = parseChunk(data);
     if (isObject(chunk.error)) throw convertOpenAiStreamError(chunk.error);
+    // vLLM's form of the same: the chunk is the error object.
+    if (chunk.object === "error") throw convertOpenAiStreamError(chunk);
     // Azure sends a first chunk with an empty id (prompt filter results): start at a real one.
     if (!this.#started && typeof chunk.id === "string" && chunk.id !== "") this.#start(chunk, out);
     const usage = toUsage(chunk.usage);
@@ -141,14 +143,26 @@ class OpenAiStreamConverter implements StreamConverter {
     if (Array.isArray(delta.tool_calls)) {
       for (const call of delta.tool_calls) if (isObject(call)) this.#toolCall(call, chunk, out);
     }
-    if (typeof choice.finish_reason === "string") this.#finish = toFinishReason(choice.finish_reason);
+    const finished = typeof choice.finish_reason === "string";
+    if (finished) this.#finish = toFinishReason(choice.finish_reason as string);
     // The chunk's unnamed fields (logprobs of its tokens, Azure's content_filter_results; a
     // delta's reasoning_content, annotations...) go out with the chunk that carries them. A null
     // (logprobs: null on every chunk) is left out: the renderer writes logprobs null itself.
-    const choiceExtraJson = withFinishReason(extraJson(choice, kChoiceKnown, true), choice.finish_reason);
+    const ownExtraJson = extraJson(choice, kChoiceKnown, true);
     const deltaExtraJson = extraJson(delta, kDeltaKnown);
+    if (finished && out.slice(from).some((e) => e.event.case === "blockDelta")) {
+      // A chunk that carried the last text and the finish reason together (as TGI and vLLM end):
+      // the upstream's own finish word (one the canonical reason does not say as sent, such as
+      // `eos`) goes with the answer's end, which renders the finish, not with the text, which
+      // would render it a second time before the end's.
+      const word = withFinishReason("", choice.finish_reason);
+      if (word !== "") this.#finishExtra = { choiceExtraJson: word, deltaExtraJson: "" };
+      if (ownExtraJson !== "" || deltaExtraJson !== "") this.#extra({ choiceExtraJson: ownExtraJson, deltaExtraJson }, false, chunk, from, out);
+      return;
+    }
+    const choiceExtraJson = withFinishReason(ownExtraJson, choice.finish_reason);
     if (choiceExtraJson === "" && deltaExtraJson === "") return;
-    this.#extra({ choiceExtraJson, deltaExtraJson }, typeof choice.finish_reason === "string", chunk, from, out);
+    this.#extra({ choiceExtraJson, deltaExtraJson }, finished, chunk, from, out);
   }
 
   /**
