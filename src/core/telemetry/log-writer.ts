@@ -404,6 +404,8 @@ export function createLogWriter(opts: LogWriterOptions): LogWriter {
       closing = true;
       clearInterval(timer);
       while (running) await running;
+      // A tick's spooling behind a stuck insert, its file still being written: on disk before the close ends.
+      await spooling.catch(() => {});
       await kick(true);
       closed = true;
     },
