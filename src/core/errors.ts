@@ -169,8 +169,6 @@ const RETRY_HEADERS: ReadonlyArray<readonly [name: string, valid: RegExp]> = [
   ["x-should-retry", /^(?:true|false)$/],
 ];
 const kRetry = "svc-upstream-";
-/** The prefix of the metadata names retry guidance rides under inside the gateway. */
-export const RETRY_GUIDANCE_PREFIX = kRetry;
 
 /** Copies retry guidance (an upstream answer's headers) onto an error, dropping values of any other form. */
 export function withRetryGuidance(err: ConnectError, headers: Record<string, string | string[] | undefined>): ConnectError {
@@ -200,6 +198,20 @@ export function retryGuidanceOf(err: unknown, nowMs = Date.now()): Record<string
   }
   if (out && waitSeconds(out, nowMs) > SDK_RETRY_MAX_SECONDS) out["x-should-retry"] = "false";
   return out;
+}
+
+/**
+ * The error with its retry guidance (retryGuidanceOf) under the names an HTTP answer gives it
+ * (`retry-after`, `retry-after-ms`, `x-should-retry`), in place of the internal names it rides
+ * under (withRetryGuidance): for a caller that reads the error's metadata as its response's
+ * headers or trailers (the core port). An error without guidance is returned as it is.
+ */
+export function withPlainRetryGuidance(err: unknown): unknown {
+  const guidance = retryGuidanceOf(err);
+  if (!guidance || !(err instanceof ConnectError)) return err;
+  for (const name of [...err.metadata.keys()]) if (name.startsWith(kRetry)) err.metadata.delete(name);
+  for (const [name, value] of Object.entries(guidance)) err.metadata.set(name, value);
+  return err;
 }
 
 /** The wait retry guidance asks for, in seconds, read as the SDKs read it: `retry-after-ms` first. */

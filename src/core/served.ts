@@ -7,7 +7,7 @@ import { type Completion, CompletionSchema } from "../gen/svc/proxy/v1/proxy_ser
 import type { ProxyService } from "../gen/svc/proxy/v1/proxy_service_pb.js";
 import type { TelemetryService } from "../gen/svc/telemetry/v1/telemetry_service_pb.js";
 import { log } from "../logger.js";
-import { apiError, bounded, carriesErrorInfo, invalidRequest, MAX_ERROR_MESSAGE_CHARS, notFound, RETRY_GUIDANCE_PREFIX, retryGuidanceOf, toErrorInfo } from "./errors.js";
+import { apiError, bounded, carriesErrorInfo, invalidRequest, MAX_ERROR_MESSAGE_CHARS, notFound, toErrorInfo, withPlainRetryGuidance } from "./errors.js";
 import { checkWireChatRequest } from "./proxy/wire-request.js";
 import { cutText } from "./text.js";
 import { parseObject } from "./json.js";
@@ -199,20 +199,6 @@ function clipped(e: unknown): unknown {
 }
 
 /**
- * The error with its retry guidance (an upstream's `retry-after`, a store's `Retry-After: 1`) under
- * the names an HTTP answer gives it (`retry-after`, `retry-after-ms`, `x-should-retry`), as the
- * facades send it, in place of the internal names it rides under (errors.ts withRetryGuidance):
- * the core port's callers read it in the response's headers (Connect) or trailers (gRPC).
- */
-function withPlainRetryGuidance(e: unknown): unknown {
-  const guidance = retryGuidanceOf(e);
-  if (!guidance || !(e instanceof ConnectError)) return e;
-  for (const name of [...e.metadata.keys()]) if (name.startsWith(RETRY_GUIDANCE_PREFIX)) e.metadata.delete(name);
-  for (const [name, value] of Object.entries(guidance)) e.metadata.set(name, value);
-  return e;
-}
-
-/**
  * Logs every internal error of a call served on the core port once, with its stack, the procedure
  * and the request id when the call names one, and answers the caller INTERNAL with a generic message
  * and the spec's 500 internal_error (never the error's own message): what the HTTP facades do
@@ -248,6 +234,7 @@ export function internalErrorInterceptor(): Interceptor {
       message = req.message;
     }
     const hide = (e: unknown): unknown => {
+      // Retry guidance as the HTTP answers give it: the internal names it rides under are not the caller's.
       if (e === unreadable || !isInternal(e)) return withPlainRetryGuidance(clipped(e));
       const cause = e instanceof ConnectError ? e.cause : undefined;
       log.error("core call failed", {
