@@ -68,6 +68,9 @@ interface Stored {
 /** What a listing shows of a version: all but its content. */
 type Summary = Omit<Stored, "content">;
 
+/** A version's summary as the latest hash holds it (after its version number). */
+const summaryText = (v: Summary): string => JSON.stringify({ description: v.description, createdAt: v.createdAt } satisfies Summary);
+
 export function createRedisPromptStore(target: RedisTarget): PromptStore {
   // No retries: while Redis is unreachable a call fails at once (503 prompts_unavailable), as an
   // admin call to the registry does, rather than after ioredis's retries (10-15 s) as an internal
@@ -141,8 +144,7 @@ export function createRedisPromptStore(target: RedisTarget): PromptStore {
   const store: PromptStore = {
     async put(p) {
       const stored: Stored = { content: p.content, description: p.description, createdAt: p.createdAt };
-      const summary: Summary = { description: p.description, createdAt: p.createdAt };
-      const length = await redis.svcPromptPut(kVersions(p.projectId, p.name), kNames(p.projectId), kLatest(p.projectId), JSON.stringify(stored), p.name, JSON.stringify(summary));
+      const length = await redis.svcPromptPut(kVersions(p.projectId, p.name), kNames(p.projectId), kLatest(p.projectId), JSON.stringify(stored), p.name, summaryText(p));
       return { ...p, version: Number(length) };
     },
     async get(projectId, name, version) {
@@ -182,8 +184,7 @@ export function createRedisPromptStore(target: RedisTarget): PromptStore {
           const { content: _, ...summary } = record(projectId, page[i]!, version, v);
           prompts[i] = summary;
           // Written for the next listing; a Redis refusing writes (full) lists as before.
-          const kept: Summary = { description: summary.description, createdAt: summary.createdAt };
-          redis.svcPromptHeal(kVersions(projectId, page[i]!), kLatest(projectId), page[i]!, version, JSON.stringify(kept)).catch(() => {});
+          redis.svcPromptHeal(kVersions(projectId, page[i]!), kLatest(projectId), page[i]!, version, summaryText(summary)).catch(() => {});
         });
       }
       return { prompts: prompts.filter((p) => p !== undefined), more: names.length > limit };
